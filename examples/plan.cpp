@@ -1,0 +1,354 @@
+// kvdecode-plan: how many sequences' KV caches fit on a card, and how fast
+// decode can go at best. Takes a cache shape (--layers/--kv-heads/--head-dim,
+// or --model to read it from a llama2.c checkpoint), a cache dtype, a context
+// length and a card (--memory-gb, or --gpu from the built-in table), and prints
+// the plan from kvd::plan_memory() plus the same plan for each cache dtype.
+//
+//   kvdecode-plan --layers 80 --kv-heads 8 --head-dim 128 --dtype f16 --tokens 8000 --memory-gb 80
+//   kvdecode-plan --model ../shared/models/stories260K.bin --gpu l4 --json
+//
+// Exit status: 0 on success, 1 if the model file cannot be used, 2 on a bad argument.
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvdecode/checkpoint.hpp"
+#include "kvdecode/planner.hpp"
+
+namespace {
+
+using kvd::ArgumentError;
+using kvd::detail::msg;
+
+const char* const kUsage = R"(kvdecode-plan: KV cache capacity and decode-speed bound for one card
+
+Usage:
+  kvdecode-plan --layers N --kv-heads N --head-dim N --tokens N (--memory-gb G | --gpu NAME) [options]
+  kvdecode-plan --model PATH [--tokens N] (--memory-gb G | --gpu NAME) [options]
+  kvdecode-plan --list-gpus
+
+Cache shape (one of):
+  --layers N           transformer blocks (L)
+  --kv-heads N         key/value heads (Hk)
+  --head-dim N         width of one head (Dh)
+  --model PATH         llama2.c checkpoint: shape, max_seq_len and weight bytes from its header
+  --weight-dtype T     with --model: count weights stored as T (default f32, as the file holds them)
+
+Plan:
+  --dtype T            cache element type: f32, f64, bf16, f16 (default), q8 (also fp16, int8, ...)
+  --tokens N           positions per sequence at full context (default with --model: its max_seq_len)
+  --memory-gb G        device memory in GB (10^9 bytes); overrides --gpu's
+  --gpu NAME           memory and bandwidth from the built-in table (see --list-gpus)
+  --bandwidth-gb-s B   memory bandwidth in GB/s; overrides --gpu's
+  --weights-gb W       resident weight size in GB, subtracted from memory (without --model)
+
+Output:
+  --json               also print the plan as one JSON object on the last line
+  --list-gpus          print the built-in card table and exit
+  --help               print this text and exit
+
+Options take their value as the next argument or after '=' (--tokens=8000).
+Exit status: 0 success, 1 model file unusable, 2 bad argument.
+)";
+
+// The dtypes compared on the "by cache dtype" line.
+const kvd::DType kCompared[] = {kvd::DType::kF32, kvd::DType::kBF16, kvd::DType::kF16, kvd::DType::kQ8};
+
+struct Options {
+  std::optional<int> layers, kv_heads, head_dim;
+  std::optional<std::string> model;
+  std::optional<kvd::DType> weight_dtype;
+  kvd::DType dtype = kvd::DType::kF16;
+  std::optional<std::uint64_t> tokens;
+  std::optional<double> memory_gb, bandwidth_gb_s, weights_gb;
+  std::optional<std::string> gpu;
+  bool json = false, list_gpus = false, help = false;
+};
+
+// A decimal integer in [1, max]; ArgumentError naming the option otherwise.
+std::uint64_t parse_positive(const std::string& opt, const std::string& text, std::uint64_t max) {
+  bool digits = !text.empty();
+  for (char c : text) digits = digits && c >= '0' && c <= '9';
+  if (!digits) throw ArgumentError(msg(opt, ": '", text, "' is not a positive integer"));
+  errno = 0;
+  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno == ERANGE || v > max) throw ArgumentError(msg(opt, ": ", text, " exceeds the limit ", max));
+  if (v == 0) throw ArgumentError(msg(opt, ": 0 must be positive (> 0)"));
+  return v;
+}
+
+// A finite decimal number in [min, max] (min itself excluded when `open_min`).
+double parse_number(const std::string& opt, const std::string& text, double min, bool open_min, double max) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(begin, &end);
+  if (text.empty() || end != begin + text.size() || errno == ERANGE || !std::isfinite(v))
+    throw ArgumentError(msg(opt, ": '", text, "' is not a number"));
+  if (v < min || (open_min && v == min) || v > max)
+    throw ArgumentError(msg(opt, ": ", text, " must be in ", open_min ? "(" : "[", min, ", ", max, "]"));
+  return v;
+}
+
+kvd::DType parse_dtype_option(const std::string& opt, const std::string& text) {
+  try {
+    return kvd::parse_dtype(text);
+  } catch (const ArgumentError& e) {
+    throw ArgumentError(msg(opt, ": ", e.what()));
+  }
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string opt = args[i];
+    std::optional<std::string> inline_value;
+    if (const auto eq = opt.find('='); opt.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = opt.substr(eq + 1);
+      opt.erase(eq);
+    }
+    // Flags take no value.
+    if (opt == "--help" || opt == "-h" || opt == "--json" || opt == "--list-gpus") {
+      if (inline_value) throw ArgumentError(msg(opt, " takes no value"));
+      if (opt == "--json") o.json = true;
+      else if (opt == "--list-gpus") o.list_gpus = true;
+      else o.help = true;
+      continue;
+    }
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= args.size()) throw ArgumentError(msg(opt, " needs a value"));
+      return args[++i];
+    };
+    constexpr std::uint64_t kIntMax = std::numeric_limits<int>::max();
+    if (opt == "--layers") o.layers = static_cast<int>(parse_positive(opt, value(), kIntMax));
+    else if (opt == "--kv-heads") o.kv_heads = static_cast<int>(parse_positive(opt, value(), kIntMax));
+    else if (opt == "--head-dim") o.head_dim = static_cast<int>(parse_positive(opt, value(), kIntMax));
+    else if (opt == "--model") o.model = value();
+    else if (opt == "--weight-dtype") o.weight_dtype = parse_dtype_option(opt, value());
+    else if (opt == "--dtype") o.dtype = parse_dtype_option(opt, value());
+    else if (opt == "--tokens") o.tokens = parse_positive(opt, value(), std::numeric_limits<std::uint64_t>::max());
+    else if (opt == "--memory-gb") o.memory_gb = parse_number(opt, value(), 0, true, kvd::PlanInput::kMaxMemoryGb);
+    else if (opt == "--bandwidth-gb-s")
+      o.bandwidth_gb_s = parse_number(opt, value(), 0, true, kvd::PlanInput::kMaxBandwidthGbS);
+    else if (opt == "--weights-gb") o.weights_gb = parse_number(opt, value(), 0, false, kvd::PlanInput::kMaxMemoryGb);
+    else if (opt == "--gpu") o.gpu = value();
+    else if (opt.rfind("-", 0) == 0) throw ArgumentError(msg("unknown option '", opt, "'"));
+    else throw ArgumentError(msg("unexpected argument '", opt, "' (options start with --)"));
+  }
+  return o;
+}
+
+void print_gpu_table(std::ostream& os) {
+  os << "Built-in cards (nominal vendor figures; GB = 10^9 bytes):\n";
+  char line[96];
+  std::snprintf(line, sizeof line, "  %-16s %10s %14s\n", "name", "memory GB", "bandwidth GB/s");
+  os << line;
+  for (const kvd::GpuSpec& g : kvd::gpu_table()) {
+    std::snprintf(line, sizeof line, "  %-16s %10g %14g\n", g.name, g.memory_gb, g.bandwidth_gb_s);
+    os << line;
+  }
+  os << "Names match ignoring case and punctuation; aliases such as h100, a100, 4090 are accepted.\n";
+}
+
+// "1,234 (1.23 kB)"
+std::string bytes_both(std::uint64_t b) { return kvd::format_count(b) + "  (" + kvd::format_bytes(b) + ")"; }
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// A tokens/s figure: one decimal below 100, whole numbers with separators above.
+std::string rate(double v) { return v < 100 ? fixed(v, 1) : kvd::format_count(static_cast<std::uint64_t>(std::llround(v))); }
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string json_number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+// Prints "  label  text" with the label padded to a fixed column.
+void row(std::ostream& os, const std::string& label, const std::string& text) {
+  os << "  " << label << std::string(label.size() < 26 ? 26 - label.size() : 1, ' ') << text << '\n';
+}
+
+int run(const Options& o) {
+  // Resolve the cache shape, the weights and the card into one PlanInput.
+  kvd::PlanInput in;
+  in.dtype = o.dtype;
+  std::optional<kvd::CheckpointInfo> info;
+  kvd::DType weight_dtype = o.weight_dtype.value_or(kvd::DType::kF32);
+  if (o.model) {
+    auto reject = [](bool given, const char* opt) {
+      if (given) throw ArgumentError(msg(opt, " cannot be combined with --model (the checkpoint gives it)"));
+    };
+    reject(o.layers.has_value(), "--layers");
+    reject(o.kv_heads.has_value(), "--kv-heads");
+    reject(o.head_dim.has_value(), "--head-dim");
+    reject(o.weights_gb.has_value(), "--weights-gb");
+    info = kvd::read_checkpoint_info(*o.model);  // FileError -> exit 1
+    in = kvd::plan_input_for(info->config, o.dtype);
+    // The file stores float32; other weight dtypes are estimated from the parameter count
+    // (for q8, groups of 32 over the whole count rather than per tensor row: a few bytes off).
+    in.weight_bytes = weight_dtype == kvd::DType::kF32 ? info->weight_bytes
+                                                       : kvd::dtype_bytes_for(weight_dtype, info->config.n_params());
+  } else {
+    if (o.weight_dtype) throw ArgumentError("--weight-dtype needs --model (use --weights-gb to give weight bytes)");
+    std::string missing;
+    if (!o.layers) missing += " --layers";
+    if (!o.kv_heads) missing += " --kv-heads";
+    if (!o.head_dim) missing += " --head-dim";
+    if (!missing.empty()) throw ArgumentError(msg("missing cache shape:", missing, " (or give --model PATH)"));
+    in.n_layers = *o.layers;
+    in.n_kv_heads = *o.kv_heads;
+    in.head_dim = *o.head_dim;
+    if (o.weights_gb) in.weight_bytes = static_cast<std::uint64_t>(std::llround(*o.weights_gb * 1e9));
+  }
+  if (o.tokens) in.tokens_per_sequence = *o.tokens;
+  if (in.tokens_per_sequence == 0) throw ArgumentError("missing --tokens N (positions per sequence)");
+
+  const kvd::GpuSpec* gpu = nullptr;
+  if (o.gpu) {
+    gpu = kvd::find_gpu(*o.gpu);
+    if (!gpu) throw ArgumentError(msg("--gpu: unknown card '", *o.gpu, "' (see --list-gpus, or give --memory-gb)"));
+    in.memory_gb = gpu->memory_gb;
+    in.bandwidth_gb_s = gpu->bandwidth_gb_s;
+  }
+  if (o.memory_gb) in.memory_gb = *o.memory_gb;
+  if (o.bandwidth_gb_s) in.bandwidth_gb_s = *o.bandwidth_gb_s;
+  if (in.memory_gb == 0) throw ArgumentError("missing --memory-gb G or --gpu NAME");
+
+  const kvd::MemoryPlan p = kvd::plan_memory(in);  // ArgumentError (overflow) -> exit 2
+
+  // Sequences that fit for each compared cache dtype; nullopt where the byte count overflows.
+  std::vector<std::optional<std::uint64_t>> by_dtype;
+  for (kvd::DType t : kCompared) {
+    kvd::PlanInput other = in;
+    other.dtype = t;
+    try {
+      by_dtype.push_back(kvd::plan_memory(other).max_sequences);
+    } catch (const ArgumentError&) {
+      by_dtype.push_back(std::nullopt);
+    }
+  }
+
+  std::ostream& os = std::cout;
+  os << "KV cache plan: L=" << in.n_layers << " Hk=" << in.n_kv_heads << " Dh=" << in.head_dim << ", cache "
+     << kvd::dtype_name(in.dtype) << ", " << kvd::format_count(in.tokens_per_sequence) << " tokens per sequence\n";
+  if (info) {
+    row(os, "model", msg(*o.model, " (", kvd::checkpoint_format_name(info->format), ", ", info->config.summary(), ")"));
+    if (in.tokens_per_sequence > static_cast<std::uint64_t>(info->config.max_seq_len))
+      row(os, "note", msg("--tokens exceeds the model's max_seq_len ", info->config.max_seq_len));
+  }
+  if (gpu) row(os, "gpu", msg(gpu->name, " (nominal ", gpu->memory_gb, " GB, ", gpu->bandwidth_gb_s, " GB/s)"));
+  row(os, "bytes per token", bytes_both(p.bytes_per_token));
+  row(os, "bytes per sequence", bytes_both(p.bytes_per_sequence));
+  if (info)
+    row(os, "weights", msg(bytes_both(p.weight_bytes), ", ", kvd::format_count(info->config.n_params()),
+                           " parameters as ", kvd::dtype_name(weight_dtype)));
+  else if (o.weights_gb)
+    row(os, "weights", bytes_both(p.weight_bytes));
+  else
+    row(os, "weights", "unknown, not subtracted (give --weights-gb or --model)");
+  row(os, "memory", bytes_both(p.memory_bytes));
+  row(os, "KV budget", bytes_both(p.kv_budget_bytes));
+  std::string fits = kvd::format_count(p.max_sequences);
+  if (!p.weights_fit())
+    fits += msg("  (weights ", kvd::format_bytes(p.weight_bytes), " exceed memory ", kvd::format_bytes(p.memory_bytes),
+                ")");
+  else if (p.max_sequences == 0)
+    fits += msg("  (one sequence needs ", kvd::format_bytes(p.bytes_per_sequence), ", the KV budget is ",
+                kvd::format_bytes(p.kv_budget_bytes), ")");
+  row(os, "sequences that fit", fits);
+  if (in.bandwidth_gb_s == 0) {
+    row(os, "decode bound", "bandwidth unknown (give --gpu NAME or --bandwidth-gb-s B)");
+  } else if (p.max_sequences == 0) {
+    row(os, "decode bound", msg("none (nothing fits) at ", in.bandwidth_gb_s, " GB/s"));
+  } else {
+    const std::string caveat = p.weight_bytes == 0 ? ", weights unknown so KV reads only" : "";
+    row(os, "decode bound, 1 seq",
+        msg(rate(p.decode_tokens_per_second_bound), " tokens/s  (", in.bandwidth_gb_s, " GB/s over ",
+            kvd::format_bytes(p.weight_bytes + p.bytes_per_sequence), " per token", caveat, ")"));
+    row(os, msg("decode bound, ", kvd::format_count(p.max_sequences), " seq"),
+        msg(rate(p.batched_tokens_per_second_bound), " tokens/s aggregate, ",
+            rate(p.batched_tokens_per_second_bound / static_cast<double>(p.max_sequences)), " per sequence"));
+  }
+  std::string compare;
+  for (std::size_t i = 0; i < by_dtype.size(); ++i) {
+    compare += msg(i ? ", " : "", kvd::dtype_name(kCompared[i]), " ",
+                   by_dtype[i] ? kvd::format_count(*by_dtype[i]) : std::string("overflow"));
+  }
+  row(os, "sequences by cache dtype", compare);
+
+  if (o.json) {
+    std::ostringstream j;
+    j << "{\"n_layers\":" << in.n_layers << ",\"n_kv_heads\":" << in.n_kv_heads << ",\"head_dim\":" << in.head_dim
+      << ",\"dtype\":" << json_string(kvd::dtype_name(in.dtype)) << ",\"tokens_per_sequence\":" << in.tokens_per_sequence
+      << ",\"model\":" << (o.model ? json_string(*o.model) : "null")
+      << ",\"gpu\":" << (gpu ? json_string(gpu->name) : "null") << ",\"memory_gb\":" << json_number(in.memory_gb)
+      << ",\"bandwidth_gb_s\":" << json_number(in.bandwidth_gb_s) << ",\"bytes_per_token\":" << p.bytes_per_token
+      << ",\"bytes_per_sequence\":" << p.bytes_per_sequence << ",\"weight_bytes\":" << p.weight_bytes
+      << ",\"memory_bytes\":" << p.memory_bytes << ",\"kv_budget_bytes\":" << p.kv_budget_bytes
+      << ",\"max_sequences\":" << p.max_sequences
+      << ",\"decode_tokens_per_second_bound\":" << json_number(p.decode_tokens_per_second_bound)
+      << ",\"batched_tokens_per_second_bound\":" << json_number(p.batched_tokens_per_second_bound)
+      << ",\"max_sequences_by_dtype\":{";
+    for (std::size_t i = 0; i < by_dtype.size(); ++i)
+      j << (i ? "," : "") << json_string(kvd::dtype_name(kCompared[i])) << ":"
+        << (by_dtype[i] ? std::to_string(*by_dtype[i]) : std::string("null"));
+    j << "}}";
+    os << j.str() << '\n';
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse_args(argc, argv);
+    if (o.help) {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (o.list_gpus) {
+      print_gpu_table(std::cout);
+      return 0;
+    }
+    return run(o);
+  } catch (const ArgumentError& e) {
+    std::cerr << "kvdecode-plan: " << e.what() << "\n(run kvdecode-plan --help for usage)\n";
+    return 2;
+  } catch (const kvd::Error& e) {
+    std::cerr << "kvdecode-plan: " << e.what() << '\n';
+    return 1;
+  }
+}

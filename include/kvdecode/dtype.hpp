@@ -1,0 +1,78 @@
+// Storage element types for weights and the KV cache. Compute is always in the
+// model's scalar (float or double); these types only say how values are stored.
+// Conversions go through Eigen's bfloat16/half, which round to nearest even.
+#pragma once
+
+#include <Eigen/Core>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kvdecode/error.hpp"
+
+namespace kvd {
+
+/// How a tensor's elements are stored.
+enum class DType : std::uint8_t {
+  kF32,   ///< IEEE binary32
+  kF64,   ///< IEEE binary64 (double-precision caches of double models)
+  kBF16,  ///< bfloat16 (8-bit exponent, 7-bit mantissa)
+  kF16,   ///< IEEE binary16
+  kQ8,    ///< 8-bit integers with one float32 scale per group of 32 (q8_0); 34 bytes per 32 values
+};
+
+/// Bytes per element (for kQ8: the average, 34/32 = 1.0625, so use dtype_bytes_for()).
+inline double dtype_bytes(DType t) {
+  switch (t) {
+    case DType::kF32: return 4.0;
+    case DType::kF64: return 8.0;
+    case DType::kBF16: return 2.0;
+    case DType::kF16: return 2.0;
+    case DType::kQ8: return 34.0 / 32.0;
+  }
+  return 0.0;
+}
+
+/// Exact bytes needed to store `n` elements of type `t` (q8 groups of 32 rounded up).
+inline std::uint64_t dtype_bytes_for(DType t, std::uint64_t n) {
+  switch (t) {
+    case DType::kF32: return 4 * n;
+    case DType::kF64: return 8 * n;
+    case DType::kBF16: return 2 * n;
+    case DType::kF16: return 2 * n;
+    case DType::kQ8: return 34 * ((n + 31) / 32);
+  }
+  return 0;
+}
+
+/// Short lower-case name: "f32", "f64", "bf16", "f16", "q8".
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kF64: return "f64";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kQ8: return "q8";
+  }
+  return "?";
+}
+
+/// Parses a name accepted by dtype_name() (also "fp32", "float32", "fp16", "float16", "int8", "q8_0").
+/// Throws ArgumentError naming the text and the accepted names.
+inline DType parse_dtype(const std::string& s) {
+  if (s == "f32" || s == "fp32" || s == "float32") return DType::kF32;
+  if (s == "f64" || s == "fp64" || s == "float64") return DType::kF64;
+  if (s == "bf16" || s == "bfloat16") return DType::kBF16;
+  if (s == "f16" || s == "fp16" || s == "float16") return DType::kF16;
+  if (s == "q8" || s == "q8_0" || s == "int8" || s == "i8") return DType::kQ8;
+  throw ArgumentError(detail::msg("unknown dtype '", s, "'; expected one of f32, f64, bf16, f16, q8"));
+}
+
+/// The DType that stores values of C++ type T exactly as T.
+template <class T> struct DTypeOf;
+template <> struct DTypeOf<float> { static constexpr DType value = DType::kF32; };
+template <> struct DTypeOf<double> { static constexpr DType value = DType::kF64; };
+template <> struct DTypeOf<Eigen::bfloat16> { static constexpr DType value = DType::kBF16; };
+template <> struct DTypeOf<Eigen::half> { static constexpr DType value = DType::kF16; };
+
+}  // namespace kvd

@@ -1,0 +1,55 @@
+// The SwiGLU feed-forward sub-layer: w2(silu(w1 x) * w3 x), as in Llama.
+// w1 and w3 are packed side by side so one matrix product yields both the
+// gate and the up projection of every row.
+#pragma once
+
+#include "kvdecode/kernels.hpp"
+#include "kvdecode/ops.hpp"
+#include "kvdecode/workspace.hpp"
+
+namespace kvd {
+
+template <class T>
+class SwiGLU {
+ public:
+  SwiGLU() = default;
+  SwiGLU(const ModelConfig& c, const LayerWeights<T>& w)
+      : d_model_(c.d_model), hidden_dim_(c.hidden_dim), w13_({&w.w1, &w.w3}), w2_({&w.w2}) {}
+
+  const PackedMatrix<T>& w13() const { return w13_; }  ///< (2F, D): gate rows then up rows
+  const PackedMatrix<T>& w2() const { return w2_; }    ///< (D, F)
+
+  /// xn (M, ldx) -> out (M, ldo); uses ws.h13 and ws.hmid. Returns multiply-adds performed.
+  std::uint64_t forward(const T* xn, long ldx, long M, Workspace<T>& ws, T* out, long ldo) const {
+    matmul(xn, ldx, M, w13_, ws.h13.data(), ws.ld_ff2);
+    gate(ws.h13.data(), ws.ld_ff2, M, ws.hmid.data(), ws.ld_ff);
+    matmul(ws.hmid.data(), ws.ld_ff, M, w2_, out, ldo);
+    return static_cast<std::uint64_t>(M) * (3ull * hidden_dim_ * d_model_);
+  }
+
+  /// The same sub-layer on whole matrices, for the cache-free reference: (n, D) -> (n, D).
+  RowMatrix<T> forward_reference(const RowMatrix<T>& xn) const {
+    const long n = xn.rows();
+    RowMatrix<T> h13(n, w13_.n_out_padded());  // (n, 2F padded)
+    matmul(xn.data(), xn.cols(), n, w13_, h13.data(), h13.cols());
+    RowMatrix<T> hmid(n, hidden_dim_);         // (n, F)
+    gate(h13.data(), h13.cols(), n, hmid.data(), hmid.cols());
+    RowMatrix<T> out(n, w2_.n_out_padded());
+    matmul(hmid.data(), hmid.cols(), n, w2_, out.data(), out.cols());
+    return out.leftCols(d_model_);
+  }
+
+ private:
+  // hmid[m][i] = silu(gate[m][i]) * up[m][i]
+  void gate(const T* h13, long ld13, long M, T* hmid, long ldm) const {
+    for (long m = 0; m < M; ++m)
+      for (long i = 0; i < hidden_dim_; ++i)
+        hmid[m * ldm + i] = silu(h13[m * ld13 + i]) * h13[m * ld13 + hidden_dim_ + i];
+  }
+
+  long d_model_ = 0, hidden_dim_ = 0;
+  PackedMatrix<T> w13_;  // (2F, D)
+  PackedMatrix<T> w2_;   // (D, F)
+};
+
+}  // namespace kvd

@@ -1,0 +1,249 @@
+// Transformer: token embedding, n_layers blocks, final RMSNorm, classifier.
+//
+// Every cached path is one call, forward(rows, caches): prefill is many rows
+// of one sequence, decode_step one row, decode_batch one row per sequence.
+// Because every kernel computes a row from that row's data alone, by a fixed
+// sequence of operations (see kernels.hpp and attention.hpp), a row's logits
+// do not depend on which rows travel with it, so prefill == decode ==
+// chunked prefill == batched decode, bit for bit. forward_reference() is the
+// separate cache-free path: whole matrices and the square causal mask.
+//
+// A Transformer owns its workspace, so calls on one object must not overlap;
+// use one object per thread (weights can be shared by building each from a copy).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "kvdecode/block.hpp"
+#include "kvdecode/config.hpp"
+#include "kvdecode/kv_cache.hpp"
+#include "kvdecode/weights.hpp"
+#include "kvdecode/workspace.hpp"
+
+namespace kvd {
+
+/// Rows of logits inside the model's workspace: (rows, vocab_size) with a padded
+/// row stride. Valid until the next call on the same Transformer.
+template <class T>
+using LogitsView = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
+
+template <class T>
+class Transformer {
+ public:
+  using Scalar = T;
+
+  /// Validates and packs the weights (once). Throws ConfigError if weights.validate() fails.
+  explicit Transformer(ModelWeights<T> weights) {
+    weights.validate();
+    config_ = weights.config;
+    rope_ = std::make_unique<RoPE<T>>(config_.head_dim, config_.max_seq_len, config_.rope_theta);
+    blocks_.reserve(config_.n_layers);
+    for (int l = 0; l < config_.n_layers; ++l) {
+      blocks_.emplace_back(config_, weights.layers[l], l, rope_.get());
+      weights.layers[l] = LayerWeights<T>();  // the packed copy is all we keep
+    }
+    final_norm_ = RMSNorm<T>(weights.final_norm, config_.norm_eps);
+    classifier_ = PackedMatrix<T>({&weights.output_matrix()});
+    embedding_ = std::move(weights.token_embedding);
+    ws_ = Workspace<T>(config_);
+    ws_.reserve(1, 1, 1);
+  }
+
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+  Transformer(Transformer&&) = default;
+  Transformer& operator=(Transformer&&) = default;
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<TransformerBlock<T>>& blocks() const { return blocks_; }
+  const PackedMatrix<T>& classifier() const { return classifier_; }
+  const RowMatrix<T>& embedding() const { return embedding_; }  ///< (V, D)
+
+  /// Bytes of weights a decode step reads: every packed matrix, the embedding
+  /// row and the norm vectors (what bounds decode speed).
+  std::uint64_t weight_bytes_per_token() const {
+    std::uint64_t b = classifier_.bytes() + sizeof(T) * (config_.d_model * (2ull * config_.n_layers + 2));
+    for (const auto& blk : blocks_)
+      b += blk.attention().wqkv().bytes() + blk.attention().wo().bytes() + blk.mlp().w13().bytes() + blk.mlp().w2().bytes();
+    return b;
+  }
+
+  /// Multiply-adds performed by the last call (projections, attention, classifier).
+  std::uint64_t last_macs() const { return last_macs_; }
+
+  /// Pre-sizes the workspace for `n_rows` rows (all with logits if `all_logits`)
+  /// so later calls up to that size allocate nothing.
+  void reserve(long n_rows, bool all_logits = false) { ws_.reserve(n_rows, all_logits ? n_rows : 1, n_rows); }
+
+  /// The general cached forward: rows (each a token, a cache index and a position)
+  /// through the model, appending every row's K and V to its cache.
+  /// Preconditions checked before anything changes: M >= 1; every token in
+  /// [0, vocab_size); every row's seq in [0, n_caches); the caches match this
+  /// model's shape; the rows of each sequence are at consecutive positions starting
+  /// at that cache's length(), and fit in its capacity.
+  /// Throws TokenError, CacheMismatchError or CacheFullError (every cache unchanged).
+  /// Returns the logits of the rows with `logits` set, in row order.
+  template <class Cache>
+  LogitsView<T> forward(const Row* rows, long M, Cache* const* caches, long n_caches) {
+    long n_logits = validate_rows(rows, M, caches, n_caches);
+    long prepared = 0;  // make room in every cache, or in none (a paged pool may run out of blocks)
+    try {
+      for (; prepared < n_caches; ++prepared) caches[prepared]->prepare_append(ws_.seq_rows[prepared]);
+    } catch (...) {
+      for (long s = 0; s < prepared; ++s) caches[s]->cancel_append(ws_.seq_rows[s]);
+      throw;
+    }
+    T* x = ws_.x.data();
+    for (long m = 0; m < M; ++m) {
+      const T* e = embedding_.data() + static_cast<long>(rows[m].token) * config_.d_model;
+      std::copy(e, e + config_.d_model, x + m * ws_.ld_d);
+    }
+    std::uint64_t macs = 0;
+    for (const auto& blk : blocks_) macs += blk.forward(rows, M, caches, ws_);
+    for (long s = 0; s < n_caches; ++s) caches[s]->commit_append(ws_.seq_rows[s]);
+    long j = 0;
+    for (long m = 0; m < M; ++m)
+      if (rows[m].logits) {
+        final_norm_.apply(x + m * ws_.ld_d, ws_.ld_d, 1, ws_.xl.data() + j * ws_.ld_d, ws_.ld_d);
+        ++j;
+      }
+    matmul(ws_.xl.data(), ws_.ld_d, n_logits, classifier_, ws_.logits.data(), ws_.ld_v);
+    last_macs_ = macs + static_cast<std::uint64_t>(n_logits) * config_.vocab_size * config_.d_model;
+    return LogitsView<T>(ws_.logits.data(), n_logits, config_.vocab_size, Eigen::OuterStride<>(ws_.ld_v));
+  }
+
+  /// Runs tokens (positions cache.length() ..) through the model in one batched
+  /// pass and appends their K and V; works on a non-empty cache (chunked prefill).
+  /// Returns the last position's logits (1, V), or every position's (n, V) if all_logits.
+  /// Throws TokenError (empty or out-of-range tokens), CacheMismatchError or
+  /// CacheFullError; the cache is then unchanged.
+  template <class Cache>
+  LogitsView<T> prefill(const std::vector<int>& tokens, Cache& cache, bool all_logits = false) {
+    if (tokens.empty()) throw TokenError("prefill needs at least one token; the prompt is empty");
+    check_compatible(cache);
+    rows_.resize(tokens.size());
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+      rows_[i] = Row{tokens[i], 0, cache.length() + static_cast<int>(i), all_logits || i + 1 == tokens.size()};
+    Cache* c = &cache;
+    return forward(rows_.data(), static_cast<long>(rows_.size()), &c, 1);
+  }
+
+  /// One decode step: embeds `token` at position cache.length(), appends its K and
+  /// V, attends over the whole cache (no mask needed: it holds only the past and
+  /// this token) and returns its logits (1, V). Allocates nothing.
+  /// Throws TokenError, CacheMismatchError or CacheFullError; the cache is then unchanged.
+  template <class Cache>
+  LogitsView<T> decode_step(int token, Cache& cache) {
+    check_compatible(cache);
+    Row row{token, 0, cache.length(), true};
+    Cache* c = &cache;
+    return forward(&row, 1, &c, 1);
+  }
+
+  /// Decodes one token for each of several independent sequences in one step,
+  /// reading the weights once for all of them. Row i of the result is
+  /// bit-identical to decode_step(tokens[i], *caches[i]).
+  /// Throws ArgumentError if the sizes differ or a cache appears twice, or as
+  /// decode_step does; every cache is then unchanged.
+  template <class Cache>
+  LogitsView<T> decode_batch(const std::vector<int>& tokens, const std::vector<Cache*>& caches) {
+    if (tokens.size() != caches.size())
+      throw ArgumentError(detail::msg("decode_batch got ", tokens.size(), " tokens for ", caches.size(), " caches"));
+    if (tokens.empty()) throw TokenError("decode_batch needs at least one sequence");
+    for (std::size_t i = 0; i < caches.size(); ++i) {
+      if (caches[i] == nullptr) throw ArgumentError(detail::msg("decode_batch: cache ", i, " is null"));
+      check_compatible(*caches[i]);
+      for (std::size_t j = 0; j < i; ++j)
+        if (caches[j] == caches[i]) throw ArgumentError(detail::msg("decode_batch: caches ", j, " and ", i, " are the same object"));
+    }
+    rows_.resize(tokens.size());
+    for (std::size_t i = 0; i < tokens.size(); ++i) rows_[i] = Row{tokens[i], static_cast<int>(i), caches[i]->length(), true};
+    return forward(rows_.data(), static_cast<long>(rows_.size()), caches.data(), static_cast<long>(caches.size()));
+  }
+
+  /// The cache-free reference: recomputes K and V for every position of tokens
+  /// (positions 0..n-1) and forms the full square score matrix with the causal
+  /// mask. K and V are rounded through S as a KVCache<T, S> would store them.
+  /// Returns the logits of every position (n, V).
+  /// Throws TokenError for an empty sequence, an id outside [0, vocab_size) or
+  /// more than max_seq_len tokens.
+  template <class S = T>
+  RowMatrix<T> forward_reference(const std::vector<int>& tokens) {
+    if (tokens.empty()) throw TokenError("forward_reference needs at least one token; the sequence is empty");
+    if (static_cast<long>(tokens.size()) > config_.max_seq_len)
+      throw TokenError(detail::msg("sequence of ", tokens.size(), " tokens exceeds max_seq_len = ", config_.max_seq_len));
+    for (std::size_t i = 0; i < tokens.size(); ++i) check_token(tokens[i], static_cast<long>(i));
+    const long n = static_cast<long>(tokens.size());
+    RowMatrix<T> x(n, config_.d_model);  // (n, D)
+    for (long i = 0; i < n; ++i) x.row(i) = embedding_.row(tokens[i]);
+    for (const auto& blk : blocks_) blk.template forward_reference<S>(x);
+    final_norm_.apply(x.data(), x.cols(), n, x.data(), x.cols());
+    RowMatrix<T> logits(n, classifier_.n_out_padded());
+    matmul(x.data(), x.cols(), n, classifier_, logits.data(), logits.cols());
+    // multiply-adds: projections for all n rows, the full square score and value products
+    const std::uint64_t proj = static_cast<std::uint64_t>(n) *
+        (config_.q_dim() + 2ull * config_.kv_dim() + config_.q_dim()) * config_.d_model;
+    const std::uint64_t mlp = static_cast<std::uint64_t>(n) * 3ull * config_.hidden_dim * config_.d_model;
+    const std::uint64_t att = 2ull * n * n * config_.n_heads * config_.head_dim;
+    last_macs_ = config_.n_layers * (proj + mlp + att) + static_cast<std::uint64_t>(n) * config_.vocab_size * config_.d_model;
+    return logits.leftCols(config_.vocab_size);
+  }
+
+ private:
+  void check_token(int token, long index) const {
+    if (token < 0 || token >= config_.vocab_size)
+      throw TokenError(detail::msg("token id ", token, " at index ", index, " is outside the vocabulary [0, ",
+                                   config_.vocab_size, ")"));
+  }
+
+  template <class Cache>
+  void check_compatible(const Cache& cache) const {
+    if (!(cache.shape() == CacheShape::of(config_)))
+      throw CacheMismatchError(detail::msg(
+          "cache shape (layers ", cache.shape().n_layers, ", kv_heads ", cache.shape().n_kv_heads, ", head_dim ",
+          cache.shape().head_dim, ", max_seq_len ", cache.shape().max_seq_len, ") does not match the model (layers ",
+          config_.n_layers, ", kv_heads ", config_.n_kv_heads, ", head_dim ", config_.head_dim, ", max_seq_len ",
+          config_.max_seq_len, ")"));
+  }
+
+  // Checks every precondition of forward() and sizes the workspace; changes no cache.
+  template <class Cache>
+  long validate_rows(const Row* rows, long M, Cache* const* caches, long n_caches) {
+    if (M < 1) throw TokenError("forward needs at least one row");
+    ws_.reserve(M, 0, n_caches);
+    std::fill(ws_.seq_rows.begin(), ws_.seq_rows.begin() + n_caches, 0);
+    long n_logits = 0;
+    for (long m = 0; m < M; ++m) {
+      const Row& r = rows[m];
+      check_token(r.token, m);
+      if (r.seq < 0 || r.seq >= n_caches)
+        throw ArgumentError(detail::msg("row ", m, " names sequence ", r.seq, ", outside [0, ", n_caches, ")"));
+      check_compatible(*caches[r.seq]);
+      const int expected = caches[r.seq]->length() + ws_.seq_rows[r.seq];
+      if (r.pos != expected)
+        throw ArgumentError(detail::msg("row ", m, " of sequence ", r.seq, " is at position ", r.pos,
+                                        ", expected ", expected, " (rows of a sequence follow its cache length)"));
+      ws_.seq_rows[r.seq] += 1;
+      n_logits += r.logits ? 1 : 0;
+    }
+    for (long s = 0; s < n_caches; ++s) caches[s]->check_room(ws_.seq_rows[s]);
+    ws_.reserve(M, n_logits, n_caches);
+    return n_logits;
+  }
+
+  ModelConfig config_;
+  std::unique_ptr<RoPE<T>> rope_;  // on the heap: blocks keep a pointer that must survive moves
+  std::vector<TransformerBlock<T>> blocks_;
+  RMSNorm<T> final_norm_;
+  PackedMatrix<T> classifier_;  // (V, D)
+  RowMatrix<T> embedding_;      // (V, D)
+  Workspace<T> ws_;
+  std::vector<Row> rows_;
+  std::uint64_t last_macs_ = 0;
+};
+
+}  // namespace kvd
