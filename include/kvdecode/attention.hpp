@@ -172,20 +172,30 @@ class Attention {
     const T neg_inf = -std::numeric_limits<T>::infinity();
     RowMatrix<T> att(n, wo_.n_in());  // (n, q_dim)
     RowMatrix<T> scores(n, n);        // (n, n) one head's full square score matrix
+    RowMatrix<T> kt(head_dim_, n);    // (head_dim, n) one KV head's keys, transposed (an exact copy)
     for (int h = 0; h < n_heads_; ++h) {
       const long qo = h * head_dim_, ko = q + (h / rep) * head_dim_, vo = q + kv + (h / rep) * head_dim_;
+      for (int d = 0; d < head_dim_; ++d)
+        for (long t = 0; t < n; ++t) kt(d, t) = qkv(t, ko + d);
       for (long i = 0; i < n; ++i) {
-        for (long t = 0; t < n; ++t) {
-          T s = T(0);
-          for (int d = 0; d < head_dim_; ++d) s = std::fma(qkv(i, qo + d), qkv(t, ko + d), s);
-          const bool masked = t > i || t < detail::first_visible(static_cast<int>(i), window_);
-          scores(i, t) = masked ? neg_inf : s / sqrt_dh;
-        }
-        detail::softmax_inplace(&scores(i, 0), n);
+        // scores(i, t) = fma chain over d of q_i[d] * k_t[d], for every t at once
+        T* s = &scores(i, 0);
+        for (long t = 0; t < n; ++t) s[t] = T(0);
         for (int d = 0; d < head_dim_; ++d) {
-          T acc = T(0);
-          for (long t = 0; t < n; ++t) acc = std::fma(scores(i, t), qkv(t, vo + d), acc);
-          att(i, qo + d) = acc;
+          const T qd = qkv(i, qo + d);
+          const T* k = &kt(d, 0);
+          for (long t = 0; t < n; ++t) s[t] = std::fma(qd, k[t], s[t]);
+        }
+        const long first = detail::first_visible(static_cast<int>(i), window_);
+        for (long t = 0; t < n; ++t) s[t] = (t > i || t < first) ? neg_inf : s[t] / sqrt_dh;  // the causal mask
+        detail::softmax_inplace(s, n);
+        // att_i = fma chain over every t (masked ones add exact zeros) of w[t] * v_t
+        T* o = &att(i, qo);
+        for (int d = 0; d < head_dim_; ++d) o[d] = T(0);
+        for (long t = 0; t < n; ++t) {
+          const T w = s[t];
+          const T* v = &qkv(t, vo);
+          for (int d = 0; d < head_dim_; ++d) o[d] = std::fma(w, v[d], o[d]);
         }
       }
     }

@@ -72,7 +72,8 @@ inline int argmax(const T* logits, int n) {
 
 /// Runs the loop. With the cache: prefill(prompt) into `cache` (which must be
 /// empty or hold a prefix the prompt continues), then decode steps. Without it:
-/// forward_reference over the whole sequence at each step (`cache` is unused).
+/// forward_reference over the whole sequence at each step, rounding K and V
+/// through the cache's storage type as the cache would (`cache` is not written).
 /// Stops at max_new_tokens, at a stop token, or when the
 /// context (cache capacity / max_seq_len) is full, which is not an error.
 /// Throws as prefill/decode_step do (TokenError for an empty or bad prompt, ...).
@@ -104,9 +105,9 @@ GenerateResult<T> generate(Transformer<T>& model, const std::vector<int>& prompt
         on_logits(base_pos + static_cast<int>(prompt.size() - logits.rows() + r), logits.row(r).data(), V);
     Eigen::Map<Vector<T>>(row.data(), V) = logits.row(logits.rows() - 1).transpose();
   } else {
-    RowMatrix<T> logits = model.forward_reference(seq);
+    RowMatrix<T> logits = model.template forward_reference<typename Cache::Storage>(seq, all_prompt_logits && on_logits);
     if (on_logits)
-      for (long r = all_prompt_logits ? 0 : logits.rows() - 1; r < logits.rows(); ++r) on_logits(static_cast<int>(r), logits.row(r).data(), V);
+      for (long r = 0; r < logits.rows(); ++r) on_logits(static_cast<int>(seq.size() - logits.rows() + r), logits.row(r).data(), V);
     Eigen::Map<Vector<T>>(row.data(), V) = logits.row(logits.rows() - 1).transpose();
   }
   auto t1 = Clock::now();
@@ -129,8 +130,8 @@ GenerateResult<T> generate(Transformer<T>& model, const std::vector<int>& prompt
       auto logits = model.decode_step(next, cache);
       std::copy(logits.data(), logits.data() + V, row.begin());
     } else {
-      RowMatrix<T> logits = model.forward_reference(seq);
-      Eigen::Map<Vector<T>>(row.data(), V) = logits.row(logits.rows() - 1).transpose();
+      RowMatrix<T> logits = model.template forward_reference<typename Cache::Storage>(seq, false);
+      Eigen::Map<Vector<T>>(row.data(), V) = logits.row(0).transpose();
     }
     const double dt = std::chrono::duration<double>(Clock::now() - s0).count();
     res.decode_seconds += dt;

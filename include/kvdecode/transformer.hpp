@@ -168,11 +168,12 @@ class Transformer {
   /// The cache-free reference: recomputes K and V for every position of tokens
   /// (positions 0..n-1) and forms the full square score matrix with the causal
   /// mask. K and V are rounded through S as a KVCache<T, S> would store them.
-  /// Returns the logits of every position (n, V).
+  /// Returns the logits of every position (n, V), or of the last one only (1, V)
+  /// when all_logits is false (what a cache-free generation step needs).
   /// Throws TokenError for an empty sequence, an id outside [0, vocab_size) or
   /// more than max_seq_len tokens.
   template <class S = T>
-  RowMatrix<T> forward_reference(const std::vector<int>& tokens) {
+  RowMatrix<T> forward_reference(const std::vector<int>& tokens, bool all_logits = true) {
     if (tokens.empty()) throw TokenError("forward_reference needs at least one token; the sequence is empty");
     if (static_cast<long>(tokens.size()) > config_.max_seq_len)
       throw TokenError(detail::msg("sequence of ", tokens.size(), " tokens exceeds max_seq_len = ", config_.max_seq_len));
@@ -181,15 +182,16 @@ class Transformer {
     RowMatrix<T> x(n, config_.d_model);  // (n, D)
     for (long i = 0; i < n; ++i) x.row(i) = embedding_.row(tokens[i]);
     for (const auto& blk : blocks_) blk.template forward_reference<S>(x);
-    final_norm_.apply(x.data(), x.cols(), n, x.data(), x.cols());
-    RowMatrix<T> logits(n, classifier_.n_out_padded());
-    matmul(x.data(), x.cols(), n, classifier_, logits.data(), logits.cols());
+    const long first = all_logits ? 0 : n - 1, n_out = n - first;
+    final_norm_.apply(x.data() + first * x.cols(), x.cols(), n_out, x.data() + first * x.cols(), x.cols());
+    RowMatrix<T> logits(n_out, classifier_.n_out_padded());
+    matmul(x.data() + first * x.cols(), x.cols(), n_out, classifier_, logits.data(), logits.cols());
     // multiply-adds: projections for all n rows, the full square score and value products
     const std::uint64_t proj = static_cast<std::uint64_t>(n) *
         (config_.q_dim() + 2ull * config_.kv_dim() + config_.q_dim()) * config_.d_model;
     const std::uint64_t mlp = static_cast<std::uint64_t>(n) * 3ull * config_.hidden_dim * config_.d_model;
     const std::uint64_t att = 2ull * n * n * config_.n_heads * config_.head_dim;
-    last_macs_ = config_.n_layers * (proj + mlp + att) + static_cast<std::uint64_t>(n) * config_.vocab_size * config_.d_model;
+    last_macs_ = config_.n_layers * (proj + mlp + att) + static_cast<std::uint64_t>(n_out) * config_.vocab_size * config_.d_model;
     return logits.leftCols(config_.vocab_size);
   }
 

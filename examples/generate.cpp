@@ -1,0 +1,404 @@
+// kvdecode-generate: text generation with an exact KV cache, and the proof.
+//
+// With no arguments it runs a built-in demo: a random-weight model of
+// stories15M's shape generates with and without the KV cache, checks that the
+// tokens and every logit are identical, and reports what the cache saved
+// (time per token and counted multiply-adds per step, both ways).
+// With --model and --tokenizer it runs a real llama2.c checkpoint.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvdecode/kvdecode.hpp"
+#include "kvdecode/sampler.hpp"
+#include "kvdecode/tokenizer.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* kUsage = R"(usage: kvdecode-generate [options]
+
+With no options: a demo on a built-in random-weight model of stories15M's shape
+(d_model 288, 6 layers, 6 heads, hidden 768, vocab 32000, max_seq_len 256) that
+generates with and without the KV cache, checks that tokens and all logits are
+bit-identical, and reports what the cache saved.
+
+Model and input:
+  --model PATH          llama2.c checkpoint (legacy or version-1 float32)
+  --tokenizer PATH      llama2.c tokenizer.bin (needed for --prompt and text output)
+  --prompt TEXT         prompt text, encoded with BOS prepended (default: just BOS)
+  --prompt-ids CSV      prompt token ids used exactly as given, e.g. 1,403,407
+  --steps N             new tokens to generate (default 256, capped by the context)
+Sampling (default greedy):
+  --temperature T       0 = greedy (default 0)
+  --top-k K             keep the K most likely tokens (0 = off)
+  --top-p P             nucleus sampling: smallest set with probability >= P (1 = off)
+  --min-p P             drop tokens below P * the top probability (0 = off)
+  --repetition-penalty R  >1 discourages repeating the last 64 tokens (1 = off)
+  --seed S              sampler seed (default 0); same seed, same text
+  --ignore-eos          do not stop at EOS/BOS
+Execution:
+  --threads N           OpenMP threads (results are identical for any N)
+  --cache-dtype T       KV cache element type: f32 (default), bf16, f16
+  --no-cache            recompute the whole sequence at every step (cache-free reference)
+  --compare             run with and without the cache; report identity and savings
+  --demo                run the built-in demo (the default with no arguments)
+Output:
+  --ids                 print prompt ids on line 1 and generated ids on line 2
+  --dump-logits FILE    raw little-endian float32, vocab_size values per row, one row per
+                        position fed to the model, from position 0 (prompt included)
+  --json                end with one JSON line: prompt_tokens, generated_tokens,
+                        prefill_seconds, decode_tokens_per_second, kv_cache_bytes, ...
+  --quiet               no progress or timing on stderr
+  --help                this text
+)";
+
+struct Options {
+  std::string model, tokenizer, prompt, dump_logits, cache_dtype = "f32";
+  std::optional<std::vector<int>> prompt_ids;
+  bool has_prompt = false;
+  int steps = 256;
+  kvd::SamplerConfig sampler;
+  int threads = 0;
+  bool no_cache = false, compare = false, demo = false, ids = false, json = false, quiet = false, ignore_eos = false;
+};
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::cerr << "kvdecode-generate: " << message << "\nRun with --help for the options.\n";
+  std::exit(2);
+}
+
+long parse_long(const std::string& flag, const std::string& v, long lo, long hi) {
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi)
+    usage_error(flag + " expects an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
+  return x;
+}
+
+double parse_double(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !std::isfinite(x)) usage_error(flag + " expects a number, got '" + v + "'");
+  return x;
+}
+
+std::vector<int> parse_ids(const std::string& v) {
+  std::vector<int> ids;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) ids.push_back(static_cast<int>(parse_long("--prompt-ids", item, 0, 1 << 30)));
+  if (ids.empty()) usage_error("--prompt-ids needs at least one id, e.g. 1,403,407");
+  return ids;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  o.demo = argc == 1;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i], val;
+    const auto eq = a.find('=');
+    bool inline_val = false;
+    if (a.rfind("--", 0) == 0 && eq != std::string::npos) { val = a.substr(eq + 1); a = a.substr(0, eq); inline_val = true; }
+    auto next = [&]() -> std::string {
+      if (inline_val) return val;
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") { std::cout << kUsage; std::exit(0); }
+    else if (a == "--model") o.model = next();
+    else if (a == "--tokenizer") o.tokenizer = next();
+    else if (a == "--prompt") { o.prompt = next(); o.has_prompt = true; }
+    else if (a == "--prompt-ids") o.prompt_ids = parse_ids(next());
+    else if (a == "--steps") o.steps = static_cast<int>(parse_long(a, next(), 1, 1 << 30));
+    else if (a == "--temperature") o.sampler.temperature = parse_double(a, next());
+    else if (a == "--top-k") o.sampler.top_k = static_cast<int>(parse_long(a, next(), 0, 1 << 30));
+    else if (a == "--top-p") o.sampler.top_p = parse_double(a, next());
+    else if (a == "--min-p") o.sampler.min_p = parse_double(a, next());
+    else if (a == "--repetition-penalty") o.sampler.repetition_penalty = parse_double(a, next());
+    else if (a == "--seed") o.sampler.seed = static_cast<std::uint64_t>(parse_long(a, next(), 0, std::numeric_limits<long>::max()));
+    else if (a == "--threads") o.threads = static_cast<int>(parse_long(a, next(), 1, 1024));
+    else if (a == "--cache-dtype") o.cache_dtype = next();
+    else if (a == "--dump-logits") o.dump_logits = next();
+    else if (a == "--no-cache") o.no_cache = true;
+    else if (a == "--compare") o.compare = true;
+    else if (a == "--demo") o.demo = true;
+    else if (a == "--ids") o.ids = true;
+    else if (a == "--json") o.json = true;
+    else if (a == "--quiet") o.quiet = true;
+    else if (a == "--ignore-eos") o.ignore_eos = true;
+    else usage_error("unknown option '" + a + "'");
+    if (inline_val && (a == "--no-cache" || a == "--compare" || a == "--demo" || a == "--ids" || a == "--json" ||
+                       a == "--quiet" || a == "--ignore-eos"))
+      usage_error(a + " takes no value");
+  }
+  if (o.has_prompt && o.prompt_ids) usage_error("give either --prompt or --prompt-ids, not both");
+  if (o.no_cache && o.compare) usage_error("--compare already runs without the cache; drop --no-cache");
+  if (o.demo && !o.model.empty()) usage_error("--demo uses a built-in model; drop --model");
+  if (!o.demo && o.model.empty()) usage_error("--model PATH is required (or run with no arguments for the demo)");
+  if (o.has_prompt && o.tokenizer.empty()) usage_error("--prompt needs --tokenizer to encode the text");
+  if (o.cache_dtype != "f32" && o.cache_dtype != "bf16" && o.cache_dtype != "f16")
+    usage_error("--cache-dtype must be f32, bf16 or f16, got '" + o.cache_dtype + "'");
+  try {
+    o.sampler.validate();
+  } catch (const kvd::Error& e) {
+    usage_error(e.what());
+  }
+  return o;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') { out += '\\'; out += static_cast<char>(c); }
+    else if (c == '\n') out += "\\n";
+    else if (c < 0x20) { char buf[8]; std::snprintf(buf, sizeof buf, "\\u%04x", c); out += buf; }
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+std::string with_commas(std::uint64_t v) {
+  std::string s = std::to_string(v);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
+  return s;
+}
+
+// One generation run and everything recorded about it.
+struct Run {
+  kvd::GenerateResult<float> result;
+  std::vector<float> logits;  // (positions, V): every position fed, in order
+  std::uint64_t kv_bytes = 0;
+  double total_seconds = 0;
+};
+
+template <class S>
+Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o, bool use_cache,
+             bool keep_logits, const kvd::Tokenizer* tok, bool stream_text, bool progress) {
+  Run run;
+  const int V = model.config().vocab_size;
+  kvd::KVCache<float, S> cache(model.config());
+  kvd::GenerateOptions gopt;
+  gopt.max_new_tokens = o.steps;
+  gopt.use_cache = use_cache;
+  if (tok && !o.ignore_eos) gopt.stop_tokens = {tok->eos_id(), tok->bos_id()};
+  kvd::Sampler sampler(o.sampler);
+  kvd::GenerateHooks<float> hooks;
+  hooks.choose = [&](const float* l, int n, const std::vector<int>& hist) { return sampler.sample(l, n, hist); };
+  if (keep_logits) {
+    hooks.all_prompt_logits = true;
+    hooks.on_logits = [&](int, const float* l, int n) { run.logits.insert(run.logits.end(), l, l + n); };
+  }
+  std::unique_ptr<kvd::StreamDecoder> text;
+  if (stream_text && tok) {
+    text = std::make_unique<kvd::StreamDecoder>(*tok, prompt.back());  // prompt is never empty here
+    std::cout << tok->decode_all(prompt) << std::flush;
+  }
+  const auto t0 = Clock::now();
+  int produced = 0;
+  hooks.on_token = [&](int t) {
+    ++produced;
+    if (text) std::cout << text->push(t) << std::flush;
+    if (progress && (produced % 32 == 0))
+      std::cerr << "  [" << (use_cache ? "cache" : "cache-free") << "] " << produced << " tokens, "
+                << std::fixed << std::setprecision(1) << std::chrono::duration<double>(Clock::now() - t0).count()
+                << " s\n";
+  };
+  run.result = kvd::generate(model, prompt, cache, gopt, hooks);
+  run.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (text) std::cout << text->flush() << "\n";
+  run.kv_bytes = use_cache ? cache.bytes_used() : 0;
+  (void)V;
+  return run;
+}
+
+Run run_dtype(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o, bool use_cache,
+              bool keep_logits, const kvd::Tokenizer* tok, bool stream_text, bool progress) {
+  if (o.cache_dtype == "bf16")
+    return run_once<Eigen::bfloat16>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress);
+  if (o.cache_dtype == "f16")
+    return run_once<Eigen::half>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress);
+  return run_once<float>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress);
+}
+
+// Prints whether two runs agree bit for bit, and what the cache saved.
+bool report_comparison(const kvd::ModelConfig& c, const Run& cached, const Run& uncached, std::size_t prompt_len) {
+  const auto& a = cached.result;
+  const auto& b = uncached.result;
+  std::size_t same_prefix = 0;
+  while (same_prefix < a.tokens.size() && same_prefix < b.tokens.size() && a.tokens[same_prefix] == b.tokens[same_prefix])
+    ++same_prefix;
+  const bool tokens_same = a.tokens == b.tokens;
+  const bool logits_same = cached.logits.size() == uncached.logits.size() &&
+                           std::memcmp(cached.logits.data(), uncached.logits.data(), cached.logits.size() * sizeof(float)) == 0;
+  const std::size_t rows = cached.logits.size() / c.vocab_size;
+  std::cout << "\nExactness\n";
+  std::cout << "  tokens identical:  " << (tokens_same ? "yes" : "NO") << " (" << same_prefix << " of "
+            << a.tokens.size() << " generated tokens agree)\n";
+  std::cout << "  logits identical:  " << (logits_same ? "yes" : "NO") << " (" << rows << " positions x "
+            << c.vocab_size << " values, compared bit for bit with memcmp)\n";
+
+  std::cout << "\nWhat the cache saved (each step's own forward pass; position = tokens already in the sequence)\n";
+  std::cout << "  position  ms/token cached  ms/token cache-free  speed-up   multiply-adds cached  cache-free      ratio\n";
+  const std::size_t steps = std::min(a.step_seconds.size(), b.step_seconds.size());
+  std::vector<std::size_t> picks;
+  for (std::size_t want : {std::size_t(1), std::size_t(16), std::size_t(64), std::size_t(128), std::size_t(192), std::size_t(1) << 30}) {
+    // step i (i >= 1) is the decode step at position prompt_len + i - 1
+    std::size_t i = want >= (std::size_t(1) << 30) ? steps - 1 : (want + 1 > prompt_len ? want + 1 - prompt_len : 1);
+    if (i >= 1 && i < steps && (picks.empty() || picks.back() < i)) picks.push_back(i);
+  }
+  for (std::size_t i : picks) {
+    const double ta = a.step_seconds[i] * 1e3, tb = b.step_seconds[i] * 1e3;
+    std::cout << "  " << std::setw(8) << prompt_len + i - 1 << "  " << std::setw(15) << std::fixed << std::setprecision(3)
+              << ta << "  " << std::setw(19) << tb << "  " << std::setw(7) << std::setprecision(1) << tb / ta << "x  "
+              << std::setw(20) << with_commas(a.step_macs[i]) << "  " << std::setw(14) << with_commas(b.step_macs[i])
+              << "  " << std::setw(8) << std::setprecision(1) << double(b.step_macs[i]) / a.step_macs[i] << "x\n";
+  }
+  std::uint64_t macs_a = 0, macs_b = 0;
+  for (auto m : a.step_macs) macs_a += m;
+  for (auto m : b.step_macs) macs_b += m;
+  std::cout << "  whole run: " << std::setprecision(2) << cached.total_seconds << " s with the cache, "
+            << uncached.total_seconds << " s without (" << std::setprecision(1)
+            << uncached.total_seconds / cached.total_seconds << "x); multiply-adds " << with_commas(macs_a) << " vs "
+            << with_commas(macs_b) << " (" << double(macs_b) / macs_a << "x)\n";
+  std::cout << "  the cache's price: " << with_commas(cached.kv_bytes) << " bytes for "
+            << prompt_len + a.tokens.size() - 1 << " positions ("
+            << with_commas(c.kv_bytes_per_token(kvd::DType::kF32)) << " bytes per token at f32: 2 x " << c.n_layers
+            << " layers x " << c.n_kv_heads << " KV heads x " << c.head_dim << " dims x 4 bytes)\n";
+  return tokens_same && logits_same;
+}
+
+void print_json(const Options& o, const kvd::ModelConfig& c, const std::vector<int>& prompt, const Run& run,
+                const std::string& text, bool use_cache, std::optional<bool> identical) {
+  std::ostringstream js;
+  js << std::setprecision(9);
+  js << "{\"model\":\"" << json_escape(o.demo ? std::string("demo:stories15M-shape-random") : o.model) << "\""
+     << ",\"prompt_tokens\":" << prompt.size() << ",\"generated_tokens\":" << run.result.tokens.size()
+     << ",\"prefill_seconds\":" << run.result.prefill_seconds
+     << ",\"decode_seconds\":" << run.result.decode_seconds
+     << ",\"decode_tokens_per_second\":" << run.result.decode_tokens_per_second()
+     << ",\"kv_cache_bytes\":" << run.kv_bytes << ",\"kv_bytes_per_token\":" << c.kv_bytes_per_token(kvd::parse_dtype(o.cache_dtype))
+     << ",\"cache\":" << (use_cache ? "true" : "false") << ",\"cache_dtype\":\"" << o.cache_dtype << "\""
+     << ",\"threads\":" << kvd::num_threads() << ",\"stop_reason\":\"" << kvd::stop_reason_name(run.result.stop) << "\"";
+  if (identical) js << ",\"identical\":" << (*identical ? "true" : "false");
+  js << ",\"prompt_ids\":[";
+  for (std::size_t i = 0; i < prompt.size(); ++i) js << (i ? "," : "") << prompt[i];
+  js << "],\"generated_ids\":[";
+  for (std::size_t i = 0; i < run.result.tokens.size(); ++i) js << (i ? "," : "") << run.result.tokens[i];
+  js << "]";
+  if (!text.empty()) js << ",\"text\":\"" << json_escape(text) << "\"";
+  js << "}";
+  std::cout << js.str() << std::endl;
+}
+
+int real_main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  if (o.threads > 0) kvd::set_num_threads(o.threads);
+  const bool progress = !o.quiet;
+
+  // The model.
+  std::optional<kvd::Transformer<float>> model;
+  const auto load0 = Clock::now();
+  if (o.demo) {
+    const kvd::ModelConfig c = kvd::stories15m_config();
+    std::cout << "kvdecode " << kvd::kVersion << " demo: random-weight model of stories15M's shape ("
+                            << c.summary() << "), float32, " << kvd::num_threads() << " thread(s), " << kvd::detail::kSimdName << "\n";
+    model.emplace(kvd::ModelWeights<float>::random(c, 42));
+  } else {
+    model.emplace(kvd::load_checkpoint<float>(o.model));
+    if (progress) std::cerr << "loaded " << o.model << " (" << model->config().summary() << ") in "
+                            << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
+                            << kvd::num_threads() << " thread(s)\n";
+  }
+  const kvd::ModelConfig& c = model->config();
+
+  std::optional<kvd::Tokenizer> tok;
+  if (!o.tokenizer.empty()) tok.emplace(kvd::Tokenizer::load(o.tokenizer, c.vocab_size));
+
+  // The prompt.
+  std::vector<int> prompt;
+  if (o.prompt_ids) prompt = *o.prompt_ids;
+  else if (o.has_prompt) prompt = tok->encode(o.prompt, true, false);
+  else if (o.demo) prompt = {1, 403, 407, 261, 378, 1000, 2000, 3000};  // 8 fixed ids
+  else prompt = {1};
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] >= c.vocab_size)
+      usage_error("prompt id " + std::to_string(prompt[i]) + " at index " + std::to_string(i) +
+                  " is outside the vocabulary [0, " + std::to_string(c.vocab_size) + ")");
+  if (static_cast<int>(prompt.size()) >= c.max_seq_len)
+    usage_error("the prompt has " + std::to_string(prompt.size()) + " tokens; the context holds " +
+                std::to_string(c.max_seq_len) + " and needs room for one more");
+  const int room = c.max_seq_len - static_cast<int>(prompt.size()) + 1;
+  if (o.steps > room) {
+    if (progress && !o.demo && argc > 1)
+      std::cerr << "note: --steps " << o.steps << " capped at " << room << " by the context of " << c.max_seq_len << " positions\n";
+    o.steps = room;
+  }
+
+  const bool compare = o.compare || o.demo;
+  const bool keep_logits = compare || !o.dump_logits.empty();
+  const bool stream_text = tok.has_value() && !o.ids && !compare;
+
+  if (progress && compare)
+    std::cerr << "generating " << o.steps << " tokens after a " << prompt.size() << "-token prompt, with the KV cache...\n";
+  Run run = run_dtype(*model, prompt, o, !o.no_cache, keep_logits, tok ? &*tok : nullptr, stream_text, progress && compare);
+  std::optional<bool> identical;
+  if (compare) {
+    if (progress) std::cerr << "...and again without it (every step recomputes the whole sequence)\n";
+    Run ref = run_dtype(*model, prompt, o, false, true, tok ? &*tok : nullptr, false, progress);
+    identical = report_comparison(c, run, ref, prompt.size());
+  }
+
+  std::string text;
+  if (tok) {
+    std::vector<int> all = prompt;
+    all.insert(all.end(), run.result.tokens.begin(), run.result.tokens.end());
+    text = tok->decode_all(all);
+    if (compare && !o.ids) std::cout << "\nText:\n" << text << "\n";
+  }
+  if (o.ids) {
+    for (std::size_t i = 0; i < prompt.size(); ++i) std::cout << (i ? " " : "") << prompt[i];
+    std::cout << "\n";
+    for (std::size_t i = 0; i < run.result.tokens.size(); ++i) std::cout << (i ? " " : "") << run.result.tokens[i];
+    std::cout << "\n";
+  }
+  if (!o.dump_logits.empty()) {
+    std::ofstream out(o.dump_logits, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(run.logits.data()), static_cast<std::streamsize>(run.logits.size() * sizeof(float)));
+    if (!out) throw kvd::FileError("cannot write logits to '" + o.dump_logits + "'");
+    if (progress) std::cerr << "wrote " << run.logits.size() / c.vocab_size << " rows x " << c.vocab_size
+                            << " float32 logits to " << o.dump_logits << "\n";
+  }
+  if (progress) {
+    const auto& r = run.result;
+    std::cerr << std::fixed << std::setprecision(2) << "prefill: " << prompt.size() << " tokens in " << r.prefill_seconds * 1e3
+              << " ms (time to first token); decode: " << r.decode_steps << " steps, " << std::setprecision(1)
+              << r.decode_tokens_per_second() << " tokens/s" << (o.no_cache ? " (cache-free)" : "")
+              << "; stop: " << kvd::stop_reason_name(r.stop) << "; KV cache " << with_commas(run.kv_bytes) << " bytes ("
+              << o.cache_dtype << ")\n";
+  }
+  if (o.json) print_json(o, c, prompt, run, text, !o.no_cache, identical);
+  return identical.value_or(true) ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return real_main(argc, argv);
+  } catch (const kvd::Error& e) {
+    std::cerr << "kvdecode-generate: " << e.what() << "\n";
+    return 1;
+  }
+}
