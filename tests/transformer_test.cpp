@@ -21,6 +21,11 @@ struct Shape {
   ModelConfig config;
 };
 
+ModelConfig windowed(ModelConfig c, int window) {
+  c.sliding_window = window;
+  return c;
+}
+
 std::vector<Shape> shapes() {
   using kvd_test::small_config;
   return {
@@ -30,6 +35,7 @@ std::vector<Shape> shapes() {
       {"MQA_D40_Dh8_L2", small_config(5, 1, 8, 40, 2, 300, 50, 40)},   // F > 256 exercises k-blocking
       {"OneLayer_GQA_Dh8", small_config(6, 3, 8, 40, 1, 64, 33, 24)},
       {"GQA_D64_Dh16_S70", small_config(8, 2, 16, 64, 2, 96, 130, 70)},  // several 16-position blocks
+      {"Window7_GQA_D40_S40", windowed(small_config(4, 2, 10, 40, 2, 48, 45, 40), 7)},
   };
 }
 

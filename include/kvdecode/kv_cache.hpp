@@ -11,8 +11,16 @@
 //
 // The element type S is the storage type (float, double, Eigen::bfloat16,
 // Eigen::half); compute happens in T. Values are rounded to S when written.
+//
+// With a sliding window (config.sliding_window = W > 0) a row attends to the
+// last W positions only, so the cache keeps only those: a ring of blocks, block
+// b living in slot b % ring_blocks. The ring also has room for the rows of one
+// call (max_append() positions), because every row of a call writes its K and V
+// before any row reads; Transformer::prefill splits longer prompts into chunks,
+// which is exact.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -41,10 +49,15 @@ inline T from_storage(S x) {
 /// The shape a cache must agree with: layers, KV heads and head width.
 struct CacheShape {
   int n_layers = 0, n_kv_heads = 0, head_dim = 0, max_seq_len = 0;
-  static CacheShape of(const ModelConfig& c) { return {c.n_layers, c.n_kv_heads, c.head_dim, c.max_seq_len}; }
-  bool operator==(const CacheShape& o) const {
-    return n_layers == o.n_layers && n_kv_heads == o.n_kv_heads && head_dim == o.head_dim && max_seq_len == o.max_seq_len;
+  int sliding_window = 0;  ///< 0 = every past position is kept
+  static CacheShape of(const ModelConfig& c) {
+    return {c.n_layers, c.n_kv_heads, c.head_dim, c.max_seq_len, c.sliding_window};
   }
+  bool operator==(const CacheShape& o) const {
+    return n_layers == o.n_layers && n_kv_heads == o.n_kv_heads && head_dim == o.head_dim &&
+           max_seq_len == o.max_seq_len && sliding_window == o.sliding_window;
+  }
+  bool operator!=(const CacheShape& o) const { return !(*this == o); }
 };
 
 /// A contiguous KV cache for one sequence, holding up to capacity() positions.
@@ -56,17 +69,33 @@ class KVCache {
   using Storage = S;
   static constexpr int kBlock = detail::kLanes;  ///< positions per block
 
+  /// Default rows per call for a sliding-window cache (longer prefills are split).
+  static constexpr int kDefaultWindowChunk = 64;
+
   /// A cache for `config`'s shape holding up to `capacity` positions (0 = max_seq_len).
-  /// Allocates all capacity up front. Throws ConfigError if config is invalid or
-  /// capacity is outside [1, max_seq_len].
-  explicit KVCache(const ModelConfig& config, int capacity = 0) {
+  /// Allocates everything up front: capacity positions, or with a sliding window W
+  /// only a ring of W + max_append positions (rounded up to blocks), where
+  /// max_append (0 = kDefaultWindowChunk) is the most positions one call may append.
+  /// Throws ConfigError if config is invalid, capacity is outside [1, max_seq_len]
+  /// or max_append is negative.
+  explicit KVCache(const ModelConfig& config, int capacity = 0, int max_append = 0) {
     config.validate();
     if (capacity == 0) capacity = config.max_seq_len;
     if (capacity < 1 || capacity > config.max_seq_len)
       throw ConfigError(detail::msg("KVCache capacity ", capacity, " must be in [1, max_seq_len = ", config.max_seq_len, "]"));
+    if (max_append < 0) throw ConfigError(detail::msg("KVCache max_append ", max_append, " must be >= 0"));
     shape_ = CacheShape::of(config);
     capacity_ = capacity;
-    n_blocks_ = (capacity + kBlock - 1) / kBlock;
+    const int all_blocks = (capacity + kBlock - 1) / kBlock;
+    if (shape_.sliding_window > 0) {
+      max_append_ = std::min(capacity, max_append > 0 ? max_append : kDefaultWindowChunk);
+      // Positions one call may touch: the window of its first row up to its last row.
+      const int span = shape_.sliding_window + max_append_ - 1;
+      n_blocks_ = std::min(all_blocks, (span + kBlock - 1) / kBlock + 1);
+    } else {
+      max_append_ = capacity;
+      n_blocks_ = all_blocks;
+    }
     block_elems_ = static_cast<long>(shape_.n_kv_heads) * shape_.head_dim * kBlock;  // one of K or V
     data_.resize(static_cast<std::size_t>(shape_.n_layers) * n_blocks_ * 2 * block_elems_);
   }
@@ -80,6 +109,7 @@ class KVCache {
   KVCache copy() const {
     KVCache c;
     c.shape_ = shape_; c.capacity_ = capacity_; c.n_blocks_ = n_blocks_; c.block_elems_ = block_elems_; c.length_ = length_;
+    c.max_append_ = max_append_; c.high_water_ = high_water_;
     c.data_.resize(data_.size());
     std::memcpy(static_cast<void*>(c.data_.data()), data_.data(), data_.size() * sizeof(S));
     return c;
@@ -87,8 +117,12 @@ class KVCache {
 
   const CacheShape& shape() const { return shape_; }
   int length() const { return length_; }      ///< positions stored: [0, length)
-  int capacity() const { return capacity_; }  ///< most positions it can hold
-  int first_position() const { return 0; }    ///< oldest position still stored
+  int capacity() const { return capacity_; }  ///< most positions the sequence can reach
+  int max_append() const { return max_append_; }  ///< most positions one call may append
+  int sliding_window() const { return shape_.sliding_window; }
+  /// Oldest position a future row can attend to (0 without a sliding window).
+  int first_position() const { return shape_.sliding_window > 0 ? std::max(0, length_ - shape_.sliding_window + 1) : 0; }
+  int stored_positions() const { return n_blocks_ * kBlock; }  ///< positions the allocation holds
   DType dtype() const { return DTypeOf<S>::value; }
 
   /// Bytes one position takes: 2 (K, V) * n_layers * n_kv_heads * head_dim * sizeof(S).
@@ -99,13 +133,22 @@ class KVCache {
   std::uint64_t bytes_reserved() const { return static_cast<std::uint64_t>(data_.size()) * sizeof(S); }  ///< allocated
 
   /// Forgets every position (keeps the allocation).
-  void clear() { length_ = 0; }
+  void clear() { length_ = 0; high_water_ = 0; }
 
   /// Rewinds to `length` positions, dropping [length, this->length()).
-  /// Throws CacheFullError (nothing changed) if length is outside [0, this->length()].
+  /// Throws CacheFullError (nothing changed) if length is outside [0, this->length()],
+  /// or, with a sliding window, if positions the rewound sequence would attend to
+  /// have already been overwritten in the ring.
   void truncate(int length) {
     if (length < 0 || length > length_)
       throw CacheFullError(detail::msg("cannot truncate cache to ", length, " positions: it holds ", length_));
+    if (shape_.sliding_window > 0 && length > 0) {
+      const int oldest_needed = std::max(0, length - shape_.sliding_window + 1);
+      if (oldest_resident() > oldest_needed)
+        throw CacheFullError(detail::msg("cannot rewind this sliding-window cache to ", length,
+                                         " positions: position ", oldest_needed, " was overwritten; the oldest kept is ",
+                                         oldest_resident()));
+    }
     length_ = length;
   }
 
@@ -118,14 +161,14 @@ class KVCache {
     length_ += 1;
   }
 
-  /// K[layer][pos][kv_head][d] as T. Precondition (asserted): pos < length().
+  /// K[layer][pos][kv_head][d] as T. Precondition (asserted): first_position() <= pos < length().
   T key(int layer, int pos, int kv_head, int d) const {
-    KVD_ASSERT(pos >= 0 && pos < length_);
+    KVD_ASSERT(pos >= oldest_resident() && pos < length_);
     return detail::from_storage<T>(k_block(layer, pos / kBlock)[(kv_head * shape_.head_dim + d) * kBlock + pos % kBlock]);
   }
-  /// V[layer][pos][kv_head][d] as T. Precondition (asserted): pos < length().
+  /// V[layer][pos][kv_head][d] as T. Precondition (asserted): first_position() <= pos < length().
   T value(int layer, int pos, int kv_head, int d) const {
-    KVD_ASSERT(pos >= 0 && pos < length_);
+    KVD_ASSERT(pos >= oldest_resident() && pos < length_);
     return detail::from_storage<T>(v_block(layer, pos / kBlock)[(kv_head * kBlock + pos % kBlock) * shape_.head_dim + d]);
   }
 
@@ -137,11 +180,14 @@ class KVCache {
   // layer and row, then commit_append. k_block/v_block take the absolute block index
   // b = pos / 16 and return the 16-position block holding positions [16b, 16b + 16).
 
-  /// Throws CacheFullError (nothing changed) unless n more positions fit.
+  /// Throws CacheFullError (nothing changed) unless n more positions fit, in one call.
   void check_room(int n) const {
     if (n > capacity_ - length_)
       throw CacheFullError(detail::msg("KV cache full: appending ", n, " position(s) to ", length_,
                                        " would exceed its capacity of ", capacity_));
+    if (n > max_append_)
+      throw CacheFullError(detail::msg("sliding-window cache: appending ", n, " positions in one call exceeds its max_append of ",
+                                       max_append_, " (Transformer::prefill splits longer prompts itself)"));
   }
   /// Makes positions [length, length + n) writable (contiguous: nothing to do). check_room(n) must hold.
   void prepare_append(int /*n*/) {}
@@ -159,10 +205,14 @@ class KVCache {
   /// Undoes prepare_append(n) when a later cache of the same call could not make room.
   void cancel_append(int /*n*/) {}
   /// Makes n written positions part of the sequence.
-  void commit_append(int n) { length_ += n; }
-  /// K block b of a layer: (n_kv_heads, head_dim, 16).
+  void commit_append(int n) {
+    length_ += n;
+    high_water_ = std::max(high_water_, length_);
+  }
+  /// K block b of a layer: (n_kv_heads, head_dim, 16). With a sliding window the
+  /// block lives in ring slot b % n_blocks.
   const S* k_block(int layer, int b) const {
-    return data_.data() + (static_cast<std::size_t>(layer) * n_blocks_ + b) * 2 * block_elems_;
+    return data_.data() + (static_cast<std::size_t>(layer) * n_blocks_ + b % n_blocks_) * 2 * block_elems_;
   }
   /// V block b of a layer: (n_kv_heads, 16, head_dim).
   const S* v_block(int layer, int b) const { return k_block(layer, b) + block_elems_; }
@@ -170,9 +220,15 @@ class KVCache {
  private:
   KVCache() = default;
   S* k_block_mut(int layer, int b) { return const_cast<S*>(k_block(layer, b)); }
+  // Oldest position whose block has not been overwritten in the ring by a later write.
+  int oldest_resident() const {
+    const int newest_block = high_water_ > 0 ? (high_water_ - 1) / kBlock : 0;
+    return std::max(0, (newest_block - n_blocks_ + 1) * kBlock);
+  }
 
   CacheShape shape_;
-  int capacity_ = 0, n_blocks_ = 0, length_ = 0;
+  int capacity_ = 0, n_blocks_ = 0, length_ = 0, max_append_ = 0;
+  int high_water_ = 0;  // most positions ever committed since the last clear (what the ring has overwritten)
   long block_elems_ = 0;
   detail::AlignedBuffer<S> data_;  // (n_layers, n_blocks, 2, block_elems)
 };

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -25,6 +26,17 @@
 #include "kvdecode/workspace.hpp"
 
 namespace kvd {
+
+namespace detail {
+/// Most rows one call may append to a cache: cache.max_append() where the cache
+/// has one (a sliding-window ring), otherwise unlimited.
+template <class Cache>
+auto max_append_of(const Cache& c, int) -> decltype(static_cast<long>(c.max_append())) { return c.max_append(); }
+template <class Cache>
+long max_append_of(const Cache&, long) { return std::numeric_limits<long>::max(); }
+template <class Cache>
+long max_append_of(const Cache& c) { return max_append_of(c, 0); }
+}  // namespace detail
 
 /// Rows of logits inside the model's workspace: (rows, vocab_size) with a padded
 /// row stride. Valid until the next call on the same Transformer.
@@ -125,11 +137,26 @@ class Transformer {
   LogitsView<T> prefill(const std::vector<int>& tokens, Cache& cache, bool all_logits = false) {
     if (tokens.empty()) throw TokenError("prefill needs at least one token; the prompt is empty");
     check_compatible(cache);
-    rows_.resize(tokens.size());
-    for (std::size_t i = 0; i < tokens.size(); ++i)
-      rows_[i] = Row{tokens[i], 0, cache.length() + static_cast<int>(i), all_logits || i + 1 == tokens.size()};
-    Cache* c = &cache;
-    return forward(rows_.data(), static_cast<long>(rows_.size()), &c, 1);
+    const long n = static_cast<long>(tokens.size());
+    const long chunk = detail::max_append_of(cache);
+    if (n <= chunk) return prefill_chunk(tokens.data(), n, cache, all_logits);
+    // A sliding-window cache takes at most `chunk` rows per call. Splitting is exact
+    // (a row never depends on the rows it travels with); check everything first so
+    // that a failure leaves the cache unchanged.
+    for (long i = 0; i < n; ++i) check_token(tokens[i], i);
+    if (n > cache.capacity() - cache.length())
+      throw CacheFullError(detail::msg("KV cache full: appending ", n, " position(s) to ", cache.length(),
+                                       " would exceed its capacity of ", cache.capacity()));
+    const long n_out = all_logits ? n : 1;
+    prefill_logits_.reserve(static_cast<std::size_t>(n_out * ws_.ld_v));
+    for (long start = 0; start < n; start += chunk) {
+      const long len = std::min(chunk, n - start);
+      auto rows = prefill_chunk(tokens.data() + start, len, cache, all_logits);
+      const long dst = all_logits ? start : 0;
+      for (long r = 0; r < rows.rows(); ++r)
+        std::copy(rows.row(r).data(), rows.row(r).data() + config_.vocab_size, prefill_logits_.data() + (dst + r) * ws_.ld_v);
+    }
+    return LogitsView<T>(prefill_logits_.data(), n_out, config_.vocab_size, Eigen::OuterStride<>(ws_.ld_v));
   }
 
   /// One decode step: embeds `token` at position cache.length(), appends its K and
@@ -196,6 +223,16 @@ class Transformer {
   }
 
  private:
+  // One forward over tokens[0..n) at the cache's next positions.
+  template <class Cache>
+  LogitsView<T> prefill_chunk(const int* tokens, long n, Cache& cache, bool all_logits) {
+    rows_.resize(static_cast<std::size_t>(n));
+    for (long i = 0; i < n; ++i)
+      rows_[i] = Row{tokens[i], 0, cache.length() + static_cast<int>(i), all_logits || i + 1 == n};
+    Cache* c = &cache;
+    return forward(rows_.data(), n, &c, 1);
+  }
+
   void check_token(int token, long index) const {
     if (token < 0 || token >= config_.vocab_size)
       throw TokenError(detail::msg("token id ", token, " at index ", index, " is outside the vocabulary [0, ",
@@ -207,9 +244,10 @@ class Transformer {
     if (!(cache.shape() == CacheShape::of(config_)))
       throw CacheMismatchError(detail::msg(
           "cache shape (layers ", cache.shape().n_layers, ", kv_heads ", cache.shape().n_kv_heads, ", head_dim ",
-          cache.shape().head_dim, ", max_seq_len ", cache.shape().max_seq_len, ") does not match the model (layers ",
-          config_.n_layers, ", kv_heads ", config_.n_kv_heads, ", head_dim ", config_.head_dim, ", max_seq_len ",
-          config_.max_seq_len, ")"));
+          cache.shape().head_dim, ", max_seq_len ", cache.shape().max_seq_len, ", sliding_window ",
+          cache.shape().sliding_window, ") does not match the model (layers ", config_.n_layers, ", kv_heads ",
+          config_.n_kv_heads, ", head_dim ", config_.head_dim, ", max_seq_len ", config_.max_seq_len,
+          ", sliding_window ", config_.sliding_window, ")"));
   }
 
   // Checks every precondition of forward() and sizes the workspace; changes no cache.
@@ -245,6 +283,7 @@ class Transformer {
   RowMatrix<T> embedding_;      // (V, D)
   Workspace<T> ws_;
   std::vector<Row> rows_;
+  detail::AlignedBuffer<T> prefill_logits_;  // (n, ld_v) logits of a prefill split into chunks
   std::uint64_t last_macs_ = 0;
 };
 

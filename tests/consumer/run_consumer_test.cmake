@@ -1,5 +1,7 @@
-# Installs kvdecode into a scratch prefix, then configures, builds and runs a
-# consumer project that finds it with find_package(kvdecode).
+# Builds and runs the consumer project in tests/consumer against kvdecode:
+#   MODE=install       installs kvdecode into a scratch prefix and uses find_package(kvdecode)
+#   MODE=subdirectory  uses add_subdirectory(<kvdecode source>)
+# The consumer uses default compiler flags, so it also exercises the portable (non-SIMD) kernels.
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
 function(run)
@@ -9,11 +11,16 @@ function(run)
   endif()
   message(STATUS "${out}")
 endfunction()
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/lib-build -G ${GENERATOR}
-    -DKVDECODE_BUILD_TESTS=OFF -DKVDECODE_BUILD_BENCHMARKS=OFF -DKVDECODE_BUILD_EXAMPLES=OFF
-    -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
-run(${CMAKE_COMMAND} --install ${WORK_DIR}/lib-build)
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/app-build -G ${GENERATOR}
-    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+if(MODE STREQUAL "install")
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/lib-build -G ${GENERATOR}
+      -DKVDECODE_BUILD_TESTS=OFF -DKVDECODE_BUILD_BENCHMARKS=OFF -DKVDECODE_BUILD_EXAMPLES=OFF
+      -DCMAKE_INSTALL_PREFIX=${WORK_DIR}/prefix)
+  run(${CMAKE_COMMAND} --install ${WORK_DIR}/lib-build)
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/app-build -G ${GENERATOR}
+      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release)
+else()
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/app-build -G ${GENERATOR}
+      -DKVDECODE_SOURCE=${SOURCE_DIR} -DCMAKE_BUILD_TYPE=Release)
+endif()
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/app-build)
 run(${WORK_DIR}/app-build/consumer)

@@ -1,0 +1,25 @@
+// A program outside the kvdecode tree that finds the installed package with
+// find_package(kvdecode) and checks the core promise on a small random model.
+#include <kvdecode/kvdecode.hpp>
+
+#include <cstring>
+#include <iostream>
+
+int main() {
+  kvd::ModelConfig c;
+  c.vocab_size = 64; c.d_model = 32; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2;
+  c.head_dim = 8; c.hidden_dim = 48; c.max_seq_len = 24;
+  kvd::Transformer<float> model(kvd::ModelWeights<float>::random(c, 1));
+  const std::vector<int> tokens{1, 5, 9, 13, 17, 21, 25, 29, 33, 37};
+  const kvd::RowMatrix<float> ref = model.forward_reference(tokens);
+  kvd::KVCache<float> cache(c);
+  model.prefill({tokens[0], tokens[1], tokens[2]}, cache);
+  bool same = true;
+  for (std::size_t t = 3; t < tokens.size(); ++t) {
+    auto row = model.decode_step(tokens[t], cache);
+    same = same && std::memcmp(row.data(), ref.row(static_cast<long>(t)).data(), sizeof(float) * c.vocab_size) == 0;
+  }
+  std::cout << "kvdecode " << kvd::kVersion << ": cached and cache-free logits "
+            << (same ? "identical" : "DIFFERENT") << "\n";
+  return same ? 0 : 1;
+}
