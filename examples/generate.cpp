@@ -279,15 +279,18 @@ bool report_comparison(const kvd::ModelConfig& c, const Run& cached, const Run& 
   return tokens_same && logits_same;
 }
 
-void print_json(const Options& o, const kvd::ModelConfig& c, const std::vector<int>& prompt, const Run& run,
-                const std::string& text, bool use_cache, std::optional<bool> identical) {
+void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weight_bytes, const std::vector<int>& prompt,
+                const Run& run, const std::string& text, bool use_cache, std::optional<bool> identical) {
   std::ostringstream js;
   js << std::setprecision(9);
   js << "{\"model\":\"" << json_escape(o.demo ? std::string("demo:stories15M-shape-random") : o.model) << "\""
      << ",\"prompt_tokens\":" << prompt.size() << ",\"generated_tokens\":" << run.result.tokens.size()
      << ",\"prefill_seconds\":" << run.result.prefill_seconds
      << ",\"decode_seconds\":" << run.result.decode_seconds
+     << ",\"prefill_tokens_per_second\":" << (run.result.prefill_seconds > 0 ? prompt.size() / run.result.prefill_seconds : 0.0)
      << ",\"decode_tokens_per_second\":" << run.result.decode_tokens_per_second()
+     << ",\"weight_bytes_per_token\":" << weight_bytes
+     << ",\"decode_weight_gb_per_second\":" << weight_bytes * run.result.decode_tokens_per_second() / 1e9
      << ",\"kv_cache_bytes\":" << run.kv_bytes << ",\"kv_bytes_per_token\":" << c.kv_bytes_per_token(kvd::parse_dtype(o.cache_dtype))
      << ",\"cache\":" << (use_cache ? "true" : "false") << ",\"cache_dtype\":\"" << o.cache_dtype << "\""
      << ",\"threads\":" << kvd::num_threads() << ",\"stop_reason\":\"" << kvd::stop_reason_name(run.result.stop) << "\"";
@@ -388,7 +391,7 @@ int real_main(int argc, char** argv) {
               << "; stop: " << kvd::stop_reason_name(r.stop) << "; KV cache " << with_commas(run.kv_bytes) << " bytes ("
               << o.cache_dtype << ")\n";
   }
-  if (o.json) print_json(o, c, prompt, run, text, !o.no_cache, identical);
+  if (o.json) print_json(o, c, model->weight_bytes_per_token(), prompt, run, text, !o.no_cache, identical);
   return identical.value_or(true) ? 0 : 1;
 }
 
