@@ -60,12 +60,10 @@ template <class T>
 inline void softmax_inplace(T* s, long n) {
   T mx = -std::numeric_limits<T>::infinity();
   for (long i = 0; i < n; ++i) mx = std::max(mx, s[i]);
+  for (long i = 0; i < n; ++i) s[i] = s[i] - mx;
+  exp_array(s, s, n);  // same bits as exp_ on each value
   T sum = T(0);
-  for (long i = 0; i < n; ++i) {
-    const T e = exp_(s[i] - mx);
-    s[i] = e;
-    sum += e;
-  }
+  for (long i = 0; i < n; ++i) sum += s[i];
   for (long i = 0; i < n; ++i) s[i] = s[i] / sum;
 }
 

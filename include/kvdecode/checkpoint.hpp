@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvdecode/detail/bytes.hpp"
 #include "kvdecode/config.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/weights.hpp"
@@ -91,29 +92,10 @@ template <class... Parts>
 /// still compiles on other hosts; there, every checkpoint call throws FileError.
 inline void require_little_endian(const std::string& path) {
   static_assert(std::numeric_limits<float>::is_iec559 && sizeof(float) == 4, "float must be IEEE binary32");
-  const std::uint32_t probe = 1;
-  unsigned char first = 0;
-  std::memcpy(&first, &probe, 1);
-  if (first != 1) checkpoint_fail(path, "llama2.c checkpoints are little-endian and this host is not (unsupported)");
+  if (!host_is_little_endian())
+    checkpoint_fail(path, "llama2.c checkpoints are little-endian and this host is not (unsupported)");
 }
 
-inline std::uint32_t load_u32_le(const unsigned char* p) {
-  return std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 | std::uint32_t(p[2]) << 16 | std::uint32_t(p[3]) << 24;
-}
-inline std::int32_t load_i32_le(const unsigned char* p) {
-  const std::uint32_t u = load_u32_le(p);
-  std::int32_t v;
-  std::memcpy(&v, &u, 4);  // two's complement reinterpretation, no implementation-defined conversion
-  return v;
-}
-inline void store_u32_le(unsigned char* p, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
-}
-inline void store_i32_le(unsigned char* p, std::int32_t v) {
-  std::uint32_t u;
-  std::memcpy(&u, &v, 4);
-  store_u32_le(p, u);
-}
 
 /// The seven int32 fields both headers share, as stored (vocab_size may be negative in legacy files).
 struct CheckpointHeader {

@@ -44,6 +44,17 @@ inline T from_storage(S x) {
   if constexpr (std::is_same_v<S, T>) return x;
   else return static_cast<T>(static_cast<float>(x));
 }
+/// Writes one position's K and V (each n_kv_heads * head_dim values) into lane
+/// `lane` of a 16-position block pair: kb (n_kv_heads, head_dim, 16), vb
+/// (n_kv_heads, 16, head_dim). The one definition of the block layout's writes.
+template <class S, class T>
+inline void store_kv_lane(S* kb, S* vb, int lane, const T* k, const T* v, int n_kv_heads, int head_dim) {
+  for (int h = 0; h < n_kv_heads; ++h)
+    for (int d = 0; d < head_dim; ++d) {
+      kb[(h * head_dim + d) * kLanes + lane] = to_storage<S>(k[h * head_dim + d]);
+      vb[(h * kLanes + lane) * head_dim + d] = to_storage<S>(v[h * head_dim + d]);
+    }
+}
 }  // namespace detail
 
 /// The shape a cache must agree with: layers, KV heads and head width.
@@ -109,7 +120,7 @@ class KVCache {
   KVCache copy() const {
     KVCache c;
     c.shape_ = shape_; c.capacity_ = capacity_; c.n_blocks_ = n_blocks_; c.block_elems_ = block_elems_; c.length_ = length_;
-    c.max_append_ = max_append_; c.high_water_ = high_water_;
+    c.max_append_ = max_append_; c.high_water_ = high_water_; c.restored_first_ = restored_first_;
     c.data_.resize(data_.size());
     std::memcpy(static_cast<void*>(c.data_.data()), data_.data(), data_.size() * sizeof(S));
     return c;
@@ -133,7 +144,7 @@ class KVCache {
   std::uint64_t bytes_reserved() const { return static_cast<std::uint64_t>(data_.size()) * sizeof(S); }  ///< allocated
 
   /// Forgets every position (keeps the allocation).
-  void clear() { length_ = 0; high_water_ = 0; }
+  void clear() { length_ = 0; high_water_ = 0; restored_first_ = 0; }
 
   /// Rewinds to `length` positions, dropping [length, this->length()).
   /// Throws CacheFullError (nothing changed) if length is outside [0, this->length()],
@@ -194,16 +205,23 @@ class KVCache {
   /// Writes one position's K and V (each n_kv_heads * head_dim) for one layer; pos < capacity.
   void write(int layer, int pos, const T* k, const T* v) {
     S* kb = k_block_mut(layer, pos / kBlock);
-    S* vb = kb + block_elems_;
-    const int lane = pos % kBlock, dh = shape_.head_dim;
-    for (int h = 0; h < shape_.n_kv_heads; ++h)
-      for (int d = 0; d < dh; ++d) {
-        kb[(h * dh + d) * kBlock + lane] = detail::to_storage<S>(k[h * dh + d]);
-        vb[(h * kBlock + lane) * dh + d] = detail::to_storage<S>(v[h * dh + d]);
-      }
+    detail::store_kv_lane(kb, kb + block_elems_, pos % kBlock, k, v, shape_.n_kv_heads, shape_.head_dim);
   }
   /// Undoes prepare_append(n) when a later cache of the same call could not make room.
   void cancel_append(int /*n*/) {}
+  /// Oldest position whose K and V are still held: 0, or with a sliding window the
+  /// oldest one the ring has not overwritten (or that a restore brought back).
+  int oldest_resident() const {
+    const int newest_block = high_water_ > 0 ? (high_water_ - 1) / kBlock : 0;
+    return std::max(restored_first_, std::max(0, (newest_block - n_blocks_ + 1) * kBlock));
+  }
+  /// After a restore wrote positions [first, length) with write(): makes them the
+  /// sequence, with nothing older held. Preconditions (asserted): 0 <= first <= length <= capacity.
+  void commit_restored(int first, int length) {
+    KVD_ASSERT(0 <= first && first <= length && length <= capacity_);
+    length_ = high_water_ = length;
+    restored_first_ = first;
+  }
   /// Makes n written positions part of the sequence.
   void commit_append(int n) {
     length_ += n;
@@ -220,15 +238,11 @@ class KVCache {
  private:
   KVCache() = default;
   S* k_block_mut(int layer, int b) { return const_cast<S*>(k_block(layer, b)); }
-  // Oldest position whose block has not been overwritten in the ring by a later write.
-  int oldest_resident() const {
-    const int newest_block = high_water_ > 0 ? (high_water_ - 1) / kBlock : 0;
-    return std::max(0, (newest_block - n_blocks_ + 1) * kBlock);
-  }
 
   CacheShape shape_;
   int capacity_ = 0, n_blocks_ = 0, length_ = 0, max_append_ = 0;
   int high_water_ = 0;  // most positions ever committed since the last clear (what the ring has overwritten)
+  int restored_first_ = 0;  // oldest position a restore brought back (older ones were never written)
   long block_elems_ = 0;
   detail::AlignedBuffer<S> data_;  // (n_layers, n_blocks, 2, block_elems)
 };

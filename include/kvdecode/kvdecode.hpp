@@ -10,6 +10,8 @@
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/ops.hpp"
 #include "kvdecode/kv_cache.hpp"
+#include "kvdecode/paged_cache.hpp"
+#include "kvdecode/cache_io.hpp"
 #include "kvdecode/workspace.hpp"
 #include "kvdecode/attention.hpp"
 #include "kvdecode/mlp.hpp"

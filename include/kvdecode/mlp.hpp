@@ -42,9 +42,10 @@ class SwiGLU {
  private:
   // hmid[m][i] = silu(gate[m][i]) * up[m][i]
   void gate(const T* h13, long ld13, long M, T* hmid, long ldm) const {
-    for (long m = 0; m < M; ++m)
-      for (long i = 0; i < hidden_dim_; ++i)
-        hmid[m * ldm + i] = silu(h13[m * ld13 + i]) * h13[m * ld13 + hidden_dim_ + i];
+    for (long m = 0; m < M; ++m) {
+      const T* g = h13 + m * ld13;
+      swiglu_array(g, g + hidden_dim_, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
+    }
   }
 
   long d_model_ = 0, hidden_dim_ = 0;

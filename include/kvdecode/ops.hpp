@@ -9,17 +9,28 @@
 #include <cmath>
 #include <vector>
 
+#include "kvdecode/detail/exp.hpp"
 #include "kvdecode/weights.hpp"
 
 namespace kvd {
 
-/// The one exp used everywhere (std::exp, never a vectorised variant).
+/// The one exp used everywhere: detail/exp.hpp's algorithm, whose scalar and
+/// vector forms give identical bits (never std::exp, whose vectorised variants differ).
 template <class T>
-inline T exp_(T x) { return std::exp(x); }
+inline T exp_(T x) { return detail::exp_scalar(x); }
 
 /// SiLU(x) = x * sigmoid(x) = x / (1 + exp(-x)).
 template <class T>
 inline T silu(T x) { return x / (T(1) + exp_(-x)); }
+
+/// out[i] = silu(gate[i]) * up[i] for i in [0, n), exp vectorised; same bits as silu().
+/// `scratch` holds n values.
+template <class T>
+inline void swiglu_array(const T* gate, const T* up, T* out, T* scratch, long n) {
+  for (long i = 0; i < n; ++i) scratch[i] = -gate[i];
+  detail::exp_array(scratch, scratch, n);
+  for (long i = 0; i < n; ++i) out[i] = gate[i] / (T(1) + scratch[i]) * up[i];
+}
 
 /// RMSNorm of one row: out[i] = w[i] * (x[i] * 1/sqrt(mean(x^2) + eps)).
 /// Sum of squares in index order with fma, as llama2.c's rmsnorm. out may alias x.
