@@ -164,3 +164,27 @@ TEST(GenerateStops, PromptLongerThanContextIsTypedError) {
   EXPECT_EQ(cache.length(), 0);
   EXPECT_THROW(generate(model, {}, cache, GenerateOptions{}), TokenError);
 }
+
+// The usage example in README.md, kept compiling and running here.
+TEST(Readme, UsageExampleRuns) {
+  REQUIRE_SHARED();
+  const std::string dir = kvd_test::shared_dir() + "/models/";
+  kvd::Transformer<float> model(kvd::load_checkpoint<float>(dir + "stories260K.bin"));
+  kvd::Tokenizer tok = kvd::Tokenizer::load(dir + "tok512.bin", model.config().vocab_size);
+  kvd::KVCache<float> cache(model.config());  // capacity: max_seq_len positions
+
+  std::vector<int> prompt = tok.encode("Once upon a time", /*bos=*/true, /*eos=*/false);
+  auto logits = model.prefill(prompt, cache);  // (1, vocab): the last position
+  kvd::Sampler sampler({/*temperature=*/0.8, /*top_k=*/40, /*top_p=*/0.95});
+  std::vector<int> seq = prompt;
+  int token = sampler.sample(logits.data(), model.config().vocab_size, seq);
+  for (int i = 0; i < 100 && token != tok.eos_id(); ++i) {
+    seq.push_back(token);
+    auto row = model.decode_step(token, cache);  // appends K,V; attends over the whole cache
+    token = sampler.sample(row.data(), model.config().vocab_size, seq);
+  }
+  const std::string text = tok.decode_all(seq);
+  EXPECT_EQ(text.rfind("Once upon a time", 0), 0u) << text;
+  EXPECT_GT(text.size(), 100u);
+  EXPECT_EQ(cache.length(), static_cast<int>(seq.size()));  // every token in seq has been fed
+}
