@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "kvdecode/kvdecode.hpp"
 
 #ifndef KVDECODE_SHARED_DIR
@@ -33,6 +34,10 @@
 #endif
 
 namespace {
+
+using kvd::cli::json_number;
+using kvd::cli::json_string;
+using kvd::cli::parse_positive;
 
 using kvd::ArgumentError;
 using kvd::detail::msg;
@@ -71,18 +76,6 @@ struct Options {
   int tokens = 200, random_tokens = 256, threads = 0;
   std::uint64_t seed = 1;
 };
-
-// A decimal integer in [1, max]; ArgumentError naming the option otherwise.
-std::uint64_t parse_positive(const std::string& opt, const std::string& text, std::uint64_t max) {
-  bool digits = !text.empty();
-  for (char c : text) digits = digits && c >= '0' && c <= '9';
-  if (!digits) throw ArgumentError(msg(opt, ": '", text, "' is not a positive integer"));
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-  if (errno == ERANGE || v > max) throw ArgumentError(msg(opt, ": ", text, " exceeds the limit ", max));
-  if (v == 0) throw ArgumentError(msg(opt, ": 0 must be positive (> 0)"));
-  return v;
-}
 
 Options parse_args(int argc, char** argv) {
   Options o;
@@ -284,23 +277,6 @@ void print_markdown(std::ostream& os, const std::vector<ModelReport>& reports) {
         "equals the f32 cache's.\n";
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += static_cast<char>(ch);
-    } else if (ch < 0x20) {
-      out += fmt("\\u%04x", ch);
-    } else {
-      out += static_cast<char>(ch);
-    }
-  }
-  return out + "\"";
-}
-
-std::string json_number(double v) { return fmt("%.10g", v); }
-
 void print_json(std::ostream& os, const std::vector<ModelReport>& reports) {
   std::ostringstream j;
   j << "{\"models\":[";
@@ -388,18 +364,12 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return kvd::cli::run_main("kvdecode-cache-report", [&] {
     const Options o = parse_args(argc, argv);
     if (o.help) {
       std::cout << kUsage;
       return 0;
     }
     return run(o);
-  } catch (const ArgumentError& e) {
-    std::cerr << "kvdecode-cache-report: " << e.what() << "\n(run kvdecode-cache-report --help for usage)\n";
-    return 2;
-  } catch (const kvd::Error& e) {
-    std::cerr << "kvdecode-cache-report: " << e.what() << '\n';
-    return 1;
-  }
+  });
 }

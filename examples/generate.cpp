@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "kvdecode/kvdecode.hpp"
 #include "kvdecode/sampler.hpp"
 #include "kvdecode/tokenizer.hpp"
@@ -73,25 +74,14 @@ struct Options {
   bool no_cache = false, compare = false, demo = false, ids = false, json = false, quiet = false, ignore_eos = false;
 };
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::cerr << "kvdecode-generate: " << message << "\nRun with --help for the options.\n";
-  std::exit(2);
-}
+[[noreturn]] void usage_error(const std::string& message) { throw kvd::ArgumentError(message); }
 
 long parse_long(const std::string& flag, const std::string& v, long lo, long hi) {
-  char* end = nullptr;
-  errno = 0;
-  const long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi)
-    usage_error(flag + " expects an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
-  return x;
+  return static_cast<long>(kvd::cli::parse_integer(flag, v, lo, hi));
 }
 
 double parse_double(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0' || !std::isfinite(x)) usage_error(flag + " expects a number, got '" + v + "'");
-  return x;
+  return kvd::cli::parse_number(flag, v, -1e300, false, 1e300);
 }
 
 std::vector<int> parse_ids(const std::string& v) {
@@ -158,22 +148,7 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') { out += '\\'; out += static_cast<char>(c); }
-    else if (c == '\n') out += "\\n";
-    else if (c < 0x20) { char buf[8]; std::snprintf(buf, sizeof buf, "\\u%04x", c); out += buf; }
-    else out += static_cast<char>(c);
-  }
-  return out;
-}
 
-std::string with_commas(std::uint64_t v) {
-  std::string s = std::to_string(v);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<std::size_t>(i), ",");
-  return s;
-}
 
 // One generation run and everything recorded about it.
 struct Run {
@@ -262,7 +237,7 @@ bool report_comparison(const kvd::ModelConfig& c, const Run& cached, const Run& 
     const double ta = a.step_seconds[i] * 1e3, tb = b.step_seconds[i] * 1e3;
     std::cout << "  " << std::setw(8) << prompt_len + i - 1 << "  " << std::setw(15) << std::fixed << std::setprecision(3)
               << ta << "  " << std::setw(19) << tb << "  " << std::setw(7) << std::setprecision(1) << tb / ta << "x  "
-              << std::setw(20) << with_commas(a.step_macs[i]) << "  " << std::setw(14) << with_commas(b.step_macs[i])
+              << std::setw(20) << kvd::format_count(a.step_macs[i]) << "  " << std::setw(14) << kvd::format_count(b.step_macs[i])
               << "  " << std::setw(8) << std::setprecision(1) << double(b.step_macs[i]) / a.step_macs[i] << "x\n";
   }
   std::uint64_t macs_a = 0, macs_b = 0;
@@ -270,11 +245,11 @@ bool report_comparison(const kvd::ModelConfig& c, const Run& cached, const Run& 
   for (auto m : b.step_macs) macs_b += m;
   std::cout << "  whole run: " << std::setprecision(2) << cached.total_seconds << " s with the cache, "
             << uncached.total_seconds << " s without (" << std::setprecision(1)
-            << uncached.total_seconds / cached.total_seconds << "x); multiply-adds " << with_commas(macs_a) << " vs "
-            << with_commas(macs_b) << " (" << double(macs_b) / macs_a << "x)\n";
-  std::cout << "  the cache's price: " << with_commas(cached.kv_bytes) << " bytes for "
+            << uncached.total_seconds / cached.total_seconds << "x); multiply-adds " << kvd::format_count(macs_a) << " vs "
+            << kvd::format_count(macs_b) << " (" << double(macs_b) / macs_a << "x)\n";
+  std::cout << "  the cache's price: " << kvd::format_count(cached.kv_bytes) << " bytes for "
             << prompt_len + a.tokens.size() - 1 << " positions ("
-            << with_commas(c.kv_bytes_per_token(kvd::DType::kF32)) << " bytes per token at f32: 2 x " << c.n_layers
+            << kvd::format_count(c.kv_bytes_per_token(kvd::DType::kF32)) << " bytes per token at f32: 2 x " << c.n_layers
             << " layers x " << c.n_kv_heads << " KV heads x " << c.head_dim << " dims x 4 bytes)\n";
   return tokens_same && logits_same;
 }
@@ -283,7 +258,7 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
                 const Run& run, const std::string& text, bool use_cache, std::optional<bool> identical) {
   std::ostringstream js;
   js << std::setprecision(9);
-  js << "{\"model\":\"" << json_escape(o.demo ? std::string("demo:stories15M-shape-random") : o.model) << "\""
+  js << "{\"model\":" << kvd::cli::json_string(o.demo ? std::string("demo:stories15M-shape-random") : o.model)
      << ",\"prompt_tokens\":" << prompt.size() << ",\"generated_tokens\":" << run.result.tokens.size()
      << ",\"prefill_seconds\":" << run.result.prefill_seconds
      << ",\"decode_seconds\":" << run.result.decode_seconds
@@ -300,7 +275,7 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
   js << "],\"generated_ids\":[";
   for (std::size_t i = 0; i < run.result.tokens.size(); ++i) js << (i ? "," : "") << run.result.tokens[i];
   js << "]";
-  if (!text.empty()) js << ",\"text\":\"" << json_escape(text) << "\"";
+  if (!text.empty()) js << ",\"text\":" << kvd::cli::json_string(text);
   js << "}";
   std::cout << js.str() << std::endl;
 }
@@ -388,7 +363,7 @@ int real_main(int argc, char** argv) {
     std::cerr << std::fixed << std::setprecision(2) << "prefill: " << prompt.size() << " tokens in " << r.prefill_seconds * 1e3
               << " ms (time to first token); decode: " << r.decode_steps << " steps, " << std::setprecision(1)
               << r.decode_tokens_per_second() << " tokens/s" << (o.no_cache ? " (cache-free)" : "")
-              << "; stop: " << kvd::stop_reason_name(r.stop) << "; KV cache " << with_commas(run.kv_bytes) << " bytes ("
+              << "; stop: " << kvd::stop_reason_name(r.stop) << "; KV cache " << kvd::format_count(run.kv_bytes) << " bytes ("
               << o.cache_dtype << ")\n";
   }
   if (o.json) print_json(o, c, model->weight_bytes_per_token(), prompt, run, text, !o.no_cache, identical);
@@ -398,10 +373,5 @@ int real_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return real_main(argc, argv);
-  } catch (const kvd::Error& e) {
-    std::cerr << "kvdecode-generate: " << e.what() << "\n";
-    return 1;
-  }
+  return kvd::cli::run_main("kvdecode-generate", [&] { return real_main(argc, argv); });
 }

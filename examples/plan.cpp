@@ -20,10 +20,16 @@
 #include <string>
 #include <vector>
 
+#include "cli.hpp"
 #include "kvdecode/checkpoint.hpp"
 #include "kvdecode/planner.hpp"
 
 namespace {
+
+using kvd::cli::json_number;
+using kvd::cli::json_string;
+using kvd::cli::parse_number;
+using kvd::cli::parse_positive;
 
 using kvd::ArgumentError;
 using kvd::detail::msg;
@@ -72,31 +78,6 @@ struct Options {
   std::optional<std::string> gpu;
   bool json = false, list_gpus = false, help = false;
 };
-
-// A decimal integer in [1, max]; ArgumentError naming the option otherwise.
-std::uint64_t parse_positive(const std::string& opt, const std::string& text, std::uint64_t max) {
-  bool digits = !text.empty();
-  for (char c : text) digits = digits && c >= '0' && c <= '9';
-  if (!digits) throw ArgumentError(msg(opt, ": '", text, "' is not a positive integer"));
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.c_str(), nullptr, 10);
-  if (errno == ERANGE || v > max) throw ArgumentError(msg(opt, ": ", text, " exceeds the limit ", max));
-  if (v == 0) throw ArgumentError(msg(opt, ": 0 must be positive (> 0)"));
-  return v;
-}
-
-// A finite decimal number in [min, max] (min itself excluded when `open_min`).
-double parse_number(const std::string& opt, const std::string& text, double min, bool open_min, double max) {
-  const char* begin = text.c_str();
-  char* end = nullptr;
-  errno = 0;
-  const double v = std::strtod(begin, &end);
-  if (text.empty() || end != begin + text.size() || errno == ERANGE || !std::isfinite(v))
-    throw ArgumentError(msg(opt, ": '", text, "' is not a number"));
-  if (v < min || (open_min && v == min) || v > max)
-    throw ArgumentError(msg(opt, ": ", text, " must be in ", open_min ? "(" : "[", min, ", ", max, "]"));
-  return v;
-}
 
 kvd::DType parse_dtype_option(const std::string& opt, const std::string& text) {
   try {
@@ -172,28 +153,7 @@ std::string fixed(double v, int decimals) {
 // A tokens/s figure: one decimal below 100, whole numbers with separators above.
 std::string rate(double v) { return v < 100 ? fixed(v, 1) : kvd::format_count(static_cast<std::uint64_t>(std::llround(v))); }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
-std::string json_number(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.10g", v);
-  return buf;
-}
 
 // Prints "  label  text" with the label padded to a fixed column.
 void row(std::ostream& os, const std::string& label, const std::string& text) {
@@ -333,7 +293,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return kvd::cli::run_main("kvdecode-plan", [&] {
     const Options o = parse_args(argc, argv);
     if (o.help) {
       std::cout << kUsage;
@@ -344,11 +304,5 @@ int main(int argc, char** argv) {
       return 0;
     }
     return run(o);
-  } catch (const ArgumentError& e) {
-    std::cerr << "kvdecode-plan: " << e.what() << "\n(run kvdecode-plan --help for usage)\n";
-    return 2;
-  } catch (const kvd::Error& e) {
-    std::cerr << "kvdecode-plan: " << e.what() << '\n';
-    return 1;
-  }
+  });
 }

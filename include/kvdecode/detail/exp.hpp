@@ -82,6 +82,13 @@ inline T exp_scalar(T x) {
   return (p * C::pow2(n1)) * C::pow2(ni - n1);
 }
 
+// GCC 12 warns that its own AVX-512 intrinsics read an "uninitialized" pass-through
+// register (_mm512_undefined_*); the warning is about the compiler's headers, not this code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 /// out[i] = e^x[i] for i in [0, n); vectorised where the instruction set allows,
 /// with bits identical to exp_scalar. out may equal x.
 template <class T>
@@ -146,5 +153,9 @@ inline void exp_array(const T* x, T* out, long n) {
 #endif
   for (; i < n; ++i) out[i] = exp_scalar(x[i]);
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 }  // namespace kvd::detail
