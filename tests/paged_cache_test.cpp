@@ -282,6 +282,34 @@ TEST(PagedSlidingWindow, MatchesContiguousAndReference) {
   }
 }
 
+// With a sliding window a paged sequence returns the blocks behind its window to
+// the pool: 100 positions with a window of 10 run in a pool of only 3 blocks of 16,
+// still bit-identical to the reference; a rewind into released blocks is refused.
+TEST(PagedSlidingWindow, ReleasesBlocksBehindTheWindow) {
+  ModelConfig c = gqa_config(100);
+  c.sliding_window = 10;
+  Transformer<float> model(ModelWeights<float>::random(c, 41));
+  const auto tokens = make_tokens(c.max_seq_len, c.vocab_size, 42);
+  const RowMatrix<float> ref = model.forward_reference(tokens);
+  BlockPool<float> pool(c, 3, 16);
+  PagedSequence<float> seq(pool);
+  model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 5), seq);
+  for (int t = 5; t < 100; ++t) {
+    auto row = model.decode_step(tokens[t], seq);
+    ASSERT_TRUE(kvd_test::same_bits(row.data(), ref.row(t).data(), c.vocab_size)) << "t=" << t;
+    ASSERT_LE(pool.blocks_in_use(), 2) << "t=" << t;  // the window (10) spans at most 2 blocks
+  }
+  EXPECT_EQ(seq.first_position(), 91);
+  EXPECT_EQ(seq.block_table()[0], -1);
+  EXPECT_EQ(seq.bytes_held(), 2 * pool.bytes_per_block());
+  EXPECT_THROW(seq.truncate(50), CacheFullError);
+  EXPECT_EQ(seq.length(), 100);
+  PagedSequence<float> twin = seq.fork();  // forks share only the live blocks
+  EXPECT_EQ(pool.blocks_in_use(), 2);
+  seq.clear();
+  EXPECT_EQ(pool.blocks_in_use(), 2);  // twin still holds them
+}
+
 // One and two threads give the same paged logits (attention reads blocks in parallel).
 TEST(PagedThreads, OneAndTwoThreadsIdentical) {
   const ModelConfig c = gqa_config();

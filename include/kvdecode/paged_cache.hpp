@@ -140,9 +140,10 @@ class BlockPool {
     s.sequences = static_cast<long>(live_.size());
     std::vector<int> fill(n_blocks_, 0);  // live slots of each block: the most any holder reads
     for (const PagedSequence<T, S>* seq : live_) {
-      s.tokens_stored += static_cast<std::uint64_t>(seq->length());
+      s.tokens_stored += static_cast<std::uint64_t>(seq->length() - seq->first_position());
       const auto& table = seq->block_table();
       for (std::size_t i = 0; i < table.size(); ++i) {
+        if (table[i] < 0) continue;  // released: behind a sliding window
         const int f = std::min(block_size_, seq->length() - static_cast<int>(i) * block_size_);
         fill[table[i]] = std::max(fill[table[i]], f);
       }
@@ -254,8 +255,10 @@ class PagedSequence {
     f.table_ = table_;
     f.sub_ = sub_;
     f.reserve_tables();
-    for (int b : table_) pool_->retain(b);
+    for (int b : table_)
+      if (b >= 0) pool_->retain(b);
     f.length_ = length_;
+    f.released_ = released_;
     return f;
   }
 
@@ -263,17 +266,22 @@ class PagedSequence {
   const CacheShape& shape() const { return pool_->shape(); }
   int length() const { return length_; }                         ///< positions stored: [0, length)
   int capacity() const { return pool_->shape().max_seq_len; }   ///< positions it may reach if the pool has blocks
-  /// Oldest position still stored: 0 (a paged sequence keeps every position, also with a sliding window).
-  int first_position() const { return 0; }
+  /// Oldest position a future row can attend to: 0, or with a sliding window W
+  /// length - W + 1. Blocks wholly before it have been returned to the pool.
+  int first_position() const {
+    const int w = pool_->shape().sliding_window;
+    return w > 0 ? std::max(0, length_ - w + 1) : 0;
+  }
   DType dtype() const { return DTypeOf<S>::value; }
-  /// Pool block of each block_size-token block of the sequence: (ceil(length / block_size)).
+  /// Pool block of each block_size-token block of the sequence: (ceil(length / block_size));
+  /// -1 for a block released because it lies wholly behind the sliding window.
   const std::vector<int>& block_table() const { return table_; }
 
   /// Bytes one position takes: 2 (K, V) * n_layers * n_kv_heads * head_dim * sizeof(S).
   std::uint64_t bytes_per_token() const { return pool_->bytes_per_token(); }
   std::uint64_t bytes_used() const { return bytes_per_token() * static_cast<std::uint64_t>(length_); }  ///< live positions
   /// Bytes of the blocks this sequence holds (a shared block counts in full for each holder).
-  std::uint64_t bytes_held() const { return pool_->bytes_per_block() * table_.size(); }
+  std::uint64_t bytes_held() const { return pool_->bytes_per_block() * (table_.size() - released_); }
 
   /// Forgets every position and returns every block to the pool (a shared block
   /// stays with its other holders).
@@ -281,13 +289,21 @@ class PagedSequence {
 
   /// Rewinds to `length` positions, dropping [length, this->length()) and
   /// returning the blocks past ceil(length / block_size) to the pool.
-  /// Throws CacheFullError (nothing changed) if length is outside [0, this->length()].
+  /// Throws CacheFullError (nothing changed) if length is outside [0, this->length()],
+  /// or, with a sliding window, if the rewound sequence's window reaches blocks
+  /// already returned to the pool.
   void truncate(int length) {
     KVD_ASSERT(pending_ == 0);
     if (length < 0 || length > length_)
       throw CacheFullError(detail::msg("cannot truncate cache to ", length, " positions: it holds ", length_));
+    const int w = pool_->shape().sliding_window;
+    if (length > 0 && w > 0 && std::max(0, length - w + 1) / pool_->block_size() < released_)
+      throw CacheFullError(detail::msg("cannot rewind this sliding-window sequence to ", length, " positions: position ",
+                                       std::max(0, length - w + 1), " was released; the oldest kept is ",
+                                       released_ * pool_->block_size()));
     const std::size_t keep = static_cast<std::size_t>(pool_->blocks_for(length));
     while (table_.size() > keep) pop_block();
+    released_ = std::min(released_, static_cast<int>(table_.size()));
     length_ = length;
   }
 
@@ -365,12 +381,19 @@ class PagedSequence {
     detail::store_kv_lane(kb, kb + sub_elems_, pos % kBlock, k, v, pool_->shape().n_kv_heads, pool_->shape().head_dim);
   }
 
-  /// Makes the n written positions part of the sequence.
+  /// Makes the n written positions part of the sequence. With a sliding window,
+  /// returns the blocks that lie wholly before the next row's window to the pool.
   void commit_append(int n) {
     KVD_ASSERT(n == pending_);
     length_ += n;
     cow_old_ = -1;
     pending_ = added_ = 0;
+    const int behind = first_position() / pool_->block_size();  // blocks no future row reads
+    for (; released_ < behind; ++released_) {
+      pool_->release(table_[released_]);
+      table_[released_] = -1;
+      for (int s = 0; s < pool_->subs_per_block_; ++s) sub_[released_ * pool_->subs_per_block_ + s] = nullptr;
+    }
   }
 
   /// K sub-block b (positions [16b, 16b + 16)) of a layer: (n_kv_heads, head_dim, 16).
@@ -398,9 +421,9 @@ class PagedSequence {
     table_.push_back(b);
     for (int s = 0; s < pool_->subs_per_block_; ++s) sub_.push_back(pool_->sub_block(b, 0, s));
   }
-  // Drops the last block from the tables and returns our reference to it.
+  // Drops the last block from the tables and returns our reference to it (if not already released).
   void pop_block() {
-    pool_->release(table_.back());
+    if (table_.back() >= 0) pool_->release(table_.back());
     table_.pop_back();
     sub_.resize(sub_.size() - pool_->subs_per_block_);
   }
@@ -417,6 +440,7 @@ class PagedSequence {
     table_ = std::move(o.table_);
     sub_ = std::move(o.sub_);
     length_ = o.length_;
+    released_ = o.released_;
     layer_stride_ = o.layer_stride_;
     sub_elems_ = o.sub_elems_;
     if (pool_) pool_->replace(&o, this);
@@ -424,13 +448,14 @@ class PagedSequence {
     o.table_.clear();
     o.sub_.clear();
     o.length_ = 0;
+    o.released_ = 0;
   }
   // Returns every block and leaves the pool's registry.
   void detach() {
     if (!pool_) return;
     KVD_ASSERT(pending_ == 0);
     while (!table_.empty()) pop_block();
-    length_ = 0;
+    length_ = released_ = 0;
     pool_->withdraw(this);
     pool_ = nullptr;
   }
@@ -441,6 +466,7 @@ class PagedSequence {
   long layer_stride_ = 0;      // elements from one layer's sub-block to the next layer's
   long sub_elems_ = 0;         // elements of one K (or V) sub-block; V follows K
   int length_ = 0;
+  int released_ = 0;           // leading table entries released behind a sliding window (now -1)
   int slot_ = -1;              // index in pool_->live_
   // An append between prepare_append and commit_append / cancel_append:
   int pending_ = 0;            // positions prepared
