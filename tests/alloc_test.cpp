@@ -13,6 +13,12 @@ namespace {
 std::atomic<long> g_allocations{0};
 }
 
+// The replacements below pair malloc/aligned_alloc with free, which GCC cannot see
+// through when it checks new/delete pairs.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
 void* operator new(std::size_t n) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(n ? n : 1)) return p;

@@ -1,7 +1,10 @@
 // A 16-lane vector of float or double with exactly the operations the kernels
-// need: load, store, broadcast, and fused multiply-add. One struct, three
-// implementations (AVX-512, AVX2+FMA, portable scalar), chosen by the compiler
-// flags of the translation unit that includes kvdecode.
+// need: load, store, broadcast, and fused multiply-add. Three implementations
+// of the same struct: AVX-512, AVX2+FMA and portable scalar. Vec16<T> names
+// the widest one the compiler flags of the including translation unit allow;
+// the narrower ones stay available by name (PortableVec16 always, Avx2Vec16
+// whenever AVX2+FMA is enabled) so that tests can run every path in one program
+// and compare their bits.
 //
 // Why all three give the same bits: each lane is an independent value and
 // every arithmetic operation here is either exact (load/store/broadcast) or a
@@ -9,10 +12,17 @@
 // the result of a lane depends only on the sequence of fma calls made on it,
 // never on the vector width. The scalar fallback calls std::fma, which the C++
 // standard defines as the same correctly rounded operation.
+//
+// Each implementation also states how many Vec16 accumulators a register tile
+// of the matmul kernel may hold: kAccumulators for the small-M (decode) tiles,
+// about 3/4 of the vector registers, and kLargeAccumulators for the prefill
+// tile, all but the few registers that hold the weights and the broadcast
+// input. They only shape tiles, never results.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
@@ -27,71 +37,131 @@ namespace kvd::detail {
 /// Number of lanes in every kernel vector, whatever the instruction set.
 inline constexpr int kLanes = 16;
 
+/// Portable scalar lanes: an array of 16 values, each updated by std::fma.
 template <class T>
-struct Vec16;
+struct PortableVec16 {
+  static constexpr int kAccumulators = sizeof(T) <= 4 ? 6 : 3;
+  static constexpr int kLargeAccumulators = kAccumulators;
+  T v[kLanes];
+  static PortableVec16 zero() { PortableVec16 r; for (auto& x : r.v) x = T(0); return r; }
+  static PortableVec16 load(const T* p) { PortableVec16 r; for (int i = 0; i < kLanes; ++i) r.v[i] = p[i]; return r; }
+  static PortableVec16 broadcast(T a) { PortableVec16 r; for (auto& x : r.v) x = a; return r; }
+  void store(T* p) const { for (int i = 0; i < kLanes; ++i) p[i] = v[i]; }
+  /// this = a * b + this, one rounding per lane.
+  void fma(const PortableVec16& a, const PortableVec16& b) {
+    for (int i = 0; i < kLanes; ++i) v[i] = std::fma(a.v[i], b.v[i], v[i]);
+  }
+};
+
+#if defined(__AVX2__) && defined(__FMA__)
+template <class T>
+struct Avx2Vec16;
+
+/// AVX2: two ymm registers (16 registers in all: 12 accumulators = 6 Vec16).
+template <>
+struct Avx2Vec16<float> {
+  static constexpr int kAccumulators = 6;
+  static constexpr int kLargeAccumulators = 6;
+  __m256 lo, hi;
+  static Avx2Vec16 zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static Avx2Vec16 load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+  static Avx2Vec16 broadcast(float a) { return {_mm256_set1_ps(a), _mm256_set1_ps(a)}; }
+  void store(float* p) const { _mm256_storeu_ps(p, lo); _mm256_storeu_ps(p + 8, hi); }
+  void fma(const Avx2Vec16& a, const Avx2Vec16& b) {
+    lo = _mm256_fmadd_ps(a.lo, b.lo, lo);
+    hi = _mm256_fmadd_ps(a.hi, b.hi, hi);
+  }
+};
+
+template <>
+struct Avx2Vec16<double> {
+  static constexpr int kAccumulators = 3;
+  static constexpr int kLargeAccumulators = 3;
+  __m256d v[4];
+  static Avx2Vec16 zero() { Avx2Vec16 r; for (auto& x : r.v) x = _mm256_setzero_pd(); return r; }
+  static Avx2Vec16 load(const double* p) {
+    Avx2Vec16 r;
+    for (int i = 0; i < 4; ++i) r.v[i] = _mm256_loadu_pd(p + 4 * i);
+    return r;
+  }
+  static Avx2Vec16 broadcast(double a) { Avx2Vec16 r; for (auto& x : r.v) x = _mm256_set1_pd(a); return r; }
+  void store(double* p) const { for (int i = 0; i < 4; ++i) _mm256_storeu_pd(p + 4 * i, v[i]); }
+  void fma(const Avx2Vec16& a, const Avx2Vec16& b) {
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_fmadd_pd(a.v[i], b.v[i], v[i]);
+  }
+};
+#endif
+
+#if defined(__AVX512F__)
+template <class T>
+struct Avx512Vec16;
+
+/// AVX-512: one zmm register (32 registers in all: 24 accumulators, 28 in the
+/// prefill tile whose 2 weight vectors and 1 broadcast fill the rest).
+template <>
+struct Avx512Vec16<float> {
+  static constexpr int kAccumulators = 24;
+  static constexpr int kLargeAccumulators = 28;
+  __m512 v;
+  static Avx512Vec16 zero() { return {_mm512_setzero_ps()}; }
+  static Avx512Vec16 load(const float* p) { return {_mm512_loadu_ps(p)}; }
+  static Avx512Vec16 broadcast(float a) { return {_mm512_set1_ps(a)}; }
+  void store(float* p) const { _mm512_storeu_ps(p, v); }
+  void fma(const Avx512Vec16& a, const Avx512Vec16& b) { v = _mm512_fmadd_ps(a.v, b.v, v); }
+};
+
+template <>
+struct Avx512Vec16<double> {
+  static constexpr int kAccumulators = 12;
+  static constexpr int kLargeAccumulators = 14;
+  __m512d lo, hi;
+  static Avx512Vec16 zero() { return {_mm512_setzero_pd(), _mm512_setzero_pd()}; }
+  static Avx512Vec16 load(const double* p) { return {_mm512_loadu_pd(p), _mm512_loadu_pd(p + 8)}; }
+  static Avx512Vec16 broadcast(double a) { return {_mm512_set1_pd(a), _mm512_set1_pd(a)}; }
+  void store(double* p) const { _mm512_storeu_pd(p, lo); _mm512_storeu_pd(p + 8, hi); }
+  void fma(const Avx512Vec16& a, const Avx512Vec16& b) {
+    lo = _mm512_fmadd_pd(a.lo, b.lo, lo);
+    hi = _mm512_fmadd_pd(a.hi, b.hi, hi);
+  }
+};
+#endif
 
 #if defined(__AVX512F__)
 inline constexpr const char* kSimdName = "avx512";
-
-template <>
-struct Vec16<float> {
-  __m512 v;
-  static Vec16 zero() { return {_mm512_setzero_ps()}; }
-  static Vec16 load(const float* p) { return {_mm512_loadu_ps(p)}; }
-  static Vec16 broadcast(float a) { return {_mm512_set1_ps(a)}; }
-  void store(float* p) const { _mm512_storeu_ps(p, v); }
-  /// this = a * b + this, one rounding per lane.
-  void fma(const Vec16& a, const Vec16& b) { v = _mm512_fmadd_ps(a.v, b.v, v); }
-};
-
-template <>
-struct Vec16<double> {
-  __m512d lo, hi;
-  static Vec16 zero() { return {_mm512_setzero_pd(), _mm512_setzero_pd()}; }
-  static Vec16 load(const double* p) { return {_mm512_loadu_pd(p), _mm512_loadu_pd(p + 8)}; }
-  static Vec16 broadcast(double a) { return {_mm512_set1_pd(a), _mm512_set1_pd(a)}; }
-  void store(double* p) const { _mm512_storeu_pd(p, lo); _mm512_storeu_pd(p + 8, hi); }
-  void fma(const Vec16& a, const Vec16& b) { lo = _mm512_fmadd_pd(a.lo, b.lo, lo); hi = _mm512_fmadd_pd(a.hi, b.hi, hi); }
-};
-
+template <class T>
+using Vec16 = Avx512Vec16<T>;
 #elif defined(__AVX2__) && defined(__FMA__)
 inline constexpr const char* kSimdName = "avx2";
-
-template <>
-struct Vec16<float> {
-  __m256 lo, hi;
-  static Vec16 zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
-  static Vec16 load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
-  static Vec16 broadcast(float a) { return {_mm256_set1_ps(a), _mm256_set1_ps(a)}; }
-  void store(float* p) const { _mm256_storeu_ps(p, lo); _mm256_storeu_ps(p + 8, hi); }
-  void fma(const Vec16& a, const Vec16& b) { lo = _mm256_fmadd_ps(a.lo, b.lo, lo); hi = _mm256_fmadd_ps(a.hi, b.hi, hi); }
-};
-
-template <>
-struct Vec16<double> {
-  __m256d v[4];
-  static Vec16 zero() { Vec16 r; for (auto& x : r.v) x = _mm256_setzero_pd(); return r; }
-  static Vec16 load(const double* p) { Vec16 r; for (int i = 0; i < 4; ++i) r.v[i] = _mm256_loadu_pd(p + 4 * i); return r; }
-  static Vec16 broadcast(double a) { Vec16 r; for (auto& x : r.v) x = _mm256_set1_pd(a); return r; }
-  void store(double* p) const { for (int i = 0; i < 4; ++i) _mm256_storeu_pd(p + 4 * i, v[i]); }
-  void fma(const Vec16& a, const Vec16& b) { for (int i = 0; i < 4; ++i) v[i] = _mm256_fmadd_pd(a.v[i], b.v[i], v[i]); }
-};
-
+template <class T>
+using Vec16 = Avx2Vec16<T>;
 #else
 inline constexpr const char* kSimdName = "scalar";
+template <class T>
+using Vec16 = PortableVec16<T>;
 #endif
 
-#if !defined(__AVX512F__) && !(defined(__AVX2__) && defined(__FMA__))
-template <class T>
-struct Vec16 {
-  T v[kLanes];
-  static Vec16 zero() { Vec16 r; for (auto& x : r.v) x = T(0); return r; }
-  static Vec16 load(const T* p) { Vec16 r; for (int i = 0; i < kLanes; ++i) r.v[i] = p[i]; return r; }
-  static Vec16 broadcast(T a) { Vec16 r; for (auto& x : r.v) x = a; return r; }
-  void store(T* p) const { for (int i = 0; i < kLanes; ++i) p[i] = v[i]; }
-  void fma(const Vec16& a, const Vec16& b) { for (int i = 0; i < kLanes; ++i) v[i] = std::fma(a.v[i], b.v[i], v[i]); }
-};
+// Cache hints: they move data earlier, never change a result.
+/// The cache line at p will be read soon: fetch it into L1.
+inline void prefetch_read(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 3);
+#else
+  (void)p;
 #endif
+}
+/// The cache line `bytes` after p will be read soon: fetch it into L1. The
+/// address is formed as an integer, so it may lie past the end of p's array.
+inline void prefetch_read_at(const void* p, std::size_t bytes) {
+  prefetch_read(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + bytes));
+}
+/// The cache line at p will be read after a while: fetch it into L2.
+inline void prefetch_l2(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 2);
+#else
+  (void)p;
+#endif
+}
 
 /// Rounds n up to a multiple of kLanes.
 constexpr long round_up_lanes(long n) { return (n + kLanes - 1) / kLanes * kLanes; }

@@ -1,0 +1,1075 @@
+// kvdecode-roofline: how close kvdecode runs to this machine's own limits,
+// measured in one run on the same machine.
+//
+// 1. Machine limits.
+//    * Streaming-read bandwidth: a 1 GiB array (256 MiB with --quick), far
+//      larger than the last-level cache, first touched by the threads that
+//      later read it, is OR-reduced with 64-byte vector loads (AVX-512; AVX2 or
+//      64-bit words as fallbacks), 4 independent accumulators so the loads are
+//      never waiting on each other. Each thread reads its own contiguous
+//      slice, as 1, 2, 4, 8 or 16 interleaved sequential streams (a core with
+//      several streams in flight reads faster than with one, as a matmul over
+//      weight panels does); one pass is timed from before the parallel region
+//      to after its join. Best pass over all stream counts (the median pass of
+//      that stream count is printed too).
+//    * FMA peak: each thread runs 16 independent fused multiply-add chains in
+//      registers (16 >= latency 4 x 2 FMA ports), explicit intrinsics for
+//      AVX-512 / AVX2, a scalar fallback. FLOPs = 2 per lane per fma. Best of
+//      several runs, with 1 thread and with --threads threads.
+// 2. kvdecode on random weights of the stories15M and stories110M shapes,
+//    float32, --threads threads (default 2), through the library's public
+//    calls (decode_step, prefill, decode_batch, forward_reference):
+//    * decode tokens/s at position 256 (the cache holds 256 positions, the
+//      step writes the 257th), against the bandwidth limit: one step must read
+//      weight_bytes_per_token() + kv_bytes_per_token * 257 bytes;
+//    * prefill of a 512-token prompt, tokens/s and FLOP/s (2 * last_macs())
+//      against the FMA peak;
+//    * decode_batch of 8 sequences against batch 1, both at position 256.
+//    Figures are medians of repeated calls after a warm-up; the limits are
+//    best-of, so fractions lean low rather than high.
+// 3. Time per token against position for the 15M shape, with the KV cache
+//    (decode_step at the position) and without (forward_reference of pos + 1
+//    tokens, which is what a step costs when everything is recomputed):
+//    time_per_token.csv and time_per_token.svg (drawn here, no plotting library).
+//    summary.csv holds every figure of the final table.
+//
+// On a shared machine other processes' load ruins 2-thread figures (every
+// parallel region waits for a descheduled thread). So each measurement first
+// waits until other processes use at most --max-others of the CPUs (from
+// /proc/stat minus our own time) and is repeated if they took more while it
+// ran, for at most --patience seconds in all; the share each accepted figure
+// was measured under is printed beside it.
+//
+// Both shapes use max_seq_len = 1024 (stories15M ships with 256); it sizes only
+// the RoPE table and scratch, not the weights, so positions 256 and 512 fit.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+#include <unistd.h>
+
+#include "kvdecode/detail/simd.hpp"
+#include "kvdecode/kernels.hpp"
+#include "kvdecode/kv_cache.hpp"
+#include "kvdecode/transformer.hpp"
+#include "kvdecode/version.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using Model = kvd::Transformer<float>;
+using Cache = kvd::KVCache<float>;
+
+// ---------------------------------------------------------------- options
+
+struct Options {
+  fs::path out_dir;
+  int threads = 2;
+  bool quick = false;
+  double max_others = 0.10;  ///< a measurement during which others took more of the CPUs is repeated
+  double patience = -1;      ///< seconds we may spend waiting and repeating (-1: 1200, 0 with --quick)
+};
+
+void print_help(const char* argv0) {
+  std::printf(
+      "usage: %s [--out-dir DIR] [--threads N] [--quick] [--help]\n"
+      "\n"
+      "Measures this machine's streaming-read bandwidth and FMA peak, then kvdecode's\n"
+      "decode, prefill and batched decode on random weights of the stories15M and\n"
+      "stories110M shapes (float32), and prints each figure as a fraction of its limit\n"
+      "with the project's targets. Also times one token against position with and\n"
+      "without the KV cache (stories15M shape).\n"
+      "\n"
+      "  --out-dir DIR  where to write summary.csv, time_per_token.csv and\n"
+      "                 time_per_token.svg (default: <build dir>/roofline, i.e. next\n"
+      "                 to the bin/ directory holding this program)\n"
+      "  --threads N    threads for the bandwidth limit and every model figure (default 2);\n"
+      "                 the FMA peak is measured with 1 and N threads\n"
+      "  --quick        smoke run: 256 MiB bandwidth array, fewer repetitions, and\n"
+      "                 the stories15M shape only (takes seconds, figures are rough)\n"
+      "  --max-others P on a shared machine: before each measurement wait until other\n"
+      "                 processes use at most P%% of the CPUs, and repeat a measurement\n"
+      "                 during which they used more (default 10)\n"
+      "  --patience S   give up waiting/repeating after S seconds in total and accept\n"
+      "                 disturbed measurements, marked in the table (default 1200;\n"
+      "                 0 with --quick)\n"
+      "  --help         this text\n"
+      "\n"
+      "A full run takes a few minutes; progress goes to stderr.\n",
+      argv0);
+}
+
+fs::path default_out_dir(const char* argv0) {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) exe = fs::absolute(argv0, ec);
+  if (!ec && exe.has_parent_path() && exe.parent_path().filename() == "bin")
+    return exe.parent_path().parent_path() / "roofline";
+  return fs::path("roofline");
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  o.out_dir = default_out_dir(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value (see --help)\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      print_help(argv[0]);
+      std::exit(0);
+    } else if (a == "--out-dir") {
+      o.out_dir = value();
+    } else if (a == "--threads") {
+      const std::string v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || n < 1 || n > 1024) {
+        std::fprintf(stderr, "--threads %s: expected an integer in [1, 1024]\n", v.c_str());
+        std::exit(2);
+      }
+      o.threads = static_cast<int>(n);
+    } else if (a == "--max-others" || a == "--patience") {
+      const std::string v = value();
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      const double hi = a == "--max-others" ? 100 : 1e6;
+      if (end == v.c_str() || *end != '\0' || !(x >= 0 && x <= hi)) {
+        std::fprintf(stderr, "%s %s: expected a number in [0, %g]\n", a.c_str(), v.c_str(), hi);
+        std::exit(2);
+      }
+      if (a == "--max-others") o.max_others = x / 100; else o.patience = x;
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else {
+      std::fprintf(stderr, "unknown option %s (see --help)\n", a.c_str());
+      std::exit(2);
+    }
+  }
+  if (o.patience < 0) o.patience = o.quick ? 0 : 1200;
+  return o;
+}
+
+// ---------------------------------------------------------------- timing helpers
+
+const Clock::time_point kStart = Clock::now();
+
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+/// Progress line on stderr: "[  12.3 s] message".
+template <class... Args>
+void progress(const char* fmt, Args... args) {
+  std::fprintf(stderr, "[%7.1f s] ", seconds_between(kStart, Clock::now()));
+  if constexpr (sizeof...(Args) == 0) std::fputs(fmt, stderr);
+  else std::fprintf(stderr, fmt, args...);
+  std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+struct Samples {
+  std::vector<double> v;  // seconds per call
+  double median() const {
+    std::vector<double> s = v;
+    std::sort(s.begin(), s.end());
+    const std::size_t n = s.size();
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  }
+  double min() const { return *std::min_element(v.begin(), v.end()); }
+  std::size_t size() const { return v.size(); }
+};
+
+/// Calls f `warmup` times untimed, then times single calls until at least
+/// min_reps calls and min_seconds have passed (at most max_reps calls).
+/// `after` runs untimed after every call (e.g. truncating a cache back).
+Samples time_calls(const std::function<void()>& f, const std::function<void()>& after, int warmup, int min_reps,
+                   double min_seconds, int max_reps) {
+  for (int i = 0; i < warmup; ++i) {
+    f();
+    after();
+  }
+  Samples s;
+  double total = 0;
+  while (static_cast<int>(s.size()) < max_reps && (static_cast<int>(s.size()) < min_reps || total < min_seconds)) {
+    const auto t0 = Clock::now();
+    f();
+    const double dt = seconds_between(t0, Clock::now());
+    after();
+    s.v.push_back(dt);
+    total += dt;
+  }
+  return s;
+}
+
+/// CPU time the rest of the machine used while we measured: the machine's busy
+/// time (/proc/stat) minus this process's (/proc/self/stat), as a share of all
+/// CPUs over the interval. On a shared machine this says how much a figure was
+/// disturbed; 2-thread figures suffer most when another process holds a core.
+struct CpuSnapshot {
+  Clock::time_point t;
+  long long machine_busy = -1, self = -1;  // clock ticks
+  static CpuSnapshot now() {
+    CpuSnapshot s;
+    s.t = Clock::now();
+    std::ifstream st("/proc/stat");
+    std::string cpu;
+    long long user, nice, sys, idle, iowait, irq, softirq, steal;
+    if (st >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq >> steal && cpu == "cpu")
+      s.machine_busy = user + nice + sys + irq + softirq + steal;
+    std::ifstream self("/proc/self/stat");
+    std::string line;
+    if (std::getline(self, line)) {
+      std::istringstream rest(line.substr(line.rfind(')') + 2));  // fields after "pid (comm) "
+      std::string f;
+      long long utime = 0, stime = 0;
+      for (int i = 3; i <= 15 && rest >> f; ++i) {
+        if (i == 14) utime = std::atoll(f.c_str());
+        if (i == 15) stime = std::atoll(f.c_str());
+      }
+      s.self = utime + stime;
+    }
+    return s;
+  }
+};
+
+/// Share of all CPUs used by other processes between a and b, or -1 if unknown.
+double others_cpu_share(const CpuSnapshot& a, const CpuSnapshot& b) {
+  if (a.machine_busy < 0 || b.machine_busy < 0 || a.self < 0 || b.self < 0) return -1;
+  const double capacity = seconds_between(a.t, b.t) * sysconf(_SC_NPROCESSORS_ONLN) * sysconf(_SC_CLK_TCK);
+  if (capacity <= 0) return -1;
+  return std::clamp(static_cast<double>((b.machine_busy - a.machine_busy) - (b.self - a.self)) / capacity, 0.0, 1.0);
+}
+
+/// Keeps other processes' load out of the figures, within a time budget: before
+/// each measurement it waits until the machine is idle, and it repeats a
+/// measurement during which other processes took more than `max_others` of the
+/// CPUs. Once `patience` seconds have gone into waiting and discarded runs, it
+/// accepts what it gets; every figure carries the others' share it was measured
+/// under, so a disturbed one is visible in the table.
+class Undisturbed {
+ public:
+  Undisturbed(double max_others, double patience) : max_others_(max_others), patience_(patience) {}
+
+  /// Runs f() until it was measured undisturbed (or patience ran out); returns
+  /// its result and sets `busy` to the others' CPU share during the accepted run.
+  template <class F>
+  auto run(const std::string& what, F&& f, double& busy) {
+    for (;;) {
+      wait_idle(what);
+      const auto c0 = CpuSnapshot::now();
+      auto r = f();
+      const auto c1 = CpuSnapshot::now();
+      busy = others_cpu_share(c0, c1);
+      if (busy <= max_others_ || exhausted()) return r;
+      ++repeats_;
+      spent_ += seconds_between(c0.t, c1.t);
+      progress("%s: disturbed (other processes used %.0f%% of the CPUs); measuring again", what.c_str(), 100 * busy);
+    }
+  }
+
+  int repeats() const { return repeats_; }
+  double spent() const { return spent_; }
+  double max_others() const { return max_others_; }
+
+ private:
+  bool exhausted() {
+    if (spent_ < patience_) return false;
+    if (!warned_ && patience_ > 0)
+      progress("patience of %.0f s used up: accepting disturbed measurements from here on", patience_);
+    warned_ = true;
+    return true;
+  }
+  void wait_idle(const std::string& what) {
+    bool said = false;
+    while (!exhausted()) {
+      const auto a = CpuSnapshot::now();
+      usleep(500000);
+      const auto b = CpuSnapshot::now();
+      const double share = others_cpu_share(a, b);
+      if (share < 0 || share <= max_others_) return;
+      spent_ += seconds_between(a.t, b.t);
+      if (!said)
+        progress("%s: waiting for other processes to go quiet (they use %.0f%% of the CPUs)", what.c_str(), 100 * share);
+      said = true;
+    }
+  }
+
+  double max_others_, patience_;
+  double spent_ = 0;
+  int repeats_ = 0;
+  bool warned_ = false;
+};
+
+// ---------------------------------------------------------------- machine limits
+
+#if defined(__AVX512F__)
+constexpr const char* kIsa = "AVX-512";
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr const char* kIsa = "AVX2+FMA";
+#else
+constexpr const char* kIsa = "scalar";
+#endif
+
+// One vector load's worth of bytes, ORed into an accumulator.
+#if defined(__AVX512F__)
+using Chunk = __m512i;
+inline Chunk chunk_zero() { return _mm512_setzero_si512(); }
+inline Chunk chunk_or(Chunk a, const unsigned char* p) { return _mm512_or_si512(a, _mm512_load_si512(p)); }
+#elif defined(__AVX2__)
+using Chunk = __m256i;
+inline Chunk chunk_zero() { return _mm256_setzero_si256(); }
+inline Chunk chunk_or(Chunk a, const unsigned char* p) {
+  return _mm256_or_si256(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+}
+#else
+using Chunk = std::uint64_t;
+inline Chunk chunk_zero() { return 0; }
+inline Chunk chunk_or(Chunk a, const unsigned char* p) { return a | *reinterpret_cast<const std::uint64_t*>(p); }
+#endif
+constexpr std::size_t kChunk = sizeof(Chunk);
+
+/// Reads S sequential streams of `per_stream` bytes each, stream s starting at
+/// p + s * per_stream (64-byte aligned; per_stream a multiple of 128), the
+/// streams interleaved two vectors at a time, and ORs everything into one word.
+/// Four accumulators, so the loads never wait on each other.
+template <int S>
+__attribute__((noinline)) std::uint64_t or_streams(const unsigned char* p, std::size_t per_stream) {
+  Chunk a[4] = {chunk_zero(), chunk_zero(), chunk_zero(), chunk_zero()};
+  for (std::size_t i = 0; i < per_stream; i += 2 * kChunk)
+#pragma GCC unroll 32
+    for (int s = 0; s < S; ++s)
+#pragma GCC unroll 2
+      for (std::size_t j = 0; j < 2 * kChunk; j += kChunk) {
+        Chunk& acc = a[(2 * s + j / kChunk) % 4];
+        acc = chunk_or(acc, p + s * per_stream + i + j);
+      }
+  alignas(64) std::uint64_t w[kChunk / 8 * 4];
+  std::memcpy(w, a, sizeof a);  // reduced through memory: GCC 12's _mm512_reduce_* trip -Wuninitialized
+  std::uint64_t r = 0;
+  for (std::uint64_t x : w) r |= x;
+  return r;
+}
+
+/// Streams per thread tried by the bandwidth measurement, and their kernels.
+constexpr int kStreamCounts[] = {1, 2, 4, 8, 16};
+using StreamsFn = std::uint64_t (*)(const unsigned char*, std::size_t);
+constexpr StreamsFn kStreamsFns[] = {or_streams<1>, or_streams<2>, or_streams<4>, or_streams<8>, or_streams<16>};
+
+struct Bandwidth {
+  double best_gbs = 0, median_gbs = 0;  // best pass, and the median pass of the same stream count
+  int streams = 1;                      // streams per thread that read fastest
+  int passes = 0;                       // per stream count
+};
+
+/// Streaming-read bandwidth of `threads` threads over a `bytes` array: each thread
+/// reads its own contiguous slice as 1, 2, 4, 8 or 16 interleaved sequential
+/// streams (more streams keep more cache-line fills in flight per core, which can
+/// raise a core's read rate by a quarter); `passes` timed passes per stream count,
+/// the best pass overall is the limit. A pass is timed from before the parallel
+/// region to after its join.
+Bandwidth measure_bandwidth(const unsigned char* data, std::size_t bytes, int threads, int passes) {
+  Bandwidth best;
+  best.passes = passes;
+  std::uint64_t sink = 0;
+  for (std::size_t k = 0; k < std::size(kStreamCounts); ++k) {
+    const int S = kStreamCounts[k];
+    const std::size_t per_stream = bytes / threads / S / 128 * 128;
+    const std::size_t slice = per_stream * S;
+    Samples s;
+    for (int r = 0; r < passes; ++r) {
+      std::uint64_t acc = 0;
+      const auto t0 = Clock::now();
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(threads) reduction(| : acc)
+      acc |= kStreamsFns[k](data + omp_get_thread_num() * slice, per_stream);
+#else
+      for (int t = 0; t < threads; ++t) acc |= kStreamsFns[k](data + t * slice, per_stream);
+#endif
+      s.v.push_back(seconds_between(t0, Clock::now()));
+      sink |= acc;
+    }
+    const double gb = static_cast<double>(slice) * threads / 1e9;
+    if (gb / s.min() > best.best_gbs) {
+      best.best_gbs = gb / s.min();
+      best.median_gbs = gb / s.median();
+      best.streams = S;
+    }
+  }
+  if (sink == 0) std::fprintf(stderr, "(bandwidth array read back as zeros)\n");  // keeps the reads alive
+  return best;
+}
+
+constexpr int kFmaChains = 16;
+
+/// Runs `iters` rounds of kFmaChains independent fmas on full vectors; returns
+/// a value derived from every chain so none can be dropped. FLOPs per round:
+/// 2 * kFmaChains * lanes.
+__attribute__((noinline)) double fma_chains(long iters, float seed) {
+#define KVD_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#if defined(__AVX512F__)
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(seed * 1e-6f);
+#define KVD_INIT(i) __m512 c##i = _mm512_set1_ps(seed + 0.01f * i);
+#define KVD_STEP(i) c##i = _mm512_fmadd_ps(c##i, a, b);
+#define KVD_SUM(i) total = _mm512_add_ps(total, c##i);
+  KVD_CHAINS(KVD_INIT)
+  for (long r = 0; r < iters; ++r) { KVD_CHAINS(KVD_STEP) }
+  __m512 total = _mm512_setzero_ps();
+  KVD_CHAINS(KVD_SUM)
+  alignas(64) float w[16];
+  _mm512_store_ps(w, total);
+  double sum = 0;
+  for (float x : w) sum += x;
+  return sum;
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(seed * 1e-6f);
+#define KVD_INIT(i) __m256 c##i = _mm256_set1_ps(seed + 0.01f * i);
+#define KVD_STEP(i) c##i = _mm256_fmadd_ps(c##i, a, b);
+#define KVD_SUM(i) total = _mm256_add_ps(total, c##i);
+  KVD_CHAINS(KVD_INIT)
+  for (long r = 0; r < iters; ++r) { KVD_CHAINS(KVD_STEP) }
+  __m256 total = _mm256_setzero_ps();
+  KVD_CHAINS(KVD_SUM)
+  alignas(32) float w[8];
+  _mm256_store_ps(w, total);
+  return w[0] + w[1] + w[2] + w[3] + w[4] + w[5] + w[6] + w[7];
+#else
+  const float a = 0.999999f, b = seed * 1e-6f;
+#define KVD_INIT(i) float c##i = seed + 0.01f * i;
+#define KVD_STEP(i) c##i = std::fma(c##i, a, b);
+#define KVD_SUM(i) total += c##i;
+  KVD_CHAINS(KVD_INIT)
+  for (long r = 0; r < iters; ++r) { KVD_CHAINS(KVD_STEP) }
+  float total = 0;
+  KVD_CHAINS(KVD_SUM)
+  return total;
+#endif
+#undef KVD_INIT
+#undef KVD_STEP
+#undef KVD_SUM
+#undef KVD_CHAINS
+}
+
+constexpr int kFmaLanes =
+#if defined(__AVX512F__)
+    16;
+#elif defined(__AVX2__) && defined(__FMA__)
+    8;
+#else
+    1;
+#endif
+
+struct FmaPeak {
+  double best_gflops = 0, median_gflops = 0;
+};
+
+/// float32 FMA peak of `threads` threads: each runs fma_chains(iters); best of `runs`.
+FmaPeak measure_fma_peak(int threads, long iters, int runs) {
+  double sink = 0;
+  Samples s;
+  for (int r = 0; r < runs; ++r) {
+    double acc = 0;
+    const auto t0 = Clock::now();
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(threads) reduction(+ : acc)
+    acc += fma_chains(iters, 1.0f + 0.001f * omp_get_thread_num());
+#else
+    for (int t = 0; t < threads; ++t) acc += fma_chains(iters, 1.0f + 0.001f * t);
+#endif
+    s.v.push_back(seconds_between(t0, Clock::now()));
+    sink += acc;
+  }
+  if (!(sink > 0)) std::fprintf(stderr, "(fma chains gave %g)\n", sink);
+  const double gflop = 2.0 * kFmaChains * kFmaLanes * static_cast<double>(iters) * threads / 1e9;
+  return {gflop / s.min(), gflop / s.median()};
+}
+
+// ---------------------------------------------------------------- model figures
+
+enum class Shape { k15M, k110M };
+const char* shape_name(Shape s) { return s == Shape::k15M ? "stories15M" : "stories110M"; }
+
+kvd::ModelConfig shape_config(Shape s) {
+  kvd::ModelConfig c = s == Shape::k15M ? kvd::stories15m_config() : kvd::stories110m_config();
+  c.max_seq_len = 1024;
+  return c;
+}
+
+std::vector<int> random_tokens(int n, int vocab_size, std::uint64_t seed = 7) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> t(n);
+  for (auto& x : t) x = static_cast<int>(rng() % static_cast<std::uint64_t>(vocab_size));
+  return t;
+}
+
+/// How many repetitions each kind of measurement gets.
+struct Reps {
+  int min_reps;
+  double min_seconds;
+  int max_reps;
+};
+
+struct ModelFigures {
+  Shape shape;
+  std::uint64_t weight_bytes = 0, kv_bytes_per_token = 0;
+  int decode_pos = 256;
+  Samples decode;            // seconds per decode_step at decode_pos
+  int prefill_tokens = 512;
+  Samples prefill;           // seconds per prefill of prefill_tokens
+  std::uint64_t prefill_macs = 0;
+  int batch = 8;
+  Samples batch1, batchN;    // seconds per decode_batch step (1 and `batch` sequences) at decode_pos
+  double decode_busy = -1, prefill_busy = -1, batch_busy = -1;  // others' CPU share while measuring
+};
+
+/// Seconds per decode_step at position `pos` (the cache holds pos positions).
+Samples time_decode(Model& m, int pos, const Reps& r) {
+  const std::vector<int> tokens = random_tokens(pos + 1, m.config().vocab_size);
+  Cache cache(m.config(), pos + 1);
+  m.prefill(std::vector<int>(tokens.begin(), tokens.begin() + pos), cache);
+  return time_calls([&] { m.decode_step(tokens[pos], cache); }, [&] { cache.truncate(pos); }, 3, r.min_reps,
+                    r.min_seconds, r.max_reps);
+}
+
+/// Seconds per forward_reference of pos + 1 tokens: one step without a cache.
+Samples time_reference(Model& m, int pos, const Reps& r) {
+  const std::vector<int> tokens = random_tokens(pos + 1, m.config().vocab_size);
+  return time_calls([&] { m.forward_reference(tokens, /*all_logits=*/false); }, [] {}, 1, r.min_reps, r.min_seconds, r.max_reps);
+}
+
+/// Seconds per decode_batch step of `batch` sequences, each at position `pos`.
+Samples time_batch(Model& m, int batch, int pos, const Reps& r) {
+  const std::vector<int> prompt = random_tokens(pos, m.config().vocab_size);
+  const std::vector<int> next = random_tokens(batch, m.config().vocab_size, 11);
+  std::vector<Cache> caches;
+  caches.reserve(batch);
+  caches.emplace_back(m.config(), pos + 1);
+  m.prefill(prompt, caches[0]);
+  for (int b = 1; b < batch; ++b) caches.push_back(caches[0].copy());
+  std::vector<Cache*> ptrs;
+  for (auto& c : caches) ptrs.push_back(&c);
+  return time_calls([&] { m.decode_batch(next, ptrs); }, [&] { for (auto& c : caches) c.truncate(pos); }, 3,
+                    r.min_reps, r.min_seconds, r.max_reps);
+}
+
+ModelFigures measure_model(Shape shape, bool quick, Undisturbed& u) {
+  const kvd::ModelConfig cfg = shape_config(shape);
+  progress("%s: generating and packing random weights (%s)", shape_name(shape), cfg.summary().c_str());
+  const auto t0 = Clock::now();
+  Model m(kvd::ModelWeights<float>::random(cfg, 1234));
+  ModelFigures f;
+  f.shape = shape;
+  f.weight_bytes = m.weight_bytes_per_token();
+  f.kv_bytes_per_token = cfg.kv_bytes_per_token(kvd::DType::kF32);
+  progress("%s: model ready in %.1f s, %.1f MB of weights per token", shape_name(shape),
+           seconds_between(t0, Clock::now()), f.weight_bytes / 1e6);
+
+  const Reps decode_reps = quick ? Reps{10, 0.3, 200} : Reps{30, 3.0, 2000};
+  const std::string name = shape_name(shape);
+  f.decode = u.run(name + " decode", [&] { return time_decode(m, f.decode_pos, decode_reps); }, f.decode_busy);
+  progress("%s: decode at position %d: median %.3f ms/token (best %.3f) over %zu steps; other processes used %.0f%% of the CPUs",
+           shape_name(shape), f.decode_pos, f.decode.median() * 1e3, f.decode.min() * 1e3, f.decode.size(),
+           100 * f.decode_busy);
+
+  Cache cache(cfg, f.prefill_tokens);
+  const std::vector<int> prompt = random_tokens(f.prefill_tokens, cfg.vocab_size);
+  m.reserve(f.prefill_tokens);
+  const Reps prefill_reps = quick ? Reps{2, 0.3, 20} : Reps{5, 4.0, 200};
+  f.prefill = u.run(name + " prefill", [&] {
+    return time_calls([&] { m.prefill(prompt, cache); }, [&] { cache.clear(); }, 1, prefill_reps.min_reps,
+                      prefill_reps.min_seconds, prefill_reps.max_reps);
+  }, f.prefill_busy);
+  f.prefill_macs = m.last_macs();
+  progress("%s: prefill %d tokens: median %.1f ms (best %.1f) over %zu runs; other processes used %.0f%% of the CPUs",
+           shape_name(shape), f.prefill_tokens, f.prefill.median() * 1e3, f.prefill.min() * 1e3, f.prefill.size(),
+           100 * f.prefill_busy);
+
+  const Reps batch_reps = quick ? Reps{10, 0.3, 200} : Reps{20, 2.0, 2000};
+  // both batch sizes in one measurement, so their ratio comes from the same conditions
+  auto both = u.run(name + " decode_batch", [&] {
+    return std::make_pair(time_batch(m, 1, f.decode_pos, batch_reps), time_batch(m, f.batch, f.decode_pos, batch_reps));
+  }, f.batch_busy);
+  f.batch1 = both.first;
+  f.batchN = both.second;
+  progress("%s: decode_batch at position %d: batch 1 %.3f ms/step, batch %d %.3f ms/step (medians); other processes "
+           "used %.0f%% of the CPUs",
+           shape_name(shape), f.decode_pos, f.batch1.median() * 1e3, f.batch, f.batchN.median() * 1e3, 100 * f.batch_busy);
+  return f;
+}
+
+struct PositionPoint {
+  int pos;
+  Samples cached, reference;
+  double busy = -1;  // others' CPU share while measuring this point
+};
+
+std::vector<PositionPoint> measure_time_per_token(bool quick, Undisturbed& u) {
+  const kvd::ModelConfig cfg = shape_config(Shape::k15M);
+  progress("time per token vs position (stories15M shape): building the model");
+  Model m(kvd::ModelWeights<float>::random(cfg, 1234));
+  std::vector<PositionPoint> pts;
+  const Reps cached_reps = quick ? Reps{10, 0.2, 200} : Reps{30, 1.0, 2000};
+  const Reps ref_reps = quick ? Reps{2, 0.2, 50} : Reps{5, 1.5, 200};
+  for (int pos : {1, 16, 32, 64, 128, 192, 255}) {
+    PositionPoint p{pos, {}, {}};
+    std::tie(p.cached, p.reference) = u.run("position " + std::to_string(pos), [&] {
+      return std::make_pair(time_decode(m, pos, cached_reps), time_reference(m, pos, ref_reps));
+    }, p.busy);
+    progress("  position %3d: with cache %.3f ms, cache-free %.3f ms (%.1fx); other processes used %.0f%% of the CPUs",
+             pos, p.cached.median() * 1e3, p.reference.median() * 1e3, p.reference.median() / p.cached.median(),
+             100 * p.busy);
+    pts.push_back(std::move(p));
+  }
+  return pts;
+}
+
+// ---------------------------------------------------------------- SVG chart
+
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+struct Series {
+  std::string name, color;
+  std::vector<double> x, y;
+  bool dashed = false;
+};
+
+/// A line chart: linear x axis from 0, log10 y axis spanning whole decades,
+/// gridlines, tick labels, axis titles, a legend and a title.
+/// `end_note`, if not empty, is written left of the last points of the first two
+/// series, between them (e.g. the ratio of the two at the last x).
+std::string line_chart_svg(const std::string& title, const std::string& subtitle, const std::string& x_label,
+                           const std::string& y_label, const std::vector<Series>& series,
+                           const std::string& end_note = std::string(), const std::string& footnote = std::string()) {
+  const double W = 800, H = 500, left = 84, right = 28, top = 72, bottom = 64;
+  const double pw = W - left - right, ph = H - top - bottom;
+  double x_max = 0, y_min = 1e300, y_max = 0;
+  for (const auto& s : series)
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      x_max = std::max(x_max, s.x[i]);
+      y_min = std::min(y_min, s.y[i]);
+      y_max = std::max(y_max, s.y[i]);
+    }
+  // x: ticks every `step`, 4 to 8 intervals, a step of 1, 2, 2.5 or 5 x 10^k or a power
+  // of two, whichever ends the axis closest above the data (positions like 255 get 0..256 by 32)
+  double step = 1, x_hi = 1e300;
+  std::vector<double> candidates;
+  for (int e = -1; e <= 7; ++e)
+    for (double m : {1.0, 2.0, 2.5, 5.0}) candidates.push_back(m * std::pow(10.0, e));
+  for (int e = 0; e <= 24; ++e) candidates.push_back(std::ldexp(1.0, e));
+  for (double c : candidates) {
+    const double hi = std::ceil(std::max(x_max, 1e-9) / c) * c;
+    const double intervals = hi / c;
+    if (intervals >= 4 && intervals <= 8 && hi < x_hi - 1e-9) { x_hi = hi; step = c; }
+  }
+  const int d_lo = static_cast<int>(std::floor(std::log10(y_min))), d_hi = static_cast<int>(std::ceil(std::log10(y_max)));
+  auto X = [&](double x) { return left + pw * x / x_hi; };
+  auto Y = [&](double y) { return top + ph * (1.0 - (std::log10(y) - d_lo) / (d_hi - d_lo)); };
+
+  std::ostringstream o;
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
+    << ' ' << H << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
+  o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"30\" text-anchor=\"middle\" font-size=\"19\" font-weight=\"bold\">"
+    << xml_escape(title) << "</text>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"52\" text-anchor=\"middle\" font-size=\"13\" fill=\"#555\">"
+    << xml_escape(subtitle) << "</text>\n";
+  // gridlines and y ticks: a labelled line at every decade, faint lines at 2..9
+  for (int d = d_lo; d <= d_hi; ++d) {
+    const double v = std::pow(10.0, d);
+    o << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << Y(v) << "\" y2=\"" << Y(v)
+      << "\" stroke=\"#c8c8c8\" stroke-width=\"1\"/>\n";
+    o << "<line x1=\"" << left - 6 << "\" x2=\"" << left << "\" y1=\"" << Y(v) << "\" y2=\"" << Y(v)
+      << "\" stroke=\"black\"/>\n";
+    std::string label = d >= 0 ? fmt("%.0f", v) : fmt(("%." + std::to_string(-d) + "f").c_str(), v);
+    o << "<text x=\"" << left - 10 << "\" y=\"" << Y(v) + 4.5 << "\" text-anchor=\"end\" font-size=\"13\">" << label
+      << "</text>\n";
+    if (d == d_hi) break;
+    for (int k = 2; k <= 9; ++k) {
+      const double u = k * v;
+      o << "<line x1=\"" << left << "\" x2=\"" << left + pw << "\" y1=\"" << Y(u) << "\" y2=\"" << Y(u)
+        << "\" stroke=\"#ececec\" stroke-width=\"1\"/>\n";
+      o << "<line x1=\"" << left - 3 << "\" x2=\"" << left << "\" y1=\"" << Y(u) << "\" y2=\"" << Y(u)
+        << "\" stroke=\"black\"/>\n";
+    }
+  }
+  for (double x = 0; x <= x_hi + 1e-9; x += step) {
+    o << "<line x1=\"" << X(x) << "\" x2=\"" << X(x) << "\" y1=\"" << top << "\" y2=\"" << top + ph
+      << "\" stroke=\"#ececec\" stroke-width=\"1\"/>\n";
+    o << "<line x1=\"" << X(x) << "\" x2=\"" << X(x) << "\" y1=\"" << top + ph << "\" y2=\"" << top + ph + 6
+      << "\" stroke=\"black\"/>\n";
+    o << "<text x=\"" << X(x) << "\" y=\"" << top + ph + 22 << "\" text-anchor=\"middle\" font-size=\"13\">"
+      << fmt("%g", x) << "</text>\n";
+  }
+  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
+    << "\" fill=\"none\" stroke=\"black\" stroke-width=\"1.2\"/>\n";
+  o << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 16 << "\" text-anchor=\"middle\" font-size=\"15\">"
+    << xml_escape(x_label) << "</text>\n";
+  o << "<text transform=\"translate(22," << top + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\" font-size=\"15\">"
+    << xml_escape(y_label) << "</text>\n";
+  // the series
+  for (const auto& s : series) {
+    o << "<polyline fill=\"none\" stroke=\"" << s.color << "\" stroke-width=\"2.5\""
+      << (s.dashed ? " stroke-dasharray=\"7,4\"" : "") << " points=\"";
+    for (std::size_t i = 0; i < s.x.size(); ++i) o << fmt("%.1f", X(s.x[i])) << ',' << fmt("%.1f", Y(s.y[i])) << ' ';
+    o << "\"/>\n";
+    for (std::size_t i = 0; i < s.x.size(); ++i)
+      o << "<circle cx=\"" << fmt("%.1f", X(s.x[i])) << "\" cy=\"" << fmt("%.1f", Y(s.y[i])) << "\" r=\"4\" fill=\""
+        << s.color << "\"/>\n";
+  }
+  if (!end_note.empty() && series.size() >= 2 && !series[0].x.empty() && !series[1].x.empty()) {
+    const double xe = X(series[0].x.back()) - 12;
+    const double ym = 0.5 * (Y(series[0].y.back()) + Y(series[1].y.back()));
+    o << "<text x=\"" << xe << "\" y=\"" << ym + 5 << "\" text-anchor=\"end\" font-size=\"14\" font-weight=\"bold\" "
+      << "fill=\"#333\">" << xml_escape(end_note) << "</text>\n";
+  }
+  if (!footnote.empty())
+    o << "<text x=\"" << W - 8 << "\" y=\"" << H - 6 << "\" text-anchor=\"end\" font-size=\"11\" fill=\"#888\">"
+      << xml_escape(footnote) << "</text>\n";
+  // legend, top left inside the plot
+  const double lx = left + 16, ly = top + 14, row_h = 22;
+  double text_w = 0;
+  for (const auto& s : series) text_w = std::max(text_w, 7.6 * s.name.size());
+  o << "<rect x=\"" << lx << "\" y=\"" << ly << "\" width=\"" << 56 + text_w << "\" height=\""
+    << 10 + row_h * series.size() << "\" fill=\"white\" fill-opacity=\"0.9\" stroke=\"#999\"/>\n";
+  for (std::size_t i = 0; i < series.size(); ++i) {
+    const double yy = ly + 16 + row_h * i;
+    o << "<line x1=\"" << lx + 10 << "\" x2=\"" << lx + 40 << "\" y1=\"" << yy << "\" y2=\"" << yy << "\" stroke=\""
+      << series[i].color << "\" stroke-width=\"2.5\"" << (series[i].dashed ? " stroke-dasharray=\"7,4\"" : "")
+      << "/>\n";
+    o << "<circle cx=\"" << lx + 25 << "\" cy=\"" << yy << "\" r=\"4\" fill=\"" << series[i].color << "\"/>\n";
+    o << "<text x=\"" << lx + 48 << "\" y=\"" << yy + 4.5 << "\" font-size=\"13\">" << xml_escape(series[i].name)
+      << "</text>\n";
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+// ---------------------------------------------------------------- report
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream f(p);
+  f << text;
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", p.string().c_str());
+    std::exit(1);
+  }
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto c = line.find(':');
+      return c == std::string::npos ? line : line.substr(c + 2);
+    }
+  return "unknown CPU";
+}
+
+/// The final table: one line per figure, columns as in kTableHead.
+using TableRow = std::vector<std::string>;
+const TableRow kTableHead = {"figure", "model", "measured (median)", "as rate", "limit", "of limit", "best run",
+                             "target", "met", "others' CPU"};
+
+void print_table(const std::vector<TableRow>& rows) {
+  std::vector<std::size_t> w(kTableHead.size());
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = kTableHead[i].size();
+  for (const auto& r : rows)
+    for (std::size_t i = 0; i < w.size() && i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
+  auto line = [&](const TableRow& r) {
+    std::string out;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      const std::string& c = i < r.size() ? r[i] : std::string();
+      out += (i ? "  " : "") + c + std::string(w[i] - c.size(), ' ');
+    }
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    std::printf("%s\n", out.c_str());
+  };
+  line(kTableHead);
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) total += w[i] + (i ? 2 : 0);
+  std::printf("%s\n", std::string(total, '-').c_str());
+  for (const auto& r : rows) line(r);
+}
+
+std::string pct(double f) { return fmt("%.1f%%", 100.0 * f); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options opt = parse_options(argc, argv);
+  std::error_code ec;
+  fs::create_directories(opt.out_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "cannot create %s: %s\n", opt.out_dir.string().c_str(), ec.message().c_str());
+    return 1;
+  }
+  const int T = opt.threads;
+  progress("kvdecode %s roofline: %s, %ld CPUs online, kernels %s, %d thread(s)%s", kvd::kVersion, cpu_model().c_str(),
+           sysconf(_SC_NPROCESSORS_ONLN), kvd::detail::kSimdName, T, opt.quick ? ", --quick" : "");
+
+  // ---- 1. machine limits
+  const std::size_t bw_bytes = (opt.quick ? 256ull : 1024ull) << 20;
+  const int bw_passes = opt.quick ? 2 : 6;  // per stream count
+  progress("bandwidth: allocating and first-touching %zu MiB", bw_bytes >> 20);
+  std::unique_ptr<unsigned char, void (*)(unsigned char*)> arr(
+      static_cast<unsigned char*>(std::aligned_alloc(64, bw_bytes)), [](unsigned char* p) { std::free(p); });
+  if (!arr) {
+    std::fprintf(stderr, "cannot allocate %zu bytes for the bandwidth array\n", bw_bytes);
+    return 1;
+  }
+  {
+    // each thread writes the slice it will read (first touch places the pages near it)
+    const std::size_t slice = bw_bytes / T / 256 * 256;
+    auto* words = reinterpret_cast<std::uint64_t*>(arr.get());
+    auto touch = [&](std::size_t t) {
+      for (std::size_t i = t * slice / 8; i < (t + 1) * slice / 8; ++i) words[i] = i * 0x9E3779B97F4A7C15ull + 1;
+    };
+#if defined(_OPENMP)
+#pragma omp parallel num_threads(T)
+    touch(static_cast<std::size_t>(omp_get_thread_num()));
+#else
+    for (int t = 0; t < T; ++t) touch(static_cast<std::size_t>(t));
+#endif
+  }
+  or_streams<1>(arr.get(), bw_bytes / 128 * 128);  // one untimed pass
+  Undisturbed u(opt.max_others, opt.patience);
+  double bw_busy = -1, bw1_busy = -1;
+  const Bandwidth bw = u.run("bandwidth", [&] { return measure_bandwidth(arr.get(), bw_bytes, T, bw_passes); }, bw_busy);
+  progress("bandwidth, %d thread(s): best %.2f GB/s (median %.2f) with %d stream(s) per thread; other processes used "
+           "%.0f%% of the CPUs", T, bw.best_gbs, bw.median_gbs, bw.streams, 100 * bw_busy);
+  Bandwidth bw1 = bw;
+  bw1_busy = bw_busy;
+  if (T != 1) {
+    bw1 = u.run("bandwidth (1 thread)", [&] { return measure_bandwidth(arr.get(), bw_bytes, 1, bw_passes); }, bw1_busy);
+    progress("bandwidth, 1 thread: best %.2f GB/s (median %.2f) with %d stream(s); other processes used %.0f%% of the "
+             "CPUs", bw1.best_gbs, bw1.median_gbs, bw1.streams, 100 * bw1_busy);
+  }
+  arr.reset();
+
+  const long fma_iters = opt.quick ? 20'000'000 : 100'000'000;
+  const int fma_runs = opt.quick ? 3 : 7;
+  double fma1_busy = -1, fma_busy = -1;
+  const FmaPeak fma1 = u.run("FMA peak (1 thread)", [&] { return measure_fma_peak(1, fma_iters, fma_runs); }, fma1_busy);
+  progress("FMA peak (%s, float32), 1 thread: best %.1f GFLOP/s, median %.1f; other processes used %.0f%% of the CPUs",
+           kIsa, fma1.best_gflops, fma1.median_gflops, 100 * fma1_busy);
+  FmaPeak fmaT = fma1;
+  fma_busy = fma1_busy;
+  if (T != 1) {
+    fmaT = u.run("FMA peak", [&] { return measure_fma_peak(T, fma_iters, fma_runs); }, fma_busy);
+    progress("FMA peak (%s, float32), %d threads: best %.1f GFLOP/s, median %.1f; other processes used %.0f%% of the "
+             "CPUs", kIsa, T, fmaT.best_gflops, fmaT.median_gflops, 100 * fma_busy);
+  }
+
+  // ---- 2. model figures
+  kvd::set_num_threads(T);
+  std::vector<ModelFigures> figs;
+  figs.push_back(measure_model(Shape::k15M, opt.quick, u));
+  if (!opt.quick) figs.push_back(measure_model(Shape::k110M, opt.quick, u));
+
+  // ---- 3. time per token against position
+  const std::vector<PositionPoint> pts = measure_time_per_token(opt.quick, u);
+
+  // ---- outputs
+  {
+    std::ostringstream csv;
+    csv << "position,with_cache_ms_median,with_cache_ms_min,with_cache_runs,reference_ms_median,reference_ms_min,"
+           "reference_runs,reference_over_cache\n";
+    for (const auto& p : pts)
+      csv << p.pos << ',' << fmt("%.5f", p.cached.median() * 1e3) << ',' << fmt("%.5f", p.cached.min() * 1e3) << ','
+          << p.cached.size() << ',' << fmt("%.5f", p.reference.median() * 1e3) << ','
+          << fmt("%.5f", p.reference.min() * 1e3) << ',' << p.reference.size() << ','
+          << fmt("%.2f", p.reference.median() / p.cached.median()) << '\n';
+    write_file(opt.out_dir / "time_per_token.csv", csv.str());
+
+    double max_busy = 0;
+    for (const auto& p : pts) max_busy = std::max(max_busy, p.busy);
+    Series cached{"with KV cache (decode_step)", "#1f63b4", {}, {}};
+    Series ref{"cache-free reference (forward_reference of pos+1 tokens)", "#d6452a", {}, {}, true};
+    for (const auto& p : pts) {
+      cached.x.push_back(p.pos);
+      cached.y.push_back(p.cached.median() * 1e3);
+      ref.x.push_back(p.pos);
+      ref.y.push_back(p.reference.median() * 1e3);
+    }
+    const std::string subtitle = std::string("stories15M shape, random float32 weights, ") + std::to_string(T) +
+                                 (T == 1 ? " thread" : " threads") + ", median per point; " + cpu_model();
+    write_file(opt.out_dir / "time_per_token.svg",
+               line_chart_svg("Time per token vs position: with and without the KV cache", subtitle, "position",
+                              "ms per token (log scale)", {ref, cached},
+                              fmt("%.0fx", pts.back().reference.median() / pts.back().cached.median()) +
+                                  " slower without the cache at position " + std::to_string(pts.back().pos),
+                              max_busy > 0.10 ? fmt("machine shared: other processes used up to %.0f%% of the CPUs "
+                                                    "while these points were measured", 100 * max_busy)
+                                              : std::string()));
+  }
+
+  // the summary table and its CSV
+  constexpr double kDecodeTarget = 0.85, kPrefillTarget = 0.60, kBatchTarget = 5.0;
+  std::vector<TableRow> rows;
+  std::ostringstream csv;
+  csv << "figure,model,value,unit,limit,limit_unit,fraction_of_limit,best_run_value,best_run_fraction,target,met,"
+         "others_cpu_share\n";
+  // value: median (limits: best pass); best_run_*: from the fastest single call
+  auto csv_row = [&](const std::string& figure, const std::string& model, double v, const char* unit, double lim,
+                     const char* lim_unit, double frac, double best_v, double best_frac, const std::string& target,
+                     const std::string& met, double busy) {
+    auto num = [](double x, const char* f) { return x >= 0 ? fmt(f, x) : std::string(); };
+    csv << figure << ',' << model << ',' << fmt("%.6g", v) << ',' << unit << ',' << num(lim > 0 ? lim : -1, "%.6g")
+        << ',' << lim_unit << ',' << num(frac, "%.4f") << ',' << num(best_v, "%.6g") << ',' << num(best_frac, "%.4f")
+        << ',' << target << ',' << met << ',' << num(busy, "%.3f") << '\n';
+  };
+  auto busy_str = [](double b) { return b >= 0 ? fmt("%.0f%%", 100 * b) : std::string("?"); };
+  csv_row("read_bandwidth", "machine", bw.best_gbs, "GB/s", 0, "", -1, -1, -1, "", "", bw_busy);
+  csv_row("read_bandwidth_median_pass", "machine", bw.median_gbs, "GB/s", 0, "", -1, -1, -1, "", "", bw_busy);
+  csv_row("read_bandwidth_streams_per_thread", "machine", bw.streams, "streams", 0, "", -1, -1, -1, "", "", bw_busy);
+  csv_row("read_bandwidth_1thread", "machine", bw1.best_gbs, "GB/s", 0, "", -1, -1, -1, "", "", bw1_busy);
+  csv_row("fma_peak_1thread", "machine", fma1.best_gflops, "GFLOP/s", 0, "", -1, -1, -1, "", "", fma1_busy);
+  csv_row("fma_peak", "machine", fmaT.best_gflops, "GFLOP/s", 0, "", -1, -1, -1, "", "", fma_busy);
+  for (const auto& f : figs) {
+    const std::string name = shape_name(f.shape);
+    const std::string at = std::to_string(f.decode_pos);
+    // decode: bytes one step must read, against the bandwidth limit
+    const double step_bytes =
+        static_cast<double>(f.weight_bytes) + static_cast<double>(f.kv_bytes_per_token) * (f.decode_pos + 1);
+    const double dec_tps = 1.0 / f.decode.median(), dec_best_tps = 1.0 / f.decode.min();
+    const double dec_gbs = step_bytes * dec_tps / 1e9;
+    const double bound_tps = bw.best_gbs * 1e9 / step_bytes;
+    const double dec_frac = dec_tps / bound_tps, dec_best_frac = dec_best_tps / bound_tps;
+    const bool dec_met = dec_frac >= kDecodeTarget;
+    rows.push_back({"decode at pos " + at, name, fmt("%.1f tok/s", dec_tps) + fmt(" (%.2f ms)", f.decode.median() * 1e3),
+                    fmt("%.2f GB/s", dec_gbs) + fmt(" (%.1f MB/step)", step_bytes / 1e6),
+                    fmt("%.2f GB/s", bw.best_gbs) + fmt(" = %.1f tok/s", bound_tps), pct(dec_frac), pct(dec_best_frac),
+                    ">= 85%", dec_met ? "yes" : "NO", busy_str(f.decode_busy)});
+    csv_row("decode_pos" + at + "_tokens_per_s", name, dec_tps, "tokens/s", bound_tps, "tokens/s", dec_frac,
+            dec_best_tps, dec_best_frac, ">=0.85", dec_met ? "yes" : "no", f.decode_busy);
+    csv_row("decode_pos" + at + "_GB_per_s", name, dec_gbs, "GB/s", bw.best_gbs, "GB/s", dec_frac,
+            step_bytes * dec_best_tps / 1e9, dec_best_frac, ">=0.85", dec_met ? "yes" : "no", f.decode_busy);
+    csv_row("decode_pos" + at + "_bytes_per_step", name, step_bytes, "bytes", 0, "", -1, -1, -1, "", "", -1);
+
+    // prefill: FLOPs against the FMA peak of the same thread count
+    const double flop = 2.0 * static_cast<double>(f.prefill_macs);
+    const double pf_gflops = flop / f.prefill.median() / 1e9, pf_best_gflops = flop / f.prefill.min() / 1e9;
+    const double pf_frac = pf_gflops / fmaT.best_gflops, pf_best_frac = pf_best_gflops / fmaT.best_gflops;
+    const bool pf_met = pf_frac >= kPrefillTarget;
+    const std::string n = std::to_string(f.prefill_tokens);
+    rows.push_back({"prefill " + n + " tokens", name,
+                    fmt("%.0f tok/s", f.prefill_tokens / f.prefill.median()) + fmt(" (%.1f ms)", f.prefill.median() * 1e3),
+                    fmt("%.1f GFLOP/s", pf_gflops), fmt("%.1f GFLOP/s", fmaT.best_gflops), pct(pf_frac),
+                    pct(pf_best_frac), ">= 60%", pf_met ? "yes" : "NO", busy_str(f.prefill_busy)});
+    csv_row("prefill" + n + "_tokens_per_s", name, f.prefill_tokens / f.prefill.median(), "tokens/s", 0, "", -1,
+            f.prefill_tokens / f.prefill.min(), -1, "", "", f.prefill_busy);
+    csv_row("prefill" + n + "_GFLOP_per_s", name, pf_gflops, "GFLOP/s", fmaT.best_gflops, "GFLOP/s", pf_frac,
+            pf_best_gflops, pf_best_frac, ">=0.60", pf_met ? "yes" : "no", f.prefill_busy);
+
+    // batched decode: aggregate tokens/s of `batch` sequences against one
+    const double b1 = 1.0 / f.batch1.median(), bN = f.batch / f.batchN.median();
+    const double b1_best = 1.0 / f.batch1.min(), bN_best = f.batch / f.batchN.min();
+    const double ratio = bN / b1, ratio_best = bN_best / b1_best;
+    const bool b_met = ratio >= kBatchTarget;
+    const std::string bs = std::to_string(f.batch);
+    rows.push_back({"batch " + bs + " vs 1 at pos " + at, name, fmt("%.1f vs ", bN) + fmt("%.1f tok/s", b1),
+                    fmt("%.2fx", ratio), "-", "-", fmt("%.2fx", ratio_best), ">= 5x", b_met ? "yes" : "NO",
+                    busy_str(f.batch_busy)});
+    csv_row("decode_batch1_pos" + at + "_tokens_per_s", name, b1, "tokens/s", 0, "", -1, b1_best, -1, "", "", f.batch_busy);
+    csv_row("decode_batch" + bs + "_pos" + at + "_tokens_per_s", name, bN, "tokens/s", 0, "", -1, bN_best, -1, "", "",
+            f.batch_busy);
+    csv_row("batch" + bs + "_over_batch1", name, ratio, "x", 0, "", -1, ratio_best, -1, ">=5", b_met ? "yes" : "no",
+            f.batch_busy);
+  }
+  for (const auto& p : pts) {
+    const std::string at = std::to_string(p.pos);
+    csv_row("time_per_token_with_cache_pos" + at, "stories15M", p.cached.median() * 1e3, "ms", 0, "", -1,
+            p.cached.min() * 1e3, -1, "", "", p.busy);
+    csv_row("time_per_token_reference_pos" + at, "stories15M", p.reference.median() * 1e3, "ms", 0, "", -1,
+            p.reference.min() * 1e3, -1, "", "", p.busy);
+  }
+  write_file(opt.out_dir / "summary.csv", csv.str());
+  progress("done");
+
+  long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  std::printf("\nkvdecode %s roofline, %s%s\n", kvd::kVersion, cpu_model().c_str(), opt.quick ? "  [--quick: rough figures]" : "");
+  std::printf("Machine limits (measured in this run; best of repeated passes, median in brackets):\n");
+  std::printf("  streaming read bandwidth, %d thread(s): %8.2f GB/s  (%.2f)   others' CPU %s\n"
+              "      %zu MiB array, %s loads, best with %d stream(s) per thread of 1-16; 1 thread: %.2f GB/s\n",
+              T, bw.best_gbs, bw.median_gbs, busy_str(bw_busy).c_str(), bw_bytes >> 20, kIsa, bw.streams, bw1.best_gbs);
+  std::printf("  FMA peak float32, 1 thread:             %8.1f GFLOP/s  (%.1f)   others' CPU %s\n", fma1.best_gflops,
+              fma1.median_gflops, busy_str(fma1_busy).c_str());
+  if (T != 1)
+    std::printf("  FMA peak float32, %d threads:            %8.1f GFLOP/s  (%.1f)   others' CPU %s\n", T, fmaT.best_gflops,
+                fmaT.median_gflops, busy_str(fma_busy).c_str());
+  if (l3 > 0) std::printf("  last-level cache: %ld MiB\n", l3 >> 20);
+  std::printf("\nkvdecode, float32, %d thread(s), random weights. \"measured\" and \"of limit\" use the median call,\n"
+              "\"best run\" the fastest single call; targets are judged on the median. \"others' CPU\" is the share\n"
+              "of all CPUs other processes used while that figure was measured (high = disturbed).\n", T);
+  print_table(rows);
+  for (const auto& f : figs)
+    if (l3 > 0 && static_cast<long>(f.weight_bytes) < 2 * l3)
+      std::printf("note: %s streams %.1f MB per step, within 2x of the %ld MiB last-level cache, so part of it may be\n"
+                  "      served from cache and its decode fraction can overstate (or exceed) the DRAM bound.\n",
+                  shape_name(f.shape), f.weight_bytes / 1e6, l3 >> 20);
+  std::printf("%d measurement(s) were repeated because other processes took more than %.0f%% of the CPUs; "
+              "%.0f s went into waiting and repeating.\n", u.repeats(), 100 * u.max_others(), u.spent());
+  {
+    bool disturbed = bw_busy > u.max_others() || fma_busy > u.max_others();
+    for (const auto& f : figs)
+      disturbed = disturbed || f.decode_busy > u.max_others() || f.prefill_busy > u.max_others() ||
+                  f.batch_busy > u.max_others();
+    if (disturbed)
+      std::printf("WARNING: some figures were measured while other processes used more than %.0f%% of the CPUs\n"
+                  "         (see \"others' CPU\"); they understate kvdecode and should be measured again.\n",
+                  100 * u.max_others());
+  }
+  std::printf("\nTime per token vs position (stories15M shape, medians, ms):\n");
+  std::printf("  %8s  %14s  %18s  %8s  %11s\n", "position", "with KV cache", "cache-free ref.", "ratio", "others' CPU");
+  for (const auto& p : pts)
+    std::printf("  %8d  %14.3f  %18.3f  %7.1fx  %11s\n", p.pos, p.cached.median() * 1e3, p.reference.median() * 1e3,
+                p.reference.median() / p.cached.median(), busy_str(p.busy).c_str());
+  std::printf("\nwrote %s, %s, %s\n", (opt.out_dir / "summary.csv").string().c_str(),
+              (opt.out_dir / "time_per_token.csv").string().c_str(), (opt.out_dir / "time_per_token.svg").string().c_str());
+  return 0;
+}
