@@ -36,6 +36,8 @@ std::vector<Shape> shapes() {
       {"OneLayer_GQA_Dh8", small_config(6, 3, 8, 40, 1, 64, 33, 24)},
       {"GQA_D64_Dh16_S70", small_config(8, 2, 16, 64, 2, 96, 130, 70)},  // several 16-position blocks
       {"Window7_GQA_D40_S40", windowed(small_config(4, 2, 10, 40, 2, 48, 45, 40), 7)},
+      // a window narrower than the 4-row prefill groups of the attention kernel, odd head count
+      {"Window2_MHA_H3_Dh16_S36", windowed(small_config(3, 3, 16, 40, 2, 40, 30, 36), 2)},
   };
 }
 

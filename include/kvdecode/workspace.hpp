@@ -26,7 +26,7 @@ struct Row {
 /// the kernels may write whole vectors. Not thread-safe: one per model.
 template <class T>
 struct Workspace {
-  long ld_d = 0, ld_qkv = 0, ld_q = 0, ld_ff2 = 0, ld_ff = 0, ld_v = 0, ld_s = 0;
+  long ld_d = 0, ld_qkv = 0, ld_q = 0, ld_ff2 = 0, ld_ff = 0, ld_v = 0, ld_s = 0, heads = 0;
   long rows = 0, logit_rows = 0, score_threads = 0;
   detail::AlignedBuffer<T> x;       // (rows, ld_d)    residual stream
   detail::AlignedBuffer<T> xn;      // (rows, ld_d)    normalised input of a sub-layer
@@ -37,7 +37,14 @@ struct Workspace {
   detail::AlignedBuffer<T> hmid;    // (rows, ld_ff)   silu(w1 x) * w3 x
   detail::AlignedBuffer<T> xl;      // (logit_rows, ld_d) final-normed rows that need logits
   detail::AlignedBuffer<T> logits;  // (logit_rows, ld_v)
-  detail::AlignedBuffer<T> scores;  // (score_threads, ld_s) attention scores, one row per thread
+  static constexpr int kScoreRows = 4;  // score rows per thread: up to 4 rows (prefill) or 2 heads (decode)
+  detail::AlignedBuffer<T> scores;  // (score_threads, kScoreRows, ld_s) attention scores
+  struct AttentionItem {
+    int row;   // first row
+    int rows;  // consecutive rows of one sequence (1 = one row, a pair of heads)
+    int head;  // first query head
+  };
+  std::vector<AttentionItem> attention_items;  // the current call's attention work list
   std::vector<int> seq_rows;        // rows per sequence in the current call
 
   explicit Workspace(const ModelConfig& c = ModelConfig()) {
@@ -49,6 +56,7 @@ struct Workspace {
     ld_ff = round_up_lanes(c.hidden_dim);
     ld_v = round_up_lanes(c.vocab_size);
     ld_s = round_up_lanes(c.max_seq_len);
+    heads = c.n_heads;
   }
 
   /// Grows (never shrinks) to hold n rows, n_logits logit rows and n_seqs sequences.
@@ -64,8 +72,10 @@ struct Workspace {
       logit_rows = n_logits;
     }
     const long threads = num_threads();
-    if (threads > score_threads) { scores.resize(threads * ld_s); score_threads = threads; }
+    if (threads > score_threads) { scores.resize(threads * kScoreRows * ld_s); score_threads = threads; }
     if (static_cast<long>(seq_rows.size()) < n_seqs) seq_rows.resize(n_seqs);
+    // at most one item per (row, head): never reallocated within a call of n rows
+    attention_items.reserve(static_cast<std::size_t>(n * heads));
   }
 };
 
