@@ -20,13 +20,10 @@ struct Shape {
   ModelConfig config;
 };
 
-kvd::ModelConfig windowed(kvd::ModelConfig c, int window) {
-  c.sliding_window = window;
-  return c;
-}
 
 std::vector<Shape> shapes() {
   using kvd_test::small_config;
+  using kvd_test::windowed;
   return {
       // name, H, Hk, Dh, D, L, F, V, S
       {"MHA_D40_Dh10_L2", small_config(4, 4, 10, 40, 2, 72, 97, 40)},

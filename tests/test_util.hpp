@@ -32,6 +32,12 @@ inline kvd::ModelConfig small_config(int n_heads, int n_kv_heads, int head_dim, 
   return c;
 }
 
+/// c with a sliding window of `window` positions.
+inline kvd::ModelConfig windowed(kvd::ModelConfig c, int window) {
+  c.sliding_window = window;
+  return c;
+}
+
 /// Deterministic pseudo-random tokens in [0, vocab).
 inline std::vector<int> make_tokens(int n, int vocab, unsigned seed = 7) {
   std::vector<int> t(n);

@@ -120,6 +120,17 @@ class AlignedBuffer {
 /// Below this many multiply-adds a loop runs on one thread (the result is the same either way).
 inline constexpr std::int64_t kParallelThreshold = 1 << 15;
 
+/// This thread's index t and the team size nt inside an OpenMP parallel region (0 and 1 outside one).
+inline void this_thread(int& t, int& nt) {
+#if defined(_OPENMP)
+  t = omp_get_thread_num();
+  nt = omp_get_num_threads();
+#else
+  t = 0;
+  nt = 1;
+#endif
+}
+
 }  // namespace detail
 
 /// A weight matrix W (n_out x n_in, y = W x) packed into 16-column panels for the kernels.
@@ -316,10 +327,7 @@ void matmul_small(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, 
 #endif
   {
     int t = 0, nt = 1;
-#if defined(_OPENMP)
-    t = omp_get_thread_num();
-    nt = omp_get_num_threads();
-#endif
+    this_thread(t, nt);
     long c0, c1;
     split_range(n_ctiles, t, nt, c0, c1);
     for (long c = c0; c < c1; ++c) {
@@ -362,10 +370,7 @@ void matmul_large(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, 
 #endif
   {
     int t = 0, nt = 1;
-#if defined(_OPENMP)
-    t = omp_get_thread_num();
-    nt = omp_get_num_threads();
-#endif
+    this_thread(t, nt);
     long c0 = 0, c1 = n_ctiles, m_begin = 0, m_end = M;
     if (M >= 4L * MR * nt || n_ctiles < 2L * nt)
       split_range(M, t, nt, m_begin, m_end);
