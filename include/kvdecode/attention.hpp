@@ -310,6 +310,10 @@ class Attention {
     const long q = q_dim(), kv = kv_dim();
     T* qkv = ws.qkv.data();
     matmul(xn, ldx, M, wqkv_, qkv, ws.ld_qkv);
+    // Rows write different positions (distinct elements, never the same one).
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (M >= detail::kParallelRows)
+#endif
     for (long m = 0; m < M; ++m) {
       T* r = qkv + m * ws.ld_qkv;
       rope_->apply(r, n_heads_, rows[m].pos);          // q heads

@@ -42,6 +42,9 @@ class SwiGLU {
  private:
   // hmid[m][i] = silu(gate[m][i]) * up[m][i]
   void gate(const T* h13, long ld13, long M, T* hmid, long ldm) const {
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (M >= detail::kParallelRows)
+#endif
     for (long m = 0; m < M; ++m) {
       const T* g = h13 + m * ld13;
       swiglu_array(g, g + hidden_dim_, hmid + m * ldm, hmid + m * ldm, hidden_dim_);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvdecode/detail/exp.hpp"
+#include "kvdecode/kernels.hpp"
 #include "kvdecode/weights.hpp"
 
 namespace kvd {
@@ -51,6 +52,9 @@ class RMSNorm {
   long dim() const { return weight_.size(); }
   /// Normalises M rows of x (row stride ldx) into out (row stride ldo); out may equal x.
   void apply(const T* x, long ldx, long M, T* out, long ldo) const {
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (M >= detail::kParallelRows)
+#endif
     for (long m = 0; m < M; ++m) rmsnorm_row(x + m * ldx, weight_.data(), dim(), eps_, out + m * ldo);
   }
   const Vector<T>& weight() const { return weight_; }
