@@ -312,7 +312,7 @@ class Attention {
     matmul(xn, ldx, M, wqkv_, qkv, ws.ld_qkv);
     // Rows write different positions (distinct elements, never the same one).
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (M >= detail::kParallelRows)
+#pragma omp parallel for schedule(static) if (M * q_dim() >= detail::kParallelElements)
 #endif
     for (long m = 0; m < M; ++m) {
       T* r = qkv + m * ws.ld_qkv;

@@ -45,7 +45,7 @@ class TransformerBlock {
  private:
   static void add_rows(T* x, const T* y, long M, long D, long ld) {
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (M >= detail::kParallelRows)
+#pragma omp parallel for schedule(static) if (M * D >= detail::kParallelElements)
 #endif
     for (long m = 0; m < M; ++m)
       for (long i = 0; i < D; ++i) x[m * ld + i] = x[m * ld + i] + y[m * ld + i];

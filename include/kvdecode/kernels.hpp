@@ -120,9 +120,10 @@ class AlignedBuffer {
 /// Below this many multiply-adds a loop runs on one thread (the result is the same either way).
 inline constexpr std::int64_t kParallelThreshold = 1 << 15;
 
-/// Rows at or above which per-row work (norms, RoPE, SiLU, residual adds) is split
-/// over threads. Each row is computed by one thread in full, so the split changes nothing.
-inline constexpr long kParallelRows = 16;
+/// Values (rows x width) at or above which per-row work (norms, RoPE, SiLU, residual
+/// adds) is split over threads by rows. Each row is computed by one thread in full,
+/// so the split changes nothing.
+inline constexpr long kParallelElements = 1 << 16;
 
 /// This thread's index t and the team size nt inside an OpenMP parallel region (0 and 1 outside one).
 inline void this_thread(int& t, int& nt) {

@@ -43,7 +43,7 @@ class SwiGLU {
   // hmid[m][i] = silu(gate[m][i]) * up[m][i]
   void gate(const T* h13, long ld13, long M, T* hmid, long ldm) const {
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (M >= detail::kParallelRows)
+#pragma omp parallel for schedule(static) if (M * hidden_dim_ >= detail::kParallelElements)
 #endif
     for (long m = 0; m < M; ++m) {
       const T* g = h13 + m * ld13;

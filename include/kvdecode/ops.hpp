@@ -53,7 +53,7 @@ class RMSNorm {
   /// Normalises M rows of x (row stride ldx) into out (row stride ldo); out may equal x.
   void apply(const T* x, long ldx, long M, T* out, long ldo) const {
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (M >= detail::kParallelRows)
+#pragma omp parallel for schedule(static) if (M * dim() >= detail::kParallelElements)
 #endif
     for (long m = 0; m < M; ++m) rmsnorm_row(x + m * ldx, weight_.data(), dim(), eps_, out + m * ldo);
   }
