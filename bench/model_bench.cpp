@@ -31,11 +31,17 @@
 #include <string>
 #include <vector>
 
+#include "model_shapes.hpp"
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/kv_cache.hpp"
 #include "kvdecode/transformer.hpp"
 
 namespace {
+
+using kvd_bench::Shape;
+using kvd_bench::random_tokens;
+using kvd_bench::shape_config;
+using kvd_bench::shape_name;
 
 using Model = kvd::Transformer<float>;
 using Cache = kvd::KVCache<float>;
@@ -43,16 +49,6 @@ using Cache = kvd::KVCache<float>;
 /// Position every sequence of a BM_DecodeBatch step decodes at.
 constexpr int kBatchPos = 256;
 constexpr std::uint64_t kWeightSeed = 1234;
-
-enum class Shape { k15M, k110M };
-
-const char* shape_name(Shape s) { return s == Shape::k15M ? "stories15M" : "stories110M"; }
-
-kvd::ModelConfig shape_config(Shape s) {
-  kvd::ModelConfig c = s == Shape::k15M ? kvd::stories15m_config() : kvd::stories110m_config();
-  c.max_seq_len = 1024;
-  return c;
-}
 
 /// The model of a shape, built on first use and kept for the whole run.
 Model& model(Shape s) {
@@ -62,14 +58,6 @@ Model& model(Shape s) {
   }
   static Model m110(kvd::ModelWeights<float>::random(shape_config(Shape::k110M), kWeightSeed));
   return m110;
-}
-
-/// n token ids, uniform in [0, vocab_size), the same for every run.
-std::vector<int> random_tokens(int n, int vocab_size, std::uint64_t seed = 7) {
-  std::mt19937_64 rng(seed);
-  std::vector<int> t(n);
-  for (auto& x : t) x = static_cast<int>(rng() % static_cast<std::uint64_t>(vocab_size));
-  return t;
 }
 
 /// Rate counters for a benchmark whose every iteration produces `tokens` tokens,

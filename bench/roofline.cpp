@@ -70,6 +70,7 @@
 #endif
 #include <unistd.h>
 
+#include "model_shapes.hpp"
 #include "kvdecode/detail/simd.hpp"
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/kv_cache.hpp"
@@ -77,6 +78,11 @@
 #include "kvdecode/version.hpp"
 
 namespace {
+
+using kvd_bench::Shape;
+using kvd_bench::random_tokens;
+using kvd_bench::shape_config;
+using kvd_bench::shape_name;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -511,22 +517,6 @@ FmaPeak measure_fma_peak(int threads, long iters, int runs) {
 }
 
 // ---------------------------------------------------------------- model figures
-
-enum class Shape { k15M, k110M };
-const char* shape_name(Shape s) { return s == Shape::k15M ? "stories15M" : "stories110M"; }
-
-kvd::ModelConfig shape_config(Shape s) {
-  kvd::ModelConfig c = s == Shape::k15M ? kvd::stories15m_config() : kvd::stories110m_config();
-  c.max_seq_len = 1024;
-  return c;
-}
-
-std::vector<int> random_tokens(int n, int vocab_size, std::uint64_t seed = 7) {
-  std::mt19937_64 rng(seed);
-  std::vector<int> t(n);
-  for (auto& x : t) x = static_cast<int>(rng() % static_cast<std::uint64_t>(vocab_size));
-  return t;
-}
 
 /// How many repetitions each kind of measurement gets.
 struct Reps {
