@@ -122,13 +122,8 @@ void BM_DecodeBatch(benchmark::State& st, Shape shape, int batch, int threads) {
   kvd::set_num_threads(threads);
   Model& m = model(shape);
   const int pos = kBatchPos;
-  const std::vector<int> prompt = random_tokens(pos, m.config().vocab_size);
   const std::vector<int> tokens = random_tokens(batch, m.config().vocab_size, 11);  // one next token per sequence
-  std::vector<Cache> caches;
-  caches.reserve(batch);
-  caches.emplace_back(m.config(), pos + 1);
-  m.prefill(prompt, caches[0]);
-  for (int b = 1; b < batch; ++b) caches.push_back(caches[0].copy());
+  std::vector<Cache> caches = kvd_bench::batch_caches(m, batch, pos);
   std::vector<Cache*> ptrs;
   for (auto& c : caches) ptrs.push_back(&c);
   m.decode_batch(tokens, ptrs);  // warm-up

@@ -7,7 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "kvdecode/config.hpp"
+#include "kvdecode/kv_cache.hpp"
+#include "kvdecode/transformer.hpp"
 
 namespace kvd_bench {
 
@@ -28,6 +29,17 @@ inline std::vector<int> random_tokens(int n, int vocab_size, std::uint64_t seed 
   std::vector<int> t(n);
   for (auto& x : t) x = static_cast<int>(rng() % static_cast<std::uint64_t>(vocab_size));
   return t;
+}
+
+/// `batch` caches all holding the same `pos`-token prompt (prefilled once, then copied),
+/// each with room for one more position: the state a batched decode step at `pos` starts from.
+inline std::vector<kvd::KVCache<float>> batch_caches(kvd::Transformer<float>& m, int batch, int pos) {
+  std::vector<kvd::KVCache<float>> caches;
+  caches.reserve(static_cast<std::size_t>(batch));
+  caches.emplace_back(m.config(), pos + 1);
+  m.prefill(random_tokens(pos, m.config().vocab_size), caches[0]);
+  for (int b = 1; b < batch; ++b) caches.push_back(caches[0].copy());
+  return caches;
 }
 
 }  // namespace kvd_bench

@@ -555,13 +555,8 @@ Samples time_reference(Model& m, int pos, const Reps& r) {
 
 /// Seconds per decode_batch step of `batch` sequences, each at position `pos`.
 Samples time_batch(Model& m, int batch, int pos, const Reps& r) {
-  const std::vector<int> prompt = random_tokens(pos, m.config().vocab_size);
   const std::vector<int> next = random_tokens(batch, m.config().vocab_size, 11);
-  std::vector<Cache> caches;
-  caches.reserve(batch);
-  caches.emplace_back(m.config(), pos + 1);
-  m.prefill(prompt, caches[0]);
-  for (int b = 1; b < batch; ++b) caches.push_back(caches[0].copy());
+  std::vector<Cache> caches = kvd_bench::batch_caches(m, batch, pos);
   std::vector<Cache*> ptrs;
   for (auto& c : caches) ptrs.push_back(&c);
   return time_calls([&] { m.decode_batch(next, ptrs); }, [&] { for (auto& c : caches) c.truncate(pos); }, 3,

@@ -32,6 +32,12 @@ inline kvd::ModelConfig small_config(int n_heads, int n_kv_heads, int head_dim, 
   return c;
 }
 
+/// A model shape with a name for parameterised test suites.
+struct NamedConfig {
+  const char* name;
+  kvd::ModelConfig config;
+};
+
 /// c with a sliding window of `window` positions.
 inline kvd::ModelConfig windowed(kvd::ModelConfig c, int window) {
   c.sliding_window = window;

@@ -16,11 +16,7 @@ using kvd_test::make_tokens;
 
 namespace {
 
-struct Shape {
-  const char* name;
-  ModelConfig config;
-};
-
+using Shape = kvd_test::NamedConfig;
 
 std::vector<Shape> shapes() {
   using kvd_test::small_config;
