@@ -48,6 +48,13 @@ class FileError : public Error {
   using Error::Error;
 };
 
+/// A file's bytes break its format's rules: a bad magic or version, a count or
+/// length that does not fit in what remains, an unknown type code, an offset out
+/// of bounds. The message names the field, its file offset, the value and the limit.
+class FormatError : public FileError {
+  using FileError::FileError;
+};
+
 /// A pool of cache blocks has no free block left.
 class OutOfBlocksError : public CacheFullError {
   using CacheFullError::CacheFullError;

@@ -5,6 +5,7 @@
 #include "kvdecode/version.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/dtype.hpp"
+#include "kvdecode/weight_type.hpp"
 #include "kvdecode/config.hpp"
 #include "kvdecode/weights.hpp"
 #include "kvdecode/kernels.hpp"
