@@ -20,6 +20,7 @@
 #include "kvdecode/transformer.hpp"
 #include "kvdecode/generate.hpp"
 #include "kvdecode/checkpoint.hpp"
+#include "kvdecode/gguf.hpp"
 #include "kvdecode/tokenizer.hpp"
 #include "kvdecode/sampler.hpp"
 #include "kvdecode/batcher.hpp"
