@@ -535,10 +535,10 @@ class BpeTokenizer : public TextTokenizer {
     std::vector<Sym> syms;
     syms.reserve(w.size());
     for (std::size_t i = 0; i < w.size();) {
-      // llama.cpp's grouping: the length a lead byte announces (1 for a stray byte).
-      const auto c = static_cast<unsigned char>(w[i]);
-      std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-      len = std::min(len, w.size() - i);
+      // One UTF-8 character, or one invalid byte (llama.cpp takes the length a lead
+      // byte announces, which lets a stray lead byte swallow the next character;
+      // on valid UTF-8 both are the same).
+      const std::size_t len = detail::utf8_unit(w.data(), w.size(), i);
       const int n = static_cast<int>(syms.size());
       syms.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(len), n - 1, -1});
       if (n > 0) syms[static_cast<std::size_t>(n - 1)].next = n;

@@ -18,6 +18,7 @@
 #include "kvdecode/error.hpp"
 #include "kvdecode/text_tokenizer.hpp"
 #include "kvdecode/tokenizer.hpp"
+#include "kvdecode/tokenizer_gguf.hpp"
 #include "kvdecode/tokenizer_json.hpp"
 
 namespace kvd {
@@ -57,7 +58,7 @@ inline TokenizerFormat detect_tokenizer_format(const std::string& path, std::str
 inline std::unique_ptr<TextTokenizer> load_tokenizer(const std::string& path) {
   std::string file;
   switch (detect_tokenizer_format(path, &file)) {
-    case TokenizerFormat::kGguf: throw FormatError(detail::msg(file, ": GGUF tokenizers are not readable yet"));
+    case TokenizerFormat::kGguf: return load_tokenizer_gguf_file(file);
     case TokenizerFormat::kTokenizerJson: return load_tokenizer_json(file);
     case TokenizerFormat::kLlama2c: break;
   }
