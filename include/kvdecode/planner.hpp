@@ -113,7 +113,7 @@ inline const std::vector<GpuAlias>& gpu_aliases() {
 }
 
 /// a * b, or ArgumentError naming `what` if the product does not fit in 64 bits.
-inline std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
+inline std::uint64_t checked_arg_mul(std::uint64_t a, std::uint64_t b, const char* what) {
   if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a)
     throw ArgumentError(msg(what, ": ", a, " x ", b, " overflows 64 bits (limit ",
                             std::numeric_limits<std::uint64_t>::max(), ")"));
@@ -237,9 +237,9 @@ inline std::uint64_t kv_bytes_per_token(int n_layers, int n_kv_heads, int head_d
   positive("n_kv_heads", n_kv_heads);
   positive("head_dim", head_dim);
   const std::uint64_t per_head = dtype_bytes_for(dtype, static_cast<std::uint64_t>(head_dim));
-  std::uint64_t b = detail::checked_mul(2ull * static_cast<std::uint64_t>(n_layers),
+  std::uint64_t b = detail::checked_arg_mul(2ull * static_cast<std::uint64_t>(n_layers),
                                         static_cast<std::uint64_t>(n_kv_heads), "2 * n_layers * n_kv_heads");
-  return detail::checked_mul(b, per_head, "bytes per token");
+  return detail::checked_arg_mul(b, per_head, "bytes per token");
 }
 
 /// Plans KV cache capacity for `in` (see the formulas at the top of this file).
@@ -252,7 +252,7 @@ inline MemoryPlan plan_memory(const PlanInput& in) {
   in.validate();
   MemoryPlan p;
   p.bytes_per_token = kv_bytes_per_token(in.n_layers, in.n_kv_heads, in.head_dim, in.dtype);
-  p.bytes_per_sequence = detail::checked_mul(p.bytes_per_token, in.tokens_per_sequence, "bytes per sequence");
+  p.bytes_per_sequence = detail::checked_arg_mul(p.bytes_per_token, in.tokens_per_sequence, "bytes per sequence");
   p.weight_bytes = in.weight_bytes;
   // memory_gb <= kMaxMemoryGb keeps this below 2^63, so the conversion is exact to the nearest byte.
   p.memory_bytes = static_cast<std::uint64_t>(std::llround(in.memory_gb * 1e9));
