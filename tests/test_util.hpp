@@ -36,7 +36,54 @@ inline kvd::ModelConfig small_config(int n_heads, int n_kv_heads, int head_dim, 
 struct NamedConfig {
   const char* name;
   kvd::ModelConfig config;
+  /// How the random weights are stored: kF32 = the compute type; kF16/kBF16 = every
+  /// matrix rounded to that type (kvd_test::storage_mix: several types at once).
+  kvd::WeightType storage = kvd::WeightType::kF32;
+  bool mixed_storage = false;   ///< projections in f16, bf16 and dense at once (PackedMatrix segments)
+  bool rope_factors = false;    ///< attach RoPE frequency factors (Llama 3.1 rope_freqs)
 };
+
+/// c with q/k/v biases and RoPE on halves (the qwen2 options).
+inline kvd::ModelConfig qwen2_like(kvd::ModelConfig c) {
+  c.rope_style = kvd::RopeStyle::kHalves;
+  c.qkv_bias = true;
+  return c;
+}
+/// c with per-head q/k RMSNorm and RoPE on halves (the qwen3 options).
+inline kvd::ModelConfig qwen3_like(kvd::ModelConfig c) {
+  c.rope_style = kvd::RopeStyle::kHalves;
+  c.qk_norm = true;
+  return c;
+}
+
+/// Seeded random weights for a named shape, stored as the shape asks.
+template <class T>
+kvd::ModelWeights<T> make_weights(const NamedConfig& s, std::uint64_t seed) {
+  auto w = kvd::ModelWeights<T>::random(s.config, seed);
+  using kvd::WeightType;
+  if (s.mixed_storage) {
+    w.token_embedding = w.token_embedding.converted_to(WeightType::kF16);
+    for (auto& l : w.layers) {
+      l.wq = l.wq.converted_to(WeightType::kF16);
+      l.wk = l.wk.converted_to(WeightType::kF16);
+      l.wv = l.wv.converted_to(WeightType::kBF16);   // q|k|v: two segments
+      l.w1 = l.w1.converted_to(WeightType::kBF16);   // gate|up: bf16 then dense
+      l.w2 = l.w2.converted_to(WeightType::kF16);
+    }
+    if (!w.config.shared_classifier) w.classifier = w.classifier.converted_to(WeightType::kBF16);
+  } else if (s.storage != WeightType::kF32) {
+    auto conv = [&](kvd::WeightMatrix& m) { m = m.converted_to(s.storage); };
+    conv(w.token_embedding);
+    for (auto& l : w.layers)
+      for (kvd::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) conv(*m);
+    if (!w.config.shared_classifier) conv(w.classifier);
+  }
+  if (s.rope_factors) {
+    w.rope_freq_factors.resize(s.config.rotary_dim() / 2);
+    for (long i = 0; i < w.rope_freq_factors.size(); ++i) w.rope_freq_factors[i] = T(1) + T(i % 3) * T(1.5);
+  }
+  return w;
+}
 
 /// c with a sliding window of `window` positions.
 inline kvd::ModelConfig windowed(kvd::ModelConfig c, int window) {

@@ -21,6 +21,7 @@
 #include "kvdecode/generate.hpp"
 #include "kvdecode/checkpoint.hpp"
 #include "kvdecode/gguf.hpp"
+#include "kvdecode/gguf_model.hpp"
 #include "kvdecode/safetensors.hpp"
 #include "kvdecode/tokenizer.hpp"
 #include "kvdecode/text_tokenizer.hpp"

@@ -230,6 +230,39 @@ class WeightMatrix {
     if (owner_ && !owned_) owner_->release(data_, bytes());
   }
 
+  /// The same values stored as type t: for f32/f64/f16/bf16 targets each value is
+  /// rounded to nearest even (exact when it already fits). Throws ConfigError for
+  /// a block-type target (quantisation lives in detail/quant.hpp).
+  WeightMatrix converted_to(WeightType t) const {
+    if (t == type_) return *this;
+    WeightMatrix out = zeros(t, rows_, cols_);
+    std::vector<double> row(static_cast<std::size_t>(cols_));
+    for (long r = 0; r < rows_; ++r) {
+      dequantize_row(r, row.data());
+      unsigned char* dst = out.owned_->data() + out.row_bytes_ * static_cast<std::uint64_t>(r);
+      for (long c = 0; c < cols_; ++c) {
+        const float f = static_cast<float>(row[c]);
+        switch (t) {
+          case WeightType::kF32: std::memcpy(dst + 4 * c, &f, 4); break;
+          case WeightType::kF64: std::memcpy(dst + 8 * c, &row[c], 8); break;
+          case WeightType::kF16: {
+            const std::uint16_t h = Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(f));
+            std::memcpy(dst + 2 * c, &h, 2);
+            break;
+          }
+          case WeightType::kBF16: {
+            const std::uint16_t h = Eigen::numext::bit_cast<std::uint16_t>(Eigen::bfloat16(f));
+            std::memcpy(dst + 2 * c, &h, 2);
+            break;
+          }
+          default:
+            throw ConfigError(detail::msg("converting weights to ", weight_type_name(t), " needs the quantiser"));
+        }
+      }
+    }
+    return out;
+  }
+
   /// The same matrix with dense storage converted to type U (f32 <-> f64); other
   /// storage types are returned unchanged (storage is the matrix's, not the model's).
   template <class U>
