@@ -3,6 +3,8 @@
 // last W positions while staying bit-identical to the banded-mask reference.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "test_util.hpp"
 
 using namespace kvd;
@@ -204,4 +206,101 @@ TEST(SlidingWindow, CacheWithoutWindowRejectedByWindowedModel) {
   c.sliding_window = 0;
   KVCache<float> plain(c);
   EXPECT_THROW(model.decode_step(1, plain), CacheMismatchError);
+}
+
+// ---- Size bounds (issue 12): every size a cache forms is bounded by validate() ----
+
+namespace {
+// The config of issue 12: it passed validate() (every field <= 2^20, every weight
+// matrix <= 2^31 elements), but 2^20 layers x 1024 KV heads x 2^20 head_dim x 16
+// positions wrapped the cache size to a small number.
+ModelConfig wrapping_cache_config() {
+  ModelConfig c;
+  c.vocab_size = 2; c.d_model = 1; c.n_layers = 1 << 20; c.n_heads = 1024; c.n_kv_heads = 1024;
+  c.head_dim = 1 << 20; c.hidden_dim = 2; c.max_seq_len = 16;
+  return c;
+}
+std::string config_error_of(const ModelConfig& c) {
+  try {
+    c.validate();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(CacheSizeBounds, WrappingCacheConfigIsRejectedByValidate) {
+  const std::string m = config_error_of(wrapping_cache_config());
+  EXPECT_NE(m.find("q_dim"), std::string::npos) << m;
+  EXPECT_NE(m.find("1048576"), std::string::npos) << m;  // the limit
+}
+
+TEST(CacheSizeBounds, WrappingCacheConfigCannotBuildACache) {
+  EXPECT_THROW((void)KVCache<float>(wrapping_cache_config()), ConfigError);
+  EXPECT_THROW(KVCache<double>(wrapping_cache_config(), 16), ConfigError);
+}
+
+TEST(CacheSizeBounds, LoadCacheWithWrappingConfigIsAConfigErrorNotBadAlloc) {
+  // A 72-byte file (header + checksum, no data) claiming the wrapping shape.
+  std::vector<unsigned char> b(72, 0);
+  std::memcpy(b.data(), "KVDC", 4);
+  auto put32 = [&](std::size_t o, std::uint32_t v) { detail::store_u32_le(b.data() + o, v); };
+  put32(4, 1); put32(8, 64); put32(12, 1u << 20); put32(16, 1024); put32(20, 1u << 20); put32(24, 16);
+  put32(28, 16); put32(32, 0); b[36] = 0; b[37] = 4;
+  detail::store_u64_le(b.data() + 64, detail::fnv1a64(b.data(), 64));
+  const std::string path = ::testing::TempDir() + "kvdecode_wrapping_cache.kvdc";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  }
+  try {
+    (void)load_cache<float>(path, wrapping_cache_config());
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("q_dim"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+TEST(CacheSizeBounds, FullCacheElementsAreBounded) {
+  ModelConfig c = wrapping_cache_config();
+  c.n_heads = c.n_kv_heads = 4;
+  c.head_dim = 1 << 18;                 // q_dim = 2^20: at the limit
+  c.max_seq_len = 1 << 20;              // 2 x 2^20 x 4 x 2^18 x 2^20 = 2^61 elements
+  const std::string m = config_error_of(c);
+  EXPECT_NE(m.find("full KV cache"), std::string::npos) << m;
+  EXPECT_NE(m.find("1099511627776"), std::string::npos) << m;  // 2^40
+  EXPECT_THROW(KVCache<float>(c, 16), ConfigError);
+  c.n_layers = 1 << 9;                  // 2 x 2^9 x 4 x 2^18 x 2^10 = 2^40: at the limit
+  c.max_seq_len = 1 << 10;
+  EXPECT_NO_THROW(c.validate());
+  c.max_seq_len += 1;
+  EXPECT_THROW(c.validate(), ConfigError);
+}
+
+TEST(CacheSizeBounds, NKvHeadsIsBounded) {
+  ModelConfig c = cfg();
+  c.n_kv_heads = (1 << 20) + 1;
+  c.n_heads = c.n_kv_heads;
+  EXPECT_FALSE(config_error_of(c).empty());
+}
+
+TEST(CacheSizeBounds, SlidingWindowIsBounded) {
+  ModelConfig c = cfg();
+  c.sliding_window = 1 << 20;
+  EXPECT_NO_THROW(c.validate());
+  c.sliding_window = (1 << 20) + 1;
+  const std::string m = config_error_of(c);
+  EXPECT_NE(m.find("sliding_window = 1048577"), std::string::npos) << m;
+}
+
+TEST(CacheSizeBounds, QDimIsBounded) {
+  ModelConfig c = cfg();
+  c.d_model = 1;
+  c.n_heads = c.n_kv_heads = 2048;
+  c.head_dim = 1024;  // q_dim = 2^21; q_dim x d_model = 2^21 passed the matrix bound
+  c.n_layers = 1; c.max_seq_len = 16;
+  const std::string m = config_error_of(c);
+  EXPECT_NE(m.find("q_dim = n_heads x head_dim = 2048 x 1024 = 2097152"), std::string::npos) << m;
 }

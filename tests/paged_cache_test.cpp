@@ -804,3 +804,34 @@ TEST(PagedBadInput, TruncateBeyondLength) {
 }
 
 }  // namespace
+
+namespace {
+// A valid config whose full cache is exactly ModelConfig's limit of 2^40 elements.
+ModelConfig huge_block_config() {
+  ModelConfig c;
+  c.vocab_size = 2; c.d_model = 1; c.n_layers = 1 << 4; c.n_heads = 4; c.n_kv_heads = 4;
+  c.head_dim = 1 << 18; c.hidden_dim = 2; c.max_seq_len = 1 << 15;  // 2 x 2^4 x 2^20 x 2^15 = 2^40 elements
+  return c;
+}
+}  // namespace
+
+TEST(PagedBadInput, PoolElementCountOverflowingSizeTIsConfigError) {
+  // One block of 2^15 tokens holds 2^40 elements; 2^24 of them are 2^64 elements.
+  ASSERT_NO_THROW(huge_block_config().validate());
+  try {
+    BlockPool<float> pool(huge_block_config(), 1 << 24, 1 << 15);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("BlockPool elements"), std::string::npos) << e.what();
+  }
+}
+
+TEST(PagedBadInput, PoolByteCountOverflowingSizeTIsConfigError) {
+  // 2^23 blocks of 2^40 doubles: 2^63 elements fit in size_t, 2^66 bytes do not.
+  try {
+    BlockPool<double> pool(huge_block_config(), 1 << 23, 1 << 15);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("BlockPool bytes"), std::string::npos) << e.what();
+  }
+}

@@ -87,9 +87,11 @@ struct ModelConfig {
     bounded("d_model", d_model);
     bounded("n_layers", n_layers);
     bounded("n_heads", n_heads);
+    bounded("n_kv_heads", n_kv_heads);
     bounded("head_dim", head_dim);
     bounded("hidden_dim", hidden_dim);
     bounded("max_seq_len", max_seq_len);
+    bounded("sliding_window", sliding_window);
     constexpr long long kMaxMatrix = std::numeric_limits<int>::max();
     auto product = [&](const char* what, long long a, long long b) {
       if (a * b > kMaxMatrix)
@@ -98,6 +100,19 @@ struct ModelConfig {
     product("vocab_size x d_model", vocab_size, d_model);
     product("q_dim x d_model", static_cast<long long>(n_heads) * head_dim, d_model);
     product("hidden_dim x d_model", hidden_dim, d_model);
+    // One head row of every layer (q_dim <= 2^20) and the whole KV cache of one
+    // max_seq_len sequence (2 * L * Hk * Dh * S <= 2^40 elements) stay far below
+    // 2^64 bytes in every size the caches and kernels form, even in int indices.
+    const long long q = static_cast<long long>(n_heads) * head_dim;
+    if (q > kMaxDim)
+      throw ConfigError(detail::msg("ModelConfig: q_dim = n_heads x head_dim = ", n_heads, " x ", head_dim, " = ", q,
+                                    " exceeds the limit ", kMaxDim));
+    constexpr long long kMaxCacheElements = 1ll << 40;
+    const long long per_token = 2ll * n_layers * n_kv_heads * head_dim;  // <= 2 * 2^20 * 2^20
+    if (per_token > kMaxCacheElements / max_seq_len)
+      throw ConfigError(detail::msg("ModelConfig: a full KV cache of 2 x n_layers x n_kv_heads x head_dim x max_seq_len = 2 x ",
+                                    n_layers, " x ", n_kv_heads, " x ", head_dim, " x ", max_seq_len,
+                                    " elements exceeds the limit ", kMaxCacheElements));
   }
 
   /// A one-line description such as "D=288 L=6 H=6 Hk=6 Dh=48 F=768 V=32000 S=256".

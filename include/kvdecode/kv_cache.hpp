@@ -55,6 +55,15 @@ inline void store_kv_lane(S* kb, S* vb, int lane, const T* k, const T* v, int n_
       vb[(h * kLanes + lane) * head_dim + d] = to_storage<S>(v[h * head_dim + d]);
     }
 }
+/// a * b for a cache size, or ConfigError naming `what` if the product does not fit in
+/// size_t. ModelConfig::validate() already bounds every product a valid config forms;
+/// this keeps each size formed in the caches checked where it is formed.
+inline std::size_t cache_size_mul(std::size_t a, std::size_t b, const char* what) {
+  std::size_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r))
+    throw ConfigError(msg(what, ": ", a, " x ", b, " overflows size_t (limit ", static_cast<std::size_t>(-1), ")"));
+  return r;
+}
 }  // namespace detail
 
 /// The shape a cache must agree with: layers, KV heads and head width.
@@ -87,8 +96,8 @@ class KVCache {
   /// Allocates everything up front: capacity positions, or with a sliding window W
   /// only a ring of W + max_append positions (rounded up to blocks), where
   /// max_append (0 = kDefaultWindowChunk) is the most positions one call may append.
-  /// Throws ConfigError if config is invalid, capacity is outside [1, max_seq_len]
-  /// or max_append is negative.
+  /// Throws ConfigError if config is invalid, capacity is outside [1, max_seq_len],
+  /// max_append is negative or a size overflows; std::bad_alloc if the memory is not there.
   explicit KVCache(const ModelConfig& config, int capacity = 0, int max_append = 0) {
     config.validate();
     if (capacity == 0) capacity = config.max_seq_len;
@@ -107,8 +116,17 @@ class KVCache {
       max_append_ = capacity;
       n_blocks_ = all_blocks;
     }
-    block_elems_ = static_cast<long>(shape_.n_kv_heads) * shape_.head_dim * kBlock;  // one of K or V
-    data_.resize(static_cast<std::size_t>(shape_.n_layers) * n_blocks_ * 2 * block_elems_);
+    using detail::cache_size_mul;
+    const std::size_t block_elems = cache_size_mul(
+        cache_size_mul(static_cast<std::size_t>(shape_.n_kv_heads), static_cast<std::size_t>(shape_.head_dim),
+                       "KVCache n_kv_heads x head_dim"),
+        kBlock, "KVCache block elements");  // one of K or V
+    const std::size_t layer_elems = cache_size_mul(cache_size_mul(static_cast<std::size_t>(n_blocks_), 2, "KVCache blocks"),
+                                                   block_elems, "KVCache elements per layer");
+    const std::size_t elems = cache_size_mul(static_cast<std::size_t>(shape_.n_layers), layer_elems, "KVCache elements");
+    cache_size_mul(elems, sizeof(S), "KVCache bytes");
+    block_elems_ = static_cast<long>(block_elems);
+    data_.resize(elems);
   }
 
   KVCache(const KVCache&) = delete;             // big: copy explicitly with copy()

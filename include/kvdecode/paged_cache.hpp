@@ -82,8 +82,9 @@ class BlockPool {
   /// A pool of `n_blocks` blocks of `block_size` tokens for `config`'s shape,
   /// allocated (and zeroed) here, once. Throws ConfigError if config is invalid,
   /// block_size is not a positive multiple of 16 or exceeds max_seq_len rounded
-  /// up to 16 (a block longer than any sequence only wastes memory), or n_blocks < 1;
-  /// std::bad_alloc if the memory is not there.
+  /// up to 16 (a block longer than any sequence only wastes memory), n_blocks < 1, or
+  /// the pool's size (n_blocks x bytes per block) overflows size_t; std::bad_alloc if
+  /// the memory is not there.
   BlockPool(const ModelConfig& config, int n_blocks, int block_size = 16) {
     config.validate();
     if (block_size <= 0 || block_size % kSubBlock != 0)
@@ -98,11 +99,19 @@ class BlockPool {
     block_size_ = block_size;
     n_blocks_ = n_blocks;
     subs_per_block_ = block_size / kSubBlock;
-    sub_elems_ = static_cast<long>(shape_.n_kv_heads) * shape_.head_dim * kSubBlock;
-    block_elems_ = static_cast<std::size_t>(shape_.n_layers) * subs_per_block_ * 2 * sub_elems_;
-    if (block_elems_ > std::numeric_limits<std::size_t>::max() / sizeof(S) / static_cast<std::size_t>(n_blocks))
-      throw ConfigError(detail::msg("BlockPool of ", n_blocks, " blocks of ", block_elems_, " elements overflows size_t"));
-    data_.resize(static_cast<std::size_t>(n_blocks) * block_elems_);
+    using detail::cache_size_mul;
+    const std::size_t sub_elems = cache_size_mul(
+        cache_size_mul(static_cast<std::size_t>(shape_.n_kv_heads), static_cast<std::size_t>(shape_.head_dim),
+                       "BlockPool n_kv_heads x head_dim"),
+        kSubBlock, "BlockPool sub-block elements");
+    block_elems_ = cache_size_mul(
+        cache_size_mul(static_cast<std::size_t>(shape_.n_layers), static_cast<std::size_t>(subs_per_block_) * 2,
+                       "BlockPool sub-blocks per block"),
+        sub_elems, "BlockPool block elements");
+    const std::size_t elems = cache_size_mul(static_cast<std::size_t>(n_blocks), block_elems_, "BlockPool elements");
+    cache_size_mul(elems, sizeof(S), "BlockPool bytes");
+    sub_elems_ = static_cast<long>(sub_elems);
+    data_.resize(elems);
     refcount_.assign(n_blocks, 0);
     free_.reserve(n_blocks);
     for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);  // hands out 0, 1, 2, ... first

@@ -23,13 +23,44 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
+// Floating-point flags that break the exactness contract. The library is
+// header-only, so the flags of every translation unit that includes it apply.
+// What the compilers say about each flag (predefined macros, GCC 12 and clang 14):
+//   flag                          GCC 12                    clang 14
+//   -ffast-math, -Ofast           __FAST_MATH__             __FAST_MATH__ (also -ffp-model=fast)
+//   -fassociative-math (*)        __ASSOCIATIVE_MATH__      nothing
+//   -funsafe-math-optimizations   __ASSOCIATIVE_MATH__ ...  nothing
+//   -freciprocal-math             __RECIPROCAL_MATH__       nothing
+//   -ffinite-math-only            __FINITE_MATH_ONLY__ 1    __FINITE_MATH_ONLY__ 1
+//   -fno-signed-zeros             __NO_SIGNED_ZEROS__       nothing
+//   (*) with -fno-signed-zeros -fno-trapping-math, without which GCC ignores it.
+// Each macro below stops the build. What no macro shows (clang's
+// -fassociative-math, -freciprocal-math, -fno-signed-zeros, -fapprox-func, and
+// `#pragma clang fp reassociate(on)` or `float_control` around the include) is
+// caught, where it reorders sums, by the run-time probe at the end of this file;
+// the probe cannot see every transformation such flags allow, so they remain
+// unsupported. -ffp-contract is harmless: every multiply-add is an explicit fma.
 #if defined(__FAST_MATH__)
 #error "kvdecode refuses -ffast-math: it reorders floating-point sums and breaks the bit-exactness contract. Compile without -ffast-math (and without -fassociative-math)."
+#endif
+#if defined(__ASSOCIATIVE_MATH__)
+#error "kvdecode refuses -fassociative-math (also implied by -funsafe-math-optimizations): it reorders floating-point sums and breaks the bit-exactness contract. Compile without it."
+#endif
+#if defined(__RECIPROCAL_MATH__)
+#error "kvdecode refuses -freciprocal-math (also implied by -funsafe-math-optimizations): x / y as x * (1 / y) rounds twice and breaks the bit-exactness contract. Compile without it."
+#endif
+#if defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
+#error "kvdecode refuses -ffinite-math-only: attention masks with -infinity and exp saturates to infinity. Compile without it."
+#endif
+#if defined(__NO_SIGNED_ZEROS__)
+#error "kvdecode refuses -fno-signed-zeros: it lets the compiler drop additions of zero, which changes the sign bit of zero results. Compile without it."
 #endif
 
 namespace kvd::detail {
@@ -165,5 +196,45 @@ inline void prefetch_l2(const void* p) {
 
 /// Rounds n up to a multiple of kLanes.
 constexpr long round_up_lanes(long n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+}  // namespace kvd::detail
+
+namespace kvd::detail {
+
+/// The run-time half of the flag guard at the top of this file: true if float
+/// sums compiled with this translation unit's flags keep their written order.
+/// It adds 2^24 and then 255 ones in index order, which gives exactly 2^24 (each
+/// 2^24 + 1 rounds back to 2^24, ties to even); a compiler allowed to reassociate
+/// (clang's -fassociative-math, which sets no macro) vectorises the loop into
+/// partial sums and gets more. The input passes through volatiles so that the
+/// sum happens at run time. A heuristic: an optimiser that reorders sums
+/// elsewhere but not here, or a program whose translation units were compiled
+/// with different flags, goes unseen.
+inline bool float_sums_keep_their_order() {
+  constexpr int kN = 256;
+  volatile float big = 16777216.0f, one = 1.0f;
+  volatile int n_volatile = kN;
+  const int n = n_volatile;  // a run-time trip count: the loop is vectorised, not unrolled away
+  float x[kN];
+  x[0] = big;
+  for (int i = 1; i < kN; ++i) x[i] = one;
+  float s = 0.0f;
+  for (int i = 0; i < n && i < kN; ++i) s += x[i];
+  return s == 16777216.0f;
+}
+
+/// Runs the probe once per program, before main(): a build that reorders float
+/// sums stops with this message (like the #errors above) instead of silently
+/// producing logits that differ from every other build.
+inline const bool kFloatOrderChecked = [] {
+  if (!float_sums_keep_their_order()) {
+    std::fputs("kvdecode: this program was compiled with flags that reorder floating-point sums "
+               "(-fassociative-math, -funsafe-math-optimizations, -ffast-math or a reassociation pragma); "
+               "that breaks kvdecode's bit-exactness contract. Recompile without them.\n",
+               stderr);
+    std::abort();
+  }
+  return true;
+}();
 
 }  // namespace kvd::detail
