@@ -600,6 +600,46 @@ TEST(GGUFReject, HugeCountAllocatesNothing) {
   EXPECT_LE(g_largest_alloc.load(), file_bytes + 4096);
 }
 
+TEST(MappedFile, ReadFallbackGivesTheMappedBytes) {
+  Sample s;
+  const std::string path = (fs::temp_directory_path() / "kvd_mapped_fallback.gguf").string();
+  s.w.write(path);
+  const detail::MappedFile mapped = detail::MappedFile::open(path);
+  const detail::MappedFile read = detail::MappedFile::read(path);
+  EXPECT_TRUE(mapped.is_mapped());
+  EXPECT_FALSE(read.is_mapped());
+  ASSERT_EQ(read.size(), mapped.size());
+  EXPECT_EQ(std::memcmp(read.data(), mapped.data(), read.size()), 0);
+  read.release(0, read.size());  // a no-op without a mapping
+  fs::remove(path);
+}
+
+TEST(MappedFile, EmptyFileIsRejectedAsTruncated) {
+  const std::string path = (fs::temp_directory_path() / "kvd_empty.gguf").string();
+  { std::ofstream out(path, std::ios::binary); }
+  try {
+    GGUFFile::open(path);
+    ADD_FAILURE() << "expected a FormatError";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(path + ": magic at offset 0: needs 4 bytes but only 0 remain"), std::string::npos) << m;
+  }
+  fs::remove(path);
+}
+
+TEST(MappedFile, NonRegularFileIsRefused) {
+#if defined(__linux__)
+  try {
+    detail::MappedFile::open("/dev/null");
+    ADD_FAILURE() << "expected a FileError";
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("'/dev/null' is not a regular file"), std::string::npos) << e.what();
+  }
+#else
+  GTEST_SKIP() << "needs /dev/null";
+#endif
+}
+
 // ---------------------------------------------------------------------------
 // The cursor itself.
 
