@@ -290,6 +290,22 @@ TEST(LongInput, OneMegabyteWithoutSpacesEncodesAndDecodes) {
 
 // --- telling formats apart by content ---------------------------------------
 
+// A model GGUF written by llama.cpp carries its vocabulary; for stories260K it
+// encodes as llama2.c does with tok512.bin.
+TEST(GgufModelVocab, Stories260KMatchesTok512) {
+  SKIP_IF_MISSING(kShared + "/models/gguf/stories260K-F32.gguf");
+  const auto gguf = kvd::load_tokenizer(kShared + "/models/gguf/stories260K-F32.gguf");
+  const auto bin = kvd::load_tokenizer(kShared + "/models/tok512.bin");
+  EXPECT_EQ(gguf->vocab_size(), 512);
+  for (const char* text : {"Once upon a time", "Once upon a time, there was a little girl named Lily.",
+                           "She said, \"I want to play!\"\nThe end."}) {
+    EXPECT_EQ(gguf->encode(text), bin->encode(text)) << text;
+    EXPECT_EQ(gguf->decode(gguf->encode(text)), text);
+  }
+  EXPECT_EQ(gguf->encode("Once upon a time"), (std::vector<int>{1, 403, 407, 261, 378}));
+  EXPECT_TRUE(gguf->is_eog(2));
+}
+
 TEST(LoadTokenizer, TellsFormatsApartByContentNotName) {
   SKIP_IF_MISSING(kJson + "mistral/tokenizer.json");
   const fs::path dir = fs::temp_directory_path() / "kvd_vocab_names";
@@ -540,6 +556,22 @@ TEST(MalformedGgufVocab, MissingTokens) {
 TEST(MalformedGgufVocab, SpecialIdOutOfRange) {
   expect_gguf_error([](kvd::GGUFWriter& w) { w.set_u32("tokenizer.ggml.eos_token_id", 4); },
                     {"tokenizer.ggml.eos_token_id = 4", "outside the vocabulary [0, 4)"});
+}
+
+TEST(MalformedGgufVocab, NoneSentinelsAndAStrayPaddingIdAreAccepted) {
+  const auto tok = gguf_vocab([](kvd::GGUFWriter& w) {
+    w.set_u32("tokenizer.ggml.bos_token_id", 0xFFFFFFFFu);
+    w.set_i32("tokenizer.ggml.eot_token_id", -1);
+    w.set_u32("tokenizer.ggml.padding_token_id", 99);
+  });
+  EXPECT_EQ(tok->bos_id(), -1);
+  EXPECT_EQ(tok->pad_id(), -1);
+  EXPECT_EQ(tok->eot_id(), 3);  // found by its text, <|end|>
+}
+
+TEST(MalformedGgufVocab, NegativeSpecialId) {
+  expect_gguf_error([](kvd::GGUFWriter& w) { w.set_i32("tokenizer.ggml.bos_token_id", -5); },
+                    {"tokenizer.ggml.bos_token_id"});
 }
 
 TEST(MalformedGgufVocab, DuplicatedToken) {
