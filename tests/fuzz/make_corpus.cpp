@@ -1,0 +1,198 @@
+// Writes the seed corpora of the fuzz targets with kvdecode's own writers:
+//   kvdecode-fuzz-make-corpus <dir>   ->  <dir>/<target>/<seed>
+// Small valid files of each format and nearly valid ones (truncated, one field
+// off), so that every target starts past its magic and its first checks.
+// No file from ../shared is copied: the formats are written from scratch here.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "kvdecode/detail/quant.hpp"
+#include "kvdecode/kvdecode.hpp"
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<unsigned char>;
+
+namespace {
+
+fs::path g_root;
+
+Bytes read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void put(const std::string& target, const std::string& name, const Bytes& b) {
+  const fs::path dir = g_root / target;
+  fs::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  if (!out) throw std::runtime_error("cannot write " + (dir / name).string());
+}
+
+Bytes truncated(Bytes b, std::size_t n) {
+  b.resize(b.size() > n ? b.size() - n : 0);
+  return b;
+}
+
+kvd::ModelConfig tiny(bool shared, int n_kv_heads = 2) {
+  kvd::ModelConfig c;
+  c.vocab_size = 16; c.d_model = 8; c.n_layers = 1; c.n_heads = 2; c.n_kv_heads = n_kv_heads; c.head_dim = 4;
+  c.hidden_dim = 12; c.max_seq_len = 8; c.shared_classifier = shared;
+  return c;
+}
+
+void checkpoints(const fs::path& tmp) {
+  int i = 0;
+  for (auto fmt : {kvd::CheckpointFormat::kLlama2cLegacy, kvd::CheckpointFormat::kLlama2cV1})
+    for (bool shared : {true, false})
+      for (int hk : {2, 1}) {
+        const auto w = kvd::ModelWeights<float>::random(tiny(shared, hk), 11 + i);
+        const fs::path p = tmp / "ckpt.bin";
+        kvd::save_checkpoint(w, p.string(), fmt);
+        const Bytes b = read_all(p);
+        const std::string name = std::string(fmt == kvd::CheckpointFormat::kLlama2cV1 ? "v1" : "legacy") +
+                                 (shared ? "-shared" : "-separate") + (hk == 1 ? "-mqa" : "-mha");
+        put("checkpoint", name, b);
+        if (i == 0) {
+          put("checkpoint", name + "-truncated", truncated(b, 4));
+          Bytes longer = b;
+          longer.insert(longer.end(), {0, 0, 0, 0});
+          put("checkpoint", name + "-extra", longer);
+        }
+        if (i == 4) {
+          put("checkpoint", name + "-header-only", Bytes(b.begin(), b.begin() + 256));
+          Bytes bad = b;
+          bad[4] = 2;  // version 2
+          put("checkpoint", name + "-version2", bad);
+        }
+        ++i;
+      }
+}
+
+// llama2.c tokenizer.bin: i32 max_token_length, then per piece f32 score, i32 length, bytes.
+void tokenizers() {
+  std::vector<std::string> pieces = {"<unk>", "\n<s>\n", "\n</s>\n"};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    pieces.push_back(buf);
+  }
+  for (const char* p : {" ", "e", "l", "o", "H", "w", "r", "d", "ll", "He", "llo", "Hello", " w", " wor", " world",
+                        "or", "ld", "!", "\xC3\xA9", "caf", "\xE4\xB8\xAD", " 1", "2", "3", "45"})
+    pieces.push_back(p);
+  auto write = [&](const std::vector<std::string>& ps, int max_len) {
+    Bytes b(4);
+    kvd::detail::store_i32_le(b.data(), max_len);
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      const std::size_t at = b.size();
+      b.resize(at + 8 + ps[i].size());
+      const float score = i < 259 ? 0.0f : -static_cast<float>(ps.size() - i);
+      std::memcpy(b.data() + at, &score, 4);
+      kvd::detail::store_i32_le(b.data() + at + 4, static_cast<std::int32_t>(ps[i].size()));
+      std::memcpy(b.data() + at + 8, ps[i].data(), ps[i].size());
+    }
+    return b;
+  };
+  const Bytes full = write(pieces, 6);
+  put("tokenizer-bin", "bytes-and-merges", full);
+  put("tokenizer-bin", "three-pieces", write({"<unk>", "<s>", "</s>"}, 5));
+  put("tokenizer-bin", "truncated", truncated(full, 3));
+  Bytes neg = write({"<unk>", "<s>", "</s>", "a"}, 5);
+  kvd::detail::store_i32_le(neg.data() + 4 + (8 + 5) + (8 + 3) + (8 + 4) + 4, -1);  // length of piece 3 ("a")
+  put("tokenizer-bin", "negative-length", neg);
+}
+
+template <class S>
+void cache_file(const fs::path& tmp, const std::string& name, kvd::ModelConfig c, int length, int capacity) {
+  kvd::KVCache<float, S> cache(c, capacity);
+  std::vector<float> k(static_cast<std::size_t>(c.n_layers) * c.kv_dim()), v(k.size());
+  for (int pos = 0; pos < length; ++pos) {
+    for (std::size_t i = 0; i < k.size(); ++i) { k[i] = 0.25f * pos + 0.01f * i; v[i] = -k[i]; }
+    cache.append(k.data(), v.data());
+  }
+  const fs::path p = tmp / "cache.kvdc";
+  kvd::save_cache(cache, p.string(), kvd::config_fingerprint(c));
+  put("cache-file", name, read_all(p));
+}
+
+void cache_files(const fs::path& tmp) {
+  kvd::ModelConfig c = tiny(true);
+  cache_file<float>(tmp, "f32-3of8", c, 3, 8);
+  cache_file<float>(tmp, "f32-empty", c, 0, 8);
+  cache_file<double>(tmp, "f64-2of4", c, 2, 4);
+  cache_file<Eigen::bfloat16>(tmp, "bf16-5of8", c, 5, 8);
+  cache_file<Eigen::half>(tmp, "f16-1of1", c, 1, 1);
+  c.sliding_window = 3;
+  c.max_seq_len = 40;
+  cache_file<float>(tmp, "f32-window3-20of40", c, 20, 40);
+  Bytes b = read_all(tmp / "cache.kvdc");
+  put("cache-file", "window-truncated", truncated(b, 9));
+}
+
+void ggufs() {
+  // Every metadata type, and tensors of several weight types.
+  kvd::GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", "fuzz seed");
+  w.set_u32("general.alignment", 32);
+  w.set_u8("u8", 7);
+  w.set_i32("i32", -5);
+  w.set_u64("u64", 1ull << 40);
+  w.set_i64("i64", -(1ll << 40));
+  w.set_f32("f32", 1.5f);
+  w.set_f64("f64", -2.25);
+  w.set_bool("bool", true);
+  w.set_string_array("strings", {"a", "", "\xE4\xB8\xAD"});
+  w.set_f32_array("floats", {0.5f, -1.0f});
+  w.set_i32_array("ints", {1, -2, 3});
+  w.set_u32_array("uints", {4, 5});
+  std::vector<float> x(256);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i) - 1.0f;
+  for (auto t : {kvd::WeightType::kF32, kvd::WeightType::kF16, kvd::WeightType::kBF16, kvd::WeightType::kQ8_0,
+                 kvd::WeightType::kQ4_0, kvd::WeightType::kQ5_1, kvd::WeightType::kQ4_K, kvd::WeightType::kQ6_K}) {
+    const std::uint64_t n = 256, bytes = kvd::weight_row_bytes(t, n);
+    Bytes q(bytes);
+    kvd::detail::quantize_row(t, x.data(), q.data(), static_cast<std::int64_t>(n));
+    w.add_tensor(std::string("t.") + kvd::weight_type_name(t), t, {n}, q.data(), bytes);
+  }
+  std::vector<float> m(32 * 2 * 3);
+  w.add_tensor("t.3d", kvd::WeightType::kF32, {32, 2, 3}, m.data(), m.size() * 4);
+  const Bytes all = w.bytes();
+  put("gguf", "every-type", all);
+  put("gguf", "every-type-truncated", truncated(all, 100));
+  kvd::GGUFWriter e;
+  put("gguf", "empty", e.bytes());
+  Bytes v2 = e.bytes();
+  v2[4] = 2;
+  put("gguf", "empty-v2", v2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus dir>   (writes <dir>/<target>/<seed>)\n", argv[0]);
+    return 2;
+  }
+  try {
+    g_root = argv[1];
+    const fs::path tmp = fs::temp_directory_path() / ("kvdecode-make-corpus-" + std::to_string(::getpid()));
+    fs::create_directories(tmp);
+    checkpoints(tmp);
+    tokenizers();
+    cache_files(tmp);
+    ggufs();
+    fs::remove_all(tmp);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvdecode-fuzz-make-corpus: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
