@@ -174,6 +174,16 @@ void ggufs() {
   put("gguf", "empty-v2", v2);
 }
 
+// Texts for the encoder targets: ASCII, valid multi-byte UTF-8, invalid UTF-8, spaces.
+void texts() {
+  auto text = [](const std::string& name, const std::string& t) { put("tokenizer-encode", name, Bytes(t.begin(), t.end())); };
+  text("ascii", "Hello world!");
+  text("story", "Once upon a time, there was a little girl named Lily.\n");
+  text("utf8", "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80");
+  text("invalid-utf8", std::string("\xff\xfe\xc3\x28 \xe2\x82 \x00 \t\n  ", 14));
+  text("spaces", "   leading and  double  spaces ");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,6 +199,7 @@ int main(int argc, char** argv) {
     tokenizers();
     cache_files(tmp);
     ggufs();
+    texts();
     fs::remove_all(tmp);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvdecode-fuzz-make-corpus: %s\n", e.what());
