@@ -70,6 +70,7 @@
 #endif
 #include <unistd.h>
 
+#include "../examples/cli.hpp"
 #include "model_shapes.hpp"
 #include "kvdecode/detail/simd.hpp"
 #include "kvdecode/kernels.hpp"
@@ -99,34 +100,15 @@ struct Options {
   double patience = -1;      ///< seconds we may spend waiting and repeating (-1: 1200, 0 with --quick)
 };
 
-void print_help(const char* argv0) {
-  std::printf(
-      "usage: %s [--out-dir DIR] [--threads N] [--quick] [--help]\n"
-      "\n"
-      "Measures this machine's streaming-read bandwidth and FMA peak, then kvdecode's\n"
-      "decode, prefill and batched decode on random weights of the stories15M and\n"
-      "stories110M shapes (float32), and prints each figure as a fraction of its limit\n"
-      "with the project's targets. Also times one token against position with and\n"
-      "without the KV cache (stories15M shape).\n"
-      "\n"
-      "  --out-dir DIR  where to write summary.csv, time_per_token.csv and\n"
-      "                 time_per_token.svg (default: <build dir>/roofline, i.e. next\n"
-      "                 to the bin/ directory holding this program)\n"
-      "  --threads N    threads for the bandwidth limit and every model figure (default 2);\n"
-      "                 the FMA peak is measured with 1 and N threads\n"
-      "  --quick        smoke run: 256 MiB bandwidth array, fewer repetitions, and\n"
-      "                 the stories15M shape only (takes seconds, figures are rough)\n"
-      "  --max-others P on a shared machine: before each measurement wait until other\n"
-      "                 processes use at most P%% of the CPUs, and repeat a measurement\n"
-      "                 during which they used more (default 10)\n"
-      "  --patience S   give up waiting/repeating after S seconds in total and accept\n"
-      "                 disturbed measurements, marked in the table (default 1200;\n"
-      "                 0 with --quick)\n"
-      "  --help         this text\n"
-      "\n"
-      "A full run takes a few minutes; progress goes to stderr.\n",
-      argv0);
-}
+const char* const kIntro = R"(usage: kvdecode-roofline [options]
+
+Measures this machine's streaming-read bandwidth and FMA peak, then kvdecode's
+decode, prefill and batched decode on random weights of the stories15M and
+stories110M shapes (float32), and prints each figure as a fraction of its limit
+with the project's targets. Also times one token against position with and
+without the KV cache (stories15M shape).)";
+
+const char* const kOutro = "A full run takes a few minutes; progress goes to stderr.\n";
 
 fs::path default_out_dir(const char* argv0) {
   std::error_code ec;
@@ -137,50 +119,28 @@ fs::path default_out_dir(const char* argv0) {
   return fs::path("roofline");
 }
 
+/// The options from argv (the shared table of ../examples/cli.hpp); prints --help and
+/// exits 0 when asked. Throws kvd::ArgumentError naming a bad option (exit status 2).
 Options parse_options(int argc, char** argv) {
-  Options o;
-  o.out_dir = default_out_dir(argv[0]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value (see --help)\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      print_help(argv[0]);
-      std::exit(0);
-    } else if (a == "--out-dir") {
-      o.out_dir = value();
-    } else if (a == "--threads") {
-      const std::string v = value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || n < 1 || n > 1024) {
-        std::fprintf(stderr, "--threads %s: expected an integer in [1, 1024]\n", v.c_str());
-        std::exit(2);
-      }
-      o.threads = static_cast<int>(n);
-    } else if (a == "--max-others" || a == "--patience") {
-      const std::string v = value();
-      char* end = nullptr;
-      const double x = std::strtod(v.c_str(), &end);
-      const double hi = a == "--max-others" ? 100 : 1e6;
-      if (end == v.c_str() || *end != '\0' || !(x >= 0 && x <= hi)) {
-        std::fprintf(stderr, "%s %s: expected a number in [0, %g]\n", a.c_str(), v.c_str(), hi);
-        std::exit(2);
-      }
-      if (a == "--max-others") o.max_others = x / 100; else o.patience = x;
-    } else if (a == "--quick") {
-      o.quick = true;
-    } else {
-      std::fprintf(stderr, "unknown option %s (see --help)\n", a.c_str());
-      std::exit(2);
-    }
+  kvd::cli::Params p;
+  p.threads = 2;
+  p.out_dir = default_out_dir(argv[0]).string();
+  kvd::cli::OptionTable table(kvd::cli::kRoofline, p, kIntro, kOutro);
+  table.set_help("--threads", "threads for the bandwidth limit and every model figure; the FMA peak is measured "
+                              "with 1 and N threads");
+  table.set_help("--out-dir", "where to write summary.csv, time_per_token.csv and time_per_token.svg (the default "
+                              "is <build dir>/roofline, next to the bin/ directory holding this program)");
+  table.parse(argc, argv);
+  if (p.help) {
+    std::cout << table.help();
+    std::exit(0);
   }
-  if (o.patience < 0) o.patience = o.quick ? 0 : 1200;
+  Options o;
+  o.out_dir = p.out_dir;
+  o.threads = p.threads;
+  o.quick = p.quick;
+  o.max_others = p.max_others;
+  o.patience = p.patience < 0 ? (p.quick ? 0 : 1200) : p.patience;
   return o;
 }
 
@@ -825,7 +785,7 @@ std::string pct(double f) { return fmt("%.1f%%", 100.0 * f); }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int roofline_main(int argc, char** argv) {
   const Options opt = parse_options(argc, argv);
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
@@ -1057,4 +1017,8 @@ int main(int argc, char** argv) {
   std::printf("\nwrote %s, %s, %s\n", (opt.out_dir / "summary.csv").string().c_str(),
               (opt.out_dir / "time_per_token.csv").string().c_str(), (opt.out_dir / "time_per_token.svg").string().c_str());
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return kvd::cli::run_main("kvdecode-roofline", [&] { return roofline_main(argc, argv); });
 }

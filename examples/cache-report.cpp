@@ -42,75 +42,31 @@ using kvd::cli::parse_positive;
 using kvd::ArgumentError;
 using kvd::detail::msg;
 
-const char* const kUsage = R"(kvdecode-cache-report: accuracy and memory of bf16 and f16 KV caches against f32
+const char* const kIntro = R"(kvdecode-cache-report: accuracy and memory of bf16 and f16 KV caches against f32
 
 Usage:
   kvdecode-cache-report [options]
 
 For each model, the f32 cache fixes a token sequence (greedy from BOS for the
 checkpoint, fixed pseudo-random tokens for the random model); the same tokens
-then go through bf16 and f16 caches, and each position's logits are compared.
+then go through bf16 and f16 caches, and each position's logits are compared.)";
 
-Models:
-  --model PATH         llama2.c checkpoint (default: stories260K.bin in the shared models
-                       folder; skipped with a message when that default is absent)
-  --no-model           skip the checkpoint
-  --tokens N           tokens to generate greedily from BOS with the checkpoint (default 200)
-  --no-random          skip the random stories15M-shape model
-  --random-tokens N    positions of the random model's fixed sequence (default 256 = its max_seq_len)
-  --seed N             seed of the random weights and tokens (default 1)
-
-Output:
-  --threads N          OpenMP threads (results do not depend on it)
-  --json               also print the results as one JSON object on the last line
-  --quiet              no progress lines on stderr
-  --help               print this text and exit
-
-Options take their value as the next argument or after '=' (--tokens=100).
+const char* const kOutro = R"(Options take their value as the next argument or after '=' (--tokens=100).
 Exit status: 0 success, 1 model file unusable, 2 bad argument.
 )";
 
-struct Options {
-  std::optional<std::string> model;
-  bool no_model = false, no_random = false, json = false, quiet = false, help = false;
-  int tokens = 200, random_tokens = 256, threads = 0;
-  std::uint64_t seed = 1;
-};
+using Options = kvd::cli::Params;
 
-Options parse_args(int argc, char** argv) {
+/// The parsed options (defaults: 200 checkpoint tokens, seed 1); help() is the --help text.
+Options parse_args(int argc, char** argv, std::string& help) {
   Options o;
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string opt = args[i];
-    std::optional<std::string> inline_value;
-    if (const auto eq = opt.find('='); opt.rfind("--", 0) == 0 && eq != std::string::npos) {
-      inline_value = opt.substr(eq + 1);
-      opt.erase(eq);
-    }
-    if (opt == "--help" || opt == "-h" || opt == "--json" || opt == "--quiet" || opt == "--no-model" ||
-        opt == "--no-random") {
-      if (inline_value) throw ArgumentError(msg(opt, " takes no value"));
-      if (opt == "--json") o.json = true;
-      else if (opt == "--quiet") o.quiet = true;
-      else if (opt == "--no-model") o.no_model = true;
-      else if (opt == "--no-random") o.no_random = true;
-      else o.help = true;
-      continue;
-    }
-    auto value = [&]() -> std::string {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= args.size()) throw ArgumentError(msg(opt, " needs a value"));
-      return args[++i];
-    };
-    constexpr std::uint64_t kIntMax = std::numeric_limits<int>::max();
-    if (opt == "--model") o.model = value();
-    else if (opt == "--tokens") o.tokens = static_cast<int>(parse_positive(opt, value(), kIntMax));
-    else if (opt == "--random-tokens") o.random_tokens = static_cast<int>(parse_positive(opt, value(), kIntMax));
-    else if (opt == "--seed") o.seed = parse_positive(opt, value(), std::numeric_limits<std::uint64_t>::max());
-    else if (opt == "--threads") o.threads = static_cast<int>(parse_positive(opt, value(), 1024));
-    else if (opt.rfind("-", 0) == 0) throw ArgumentError(msg("unknown option '", opt, "'"));
-    else throw ArgumentError(msg("unexpected argument '", opt, "' (options start with --)"));
-  }
+  o.tokens = 200;
+  o.seed = 1;
+  kvd::cli::OptionTable table(kvd::cli::kCacheReport, o, kIntro, kOutro);
+  table.set_help("--model", "llama2.c checkpoint (default: stories260K.bin in the shared models folder; skipped "
+                            "with a message when that default is absent)", "Models");
+  help = table.help();
+  table.parse(argc, argv);
   if (o.model && o.no_model) throw ArgumentError("--model cannot be combined with --no-model");
   return o;
 }
@@ -140,9 +96,6 @@ struct ModelReport {
   double mean_top1_prob() const { return positions ? top1_prob_sum / positions : 0.0; }
   std::vector<TypeStats> types;
 };
-
-/// Index of the largest value (the first one on ties).
-int argmax(const float* x, int n) { return static_cast<int>(std::max_element(x, x + n) - x); }
 
 /// log-softmax in double: out[i] = x[i] - logsumexp(x).
 void log_softmax(const float* x, int n, std::vector<double>& out) {
@@ -183,7 +136,7 @@ void accumulate(TypeStats& s, const float* ref, const std::vector<double>& lp, c
   const double kl = kl_divergence(lp, ref, got, n);
   s.kl_sum += kl;
   s.kl_max = std::max(s.kl_max, kl);
-  s.agree += argmax(got, n) == argmax(ref, n) ? 1 : 0;
+  s.agree += kvd::argmax(got, n) == kvd::argmax(ref, n) ? 1 : 0;
   s.positions += 1;
 }
 
@@ -223,7 +176,7 @@ ModelReport compare_caches(kvd::Transformer<float>& model, int first, int positi
     }
     log_softmax(ref.data(), V, lp);
     for (int i = 0; i < V; ++i) r.max_abs_logit = std::max(r.max_abs_logit, std::abs(static_cast<double>(ref[i])));
-    r.top1_prob_sum += std::exp(lp[argmax(ref.data(), V)]);
+    r.top1_prob_sum += std::exp(lp[kvd::argmax(ref.data(), V)]);
     accumulate(f32_stats, ref.data(), lp, ref.data(), V);
     {
       auto logits = step(bf16.cache);
@@ -233,7 +186,7 @@ ModelReport compare_caches(kvd::Transformer<float>& model, int first, int positi
       auto logits = step(f16.cache);
       accumulate(f16.stats, ref.data(), lp, logits.data(), V);
     }
-    token = fixed ? (pos + 1 < static_cast<int>(fixed->size()) ? (*fixed)[pos + 1] : 0) : argmax(ref.data(), V);
+    token = fixed ? (pos + 1 < static_cast<int>(fixed->size()) ? (*fixed)[pos + 1] : 0) : kvd::argmax(ref.data(), V);
     if (!quiet && ((pos + 1) % 32 == 0 || pos + 1 == positions))
       std::cerr << "  " << name << ": " << pos + 1 << "/" << positions << " positions\n";
   }
@@ -326,7 +279,7 @@ int run(const Options& o) {
                 << " not found (give --model PATH, or --no-model)\n";
     } else {
       kvd::ModelWeights<float> w = kvd::load_checkpoint<float>(path);  // FileError -> exit 1
-      const int positions = o.tokens;
+      const int positions = static_cast<int>(*o.tokens);
       if (positions > w.config.max_seq_len)
         throw ArgumentError(msg("--tokens ", positions, " exceeds the model's max_seq_len ", w.config.max_seq_len));
       std::string name = path.substr(path.find_last_of('/') + 1);
@@ -365,9 +318,10 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   return kvd::cli::run_main("kvdecode-cache-report", [&] {
-    const Options o = parse_args(argc, argv);
+    std::string help;
+    const Options o = parse_args(argc, argv, help);
     if (o.help) {
-      std::cout << kUsage;
+      std::cout << help;
       return 0;
     }
     return run(o);

@@ -1,7 +1,18 @@
-// Helpers shared by kvdecode's command-line programs (not part of the library):
-// strict number parsing that names the option and the limit, JSON string and
-// number formatting, and a main() wrapper that maps errors to exit statuses
-// (2 for a bad argument, 1 for any other kvd::Error).
+// Everything kvdecode's command-line programs share (not part of the library):
+// one table of every option any program takes, strict value parsing that names
+// the option and the limit, JSON formatting, and a main() wrapper that maps
+// errors to exit statuses (2 for a bad argument, 1 for any other kvd::Error).
+//
+// The option table follows llama.cpp's common/arg.cpp: every option is declared
+// once, in all_options(), with its names (long name first, then llama.cpp-style
+// short aliases such as -m, -p, -n), the placeholder of its value, its help text,
+// its default and the handler that stores it in Params. Each option names the
+// programs that take it; OptionTable picks one program's subset, parses argv
+// against it and generates that program's --help from it (grouped by section,
+// wrapped to 80 columns). Unknown options, missing values and bad values throw
+// ArgumentError naming the option as it was spelled, so run_main exits with 2.
+//
+// Syntax: `--name VALUE`, `--name=VALUE`, `-n VALUE`; flags take no value.
 #pragma once
 
 #include <cerrno>
@@ -11,11 +22,20 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <limits>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <vector>
 
+#include "kvdecode/dtype.hpp"
 #include "kvdecode/error.hpp"
+#include "kvdecode/planner.hpp"
+#include "kvdecode/sampler.hpp"
 
 namespace kvd::cli {
+
+// ---------------------------------------------------------------- value parsing
 
 /// A decimal integer in [lo, hi]; ArgumentError naming the option otherwise.
 inline long long parse_integer(const std::string& opt, const std::string& text, long long lo, long long hi) {
@@ -53,6 +73,371 @@ inline double parse_number(const std::string& opt, const std::string& text, doub
     throw ArgumentError(detail::msg(opt, ": ", text, " must be in ", open_min ? "(" : "[", min, ", ", max, "]"));
   return v;
 }
+
+/// A comma-separated list of token ids in [0, 2^30], e.g. "1,403,407"; ArgumentError naming `opt`.
+inline std::vector<int> parse_id_list(const std::string& opt, const std::string& text) {
+  std::vector<int> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) ids.push_back(static_cast<int>(parse_integer(opt, item, 0, 1 << 30)));
+  if (ids.empty()) throw ArgumentError(detail::msg(opt, " needs at least one id, e.g. 1,403,407"));
+  return ids;
+}
+
+/// A cache or weight element type name (see kvd::parse_dtype); ArgumentError naming `opt`.
+inline DType parse_dtype_value(const std::string& opt, const std::string& text) {
+  try {
+    return parse_dtype(text);
+  } catch (const ArgumentError& e) {
+    throw ArgumentError(detail::msg(opt, ": ", e.what()));
+  }
+}
+
+// ---------------------------------------------------------------- the option table
+
+/// The programs that take options; an option lists the ones it belongs to.
+enum Program : unsigned {
+  kGenerate = 1u << 0,     ///< kvdecode-generate
+  kCacheReport = 1u << 1,  ///< kvdecode-cache-report
+  kPlan = 1u << 2,         ///< kvdecode-plan
+  kRoofline = 1u << 3,     ///< kvdecode-roofline
+};
+
+/// Every value any program's options can set. A program sets its own defaults
+/// here before building its OptionTable (the --help text shows them), then reads
+/// the fields its options wrote.
+struct Params {
+  // Model and input
+  std::optional<std::string> model;        ///< --model: a model file
+  std::string tokenizer;                   ///< --tokenizer: llama2.c tokenizer.bin
+  std::optional<std::string> prompt;       ///< --prompt: text to encode
+  std::optional<std::vector<int>> prompt_ids;  ///< --prompt-ids: exact ids
+  int steps = 256;                         ///< --steps: new tokens to generate
+  // Sampling (seed is separate: cache-report seeds its random model with it)
+  SamplerConfig sampler;
+  std::uint64_t seed = 0;                  ///< --seed
+  bool ignore_eos = false;                 ///< --ignore-eos
+  // Execution
+  int threads = 0;                         ///< --threads: 0 = OpenMP's default
+  std::string cache_dtype = "f32";         ///< --cache-dtype (generate): f32, bf16, f16
+  bool no_cache = false, compare = false, demo = false;
+  // Output
+  bool ids = false, json = false, quiet = false, help = false;
+  std::string dump_logits;                 ///< --dump-logits FILE
+  // kvdecode-cache-report
+  bool no_model = false, no_random = false;
+  std::optional<std::uint64_t> tokens;     ///< --tokens: cache-report's generated tokens, plan's context
+  int random_tokens = 256;                 ///< --random-tokens
+  // kvdecode-plan
+  std::optional<int> layers, kv_heads, head_dim;
+  std::optional<DType> weight_dtype;
+  DType dtype = DType::kF16;               ///< --dtype: the planned cache's element type
+  std::optional<double> memory_gb, bandwidth_gb_s, weights_gb;
+  std::optional<std::string> gpu;
+  bool list_gpus = false;
+  // kvdecode-roofline
+  std::string out_dir;
+  bool quick = false;
+  double max_others = 0.10;                ///< a fraction; --max-others takes a percentage
+  double patience = -1;                    ///< -1: 1200 s, or 0 with --quick
+};
+
+/// One option: declared once in all_options(), taken by the programs in `programs`.
+struct Option {
+  std::vector<std::string> names;  ///< long name first ("--model"), then aliases ("-m", "--temp")
+  std::string value;               ///< value placeholder ("PATH"); empty for a flag
+  std::string help;                ///< one paragraph, wrapped by OptionTable::help()
+  std::string section;             ///< --help groups options under these headings
+  unsigned programs = 0;           ///< Program bits
+  std::function<std::string()> default_text;  ///< the default as shown in --help; empty: none shown
+  /// Stores the value (empty for a flag). `spelled` is the name as given, for messages;
+  /// throws ArgumentError naming it when the value is bad.
+  std::function<void(const std::string& spelled, const std::string& value)> handler;
+
+  const std::string& name() const { return names.front(); }
+  bool takes_value() const { return !value.empty(); }
+  bool has_name(const std::string& n) const {
+    for (const std::string& x : names)
+      if (x == n) return true;
+    return false;
+  }
+};
+
+/// The catalogue: every option of every program, each declared once. Handlers write
+/// into `p`, which must outlive the returned options. Options sharing a long name
+/// (--tokens) belong to disjoint sets of programs.
+inline std::vector<Option> all_options(Params& p) {
+  using S = std::string;
+  constexpr long long kIntMax = std::numeric_limits<int>::max();
+  auto str = [](auto v) { std::ostringstream os; os << v; return os.str(); };
+  auto flag = [](bool& target) { return [&target](const S&, const S&) { target = true; }; };
+  auto none = std::function<S()>();
+  std::vector<Option> o;
+  auto add = [&](Option x) { o.push_back(std::move(x)); };
+
+  const S in = "Model and input", smp = "Sampling (default greedy)", exe = "Execution", out = "Output";
+  const S models = "Models", shape = "Cache shape", plan = "Plan", meas = "Measurement";
+
+  // ---- model and input
+  add({{"--model", "-m"}, "PATH", "model file: a llama2.c checkpoint (legacy or version-1 float32)", in,
+       kGenerate | kCacheReport | kPlan, none, [&p](const S&, const S& v) { p.model = v; }});
+  add({{"--tokenizer"}, "PATH", "llama2.c tokenizer.bin (needed for --prompt and text output)", in, kGenerate, none,
+       [&p](const S&, const S& v) { p.tokenizer = v; }});
+  add({{"--prompt", "-p"}, "TEXT", "prompt text, encoded with BOS prepended (default: just BOS)", in, kGenerate, none,
+       [&p](const S&, const S& v) { p.prompt = v; }});
+  add({{"--prompt-ids"}, "CSV", "prompt token ids used exactly as given, e.g. 1,403,407", in, kGenerate, none,
+       [&p](const S& n, const S& v) { p.prompt_ids = parse_id_list(n, v); }});
+  add({{"--steps", "-n", "--n-predict"}, "N", "new tokens to generate (capped by the context)", in, kGenerate,
+       [&p, str] { return str(p.steps); },
+       [&p](const S& n, const S& v) { p.steps = static_cast<int>(parse_integer(n, v, 1, 1 << 30)); }});
+
+  // ---- sampling
+  add({{"--temperature", "--temp"}, "T", "0 = greedy", smp, kGenerate, [&p, str] { return str(p.sampler.temperature); },
+       [&p](const S& n, const S& v) { p.sampler.temperature = parse_number(n, v, -1e300, false, 1e300); }});
+  add({{"--top-k"}, "K", "keep the K most likely tokens (0 = off)", smp, kGenerate,
+       [&p, str] { return str(p.sampler.top_k); },
+       [&p](const S& n, const S& v) { p.sampler.top_k = static_cast<int>(parse_integer(n, v, 0, 1 << 30)); }});
+  add({{"--top-p"}, "P", "nucleus sampling: the smallest set with probability >= P (1 = off)", smp, kGenerate,
+       [&p, str] { return str(p.sampler.top_p); },
+       [&p](const S& n, const S& v) { p.sampler.top_p = parse_number(n, v, -1e300, false, 1e300); }});
+  add({{"--min-p"}, "P", "drop tokens below P * the top probability (0 = off)", smp, kGenerate,
+       [&p, str] { return str(p.sampler.min_p); },
+       [&p](const S& n, const S& v) { p.sampler.min_p = parse_number(n, v, -1e300, false, 1e300); }});
+  add({{"--repetition-penalty", "--repeat-penalty"}, "R",
+       ">1 discourages repeating the tokens of the last --repeat-last-n positions (1 = off)", smp, kGenerate,
+       [&p, str] { return str(p.sampler.repetition_penalty); },
+       [&p](const S& n, const S& v) { p.sampler.repetition_penalty = parse_number(n, v, -1e300, false, 1e300); }});
+  add({{"--repeat-last-n", "--repetition-last-n"}, "N",
+       "how many trailing tokens (prompt included) the repetition penalty looks at (0 = none)", smp, kGenerate,
+       [&p, str] { return str(p.sampler.repetition_last_n); },
+       [&p](const S& n, const S& v) {
+         p.sampler.repetition_last_n = static_cast<int>(parse_integer(n, v, 0, 1 << 30));
+       }});
+  auto seed = [&p](const S& n, const S& v) {
+    p.seed = static_cast<std::uint64_t>(parse_integer(n, v, 0, std::numeric_limits<long long>::max()));
+  };
+  add({{"--seed", "-s"}, "S", "sampler seed; same seed, same text", smp, kGenerate, [&p, str] { return str(p.seed); },
+       seed});
+  add({{"--ignore-eos"}, "", "do not stop at EOS/BOS", smp, kGenerate, none, flag(p.ignore_eos)});
+
+  // ---- kvdecode-cache-report's models
+  add({{"--no-model"}, "", "skip the checkpoint", models, kCacheReport, none, flag(p.no_model)});
+  add({{"--tokens", "-n"}, "N", "tokens to generate greedily from BOS with the checkpoint", models, kCacheReport,
+       [&p, str] { return p.tokens ? str(*p.tokens) : S(); },
+       [&p](const S& n, const S& v) { p.tokens = parse_positive(n, v, kIntMax); }});
+  add({{"--no-random"}, "", "skip the random stories15M-shape model", models, kCacheReport, none, flag(p.no_random)});
+  add({{"--seed", "-s"}, "S", "seed of the random model's weights and of its fixed tokens", models, kCacheReport,
+       [&p, str] { return str(p.seed); }, seed});
+  add({{"--random-tokens"}, "N", "positions of the random model's fixed sequence (256 = its max_seq_len)", models,
+       kCacheReport, [&p, str] { return str(p.random_tokens); },
+       [&p](const S& n, const S& v) { p.random_tokens = static_cast<int>(parse_positive(n, v, kIntMax)); }});
+
+  // ---- kvdecode-plan
+  add({{"--layers"}, "N", "transformer blocks (L)", shape, kPlan, none,
+       [&p](const S& n, const S& v) { p.layers = static_cast<int>(parse_positive(n, v, kIntMax)); }});
+  add({{"--kv-heads"}, "N", "key/value heads (Hk)", shape, kPlan, none,
+       [&p](const S& n, const S& v) { p.kv_heads = static_cast<int>(parse_positive(n, v, kIntMax)); }});
+  add({{"--head-dim"}, "N", "width of one head (Dh)", shape, kPlan, none,
+       [&p](const S& n, const S& v) { p.head_dim = static_cast<int>(parse_positive(n, v, kIntMax)); }});
+  add({{"--weight-dtype"}, "T", "with --model: count weights stored as T (default: as the file holds them, f32)",
+       shape, kPlan, none, [&p](const S& n, const S& v) { p.weight_dtype = parse_dtype_value(n, v); }});
+  add({{"--dtype"}, "T", "cache element type: f32, f64, bf16, f16, q8 (also fp16, int8, ...)", plan, kPlan,
+       [&p] { return S(dtype_name(p.dtype)); }, [&p](const S& n, const S& v) { p.dtype = parse_dtype_value(n, v); }});
+  add({{"--tokens", "-c", "--ctx-size"}, "N",
+       "positions per sequence at full context (default with --model: its max_seq_len)", plan, kPlan, none,
+       [&p](const S& n, const S& v) { p.tokens = parse_positive(n, v, std::numeric_limits<std::uint64_t>::max()); }});
+  add({{"--memory-gb"}, "G", "device memory in GB (10^9 bytes); overrides --gpu's", plan, kPlan, none,
+       [&p](const S& n, const S& v) { p.memory_gb = parse_number(n, v, 0, true, PlanInput::kMaxMemoryGb); }});
+  add({{"--gpu"}, "NAME", "memory and bandwidth from the built-in table (see --list-gpus)", plan, kPlan, none,
+       [&p](const S&, const S& v) { p.gpu = v; }});
+  add({{"--bandwidth-gb-s"}, "B", "memory bandwidth in GB/s; overrides --gpu's", plan, kPlan, none,
+       [&p](const S& n, const S& v) { p.bandwidth_gb_s = parse_number(n, v, 0, true, PlanInput::kMaxBandwidthGbS); }});
+  add({{"--weights-gb"}, "W", "resident weight size in GB, subtracted from memory (without --model)", plan, kPlan, none,
+       [&p](const S& n, const S& v) { p.weights_gb = parse_number(n, v, 0, false, PlanInput::kMaxMemoryGb); }});
+
+  // ---- execution
+  add({{"--threads", "-t"}, "N", "OpenMP threads (results are identical for any N)", exe,
+       kGenerate | kCacheReport | kRoofline,
+       [&p, str] { return p.threads > 0 ? str(p.threads) : S("OpenMP's default"); },
+       [&p](const S& n, const S& v) { p.threads = static_cast<int>(parse_integer(n, v, 1, 1024)); }});
+  add({{"--cache-dtype"}, "T", "KV cache element type: f32, bf16, f16", exe, kGenerate,
+       [&p] { return p.cache_dtype; },
+       [&p](const S& n, const S& v) {
+         if (v != "f32" && v != "bf16" && v != "f16")
+           throw ArgumentError(detail::msg(n, " must be f32, bf16 or f16, got '", v, "'"));
+         p.cache_dtype = v;
+       }});
+  add({{"--no-cache"}, "", "recompute the whole sequence at every step (the cache-free reference)", exe, kGenerate,
+       none, flag(p.no_cache)});
+  add({{"--compare"}, "", "run with and without the cache; report identity and savings", exe, kGenerate, none,
+       flag(p.compare)});
+  add({{"--demo"}, "", "run the built-in demo (the default with no arguments)", exe, kGenerate, none, flag(p.demo)});
+
+  // ---- kvdecode-roofline
+  add({{"--out-dir"}, "DIR", "where to write summary.csv, time_per_token.csv and time_per_token.svg", meas, kRoofline,
+       [&p] { return p.out_dir; }, [&p](const S&, const S& v) { p.out_dir = v; }});
+  add({{"--quick"}, "", "smoke run: 256 MiB bandwidth array, fewer repetitions, and the stories15M shape only "
+       "(takes seconds, figures are rough)", meas, kRoofline, none, flag(p.quick)});
+  add({{"--max-others"}, "P", "on a shared machine: before each measurement wait until other processes use at most "
+       "P% of the CPUs, and repeat a measurement during which they used more", meas, kRoofline,
+       [&p, str] { return str(p.max_others * 100); },
+       [&p](const S& n, const S& v) { p.max_others = parse_number(n, v, 0, false, 100) / 100; }});
+  add({{"--patience"}, "S", "give up waiting/repeating after S seconds in total and accept disturbed measurements, "
+       "marked in the table", meas, kRoofline,
+       [&p, str] { return p.patience < 0 ? S("1200; 0 with --quick") : str(p.patience); },
+       [&p](const S& n, const S& v) { p.patience = parse_number(n, v, 0, false, 1e6); }});
+
+  // ---- output
+  add({{"--ids"}, "", "print prompt ids on line 1 and generated ids on line 2", out, kGenerate, none, flag(p.ids)});
+  add({{"--dump-logits"}, "FILE", "raw little-endian float32, vocab_size values per row, one row per position fed "
+       "to the model, from position 0 (prompt included)", out, kGenerate, none,
+       [&p](const S&, const S& v) { p.dump_logits = v; }});
+  add({{"--json"}, "", "also print the results as one JSON object on the last line", out,
+       kGenerate | kCacheReport | kPlan, none, flag(p.json)});
+  add({{"--list-gpus"}, "", "print the built-in card table and exit", out, kPlan, none, flag(p.list_gpus)});
+  add({{"--quiet"}, "", "no progress or timing on stderr", out, kGenerate | kCacheReport, none, flag(p.quiet)});
+  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline, none,
+       flag(p.help)});
+  return o;
+}
+
+/// Wraps `text` into lines of at most `width` columns (longer words stay whole).
+inline std::vector<std::string> wrap(const std::string& text, std::size_t width) {
+  std::vector<std::string> lines;
+  std::istringstream words(text);
+  std::string word, line;
+  while (words >> word) {
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      lines.push_back(line);
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+  }
+  if (!line.empty()) lines.push_back(line);
+  return lines;
+}
+
+/// One program's options: its subset of all_options(), a parser and the --help text.
+class OptionTable {
+ public:
+  static constexpr std::size_t kWidth = 80;       ///< --help wraps to this many columns
+  static constexpr std::size_t kHelpColumn = 26;  ///< where help text starts
+
+  /// The options of `program`, writing into `p` (which must outlive the table).
+  /// `intro` is printed before the options and `outro` after them, both verbatim.
+  OptionTable(Program program, Params& p, std::string intro, std::string outro = "")
+      : intro_(std::move(intro)), outro_(std::move(outro)) {
+    for (Option& o : all_options(p))
+      if (o.programs & program) options_.push_back(std::move(o));
+  }
+
+  /// Replaces one option's help text, and its section unless `section` is empty, for
+  /// this program (names, value and handler stay as declared). Throws ArgumentError if
+  /// the program has no option called `name`.
+  OptionTable& set_help(const std::string& name, std::string help, std::string section = "") {
+    Option& o = find_or_throw(name);
+    o.help = std::move(help);
+    if (!section.empty()) o.section = std::move(section);
+    return *this;
+  }
+
+  /// Parses argv[1, argc) and runs each option's handler in order. Throws ArgumentError
+  /// naming the option for an unknown option, a missing value, a value given to a flag,
+  /// a bad value, or an argument that is not an option; handlers already run keep their
+  /// effect.
+  void parse(int argc, const char* const* argv) const {
+    for (int i = 1; i < argc; ++i) {
+      std::string name = argv[i];
+      std::optional<std::string> inline_value;
+      if (const auto eq = name.find('='); name.rfind("--", 0) == 0 && eq != std::string::npos) {
+        inline_value = name.substr(eq + 1);
+        name.erase(eq);
+      }
+      if (name.size() < 2 || name[0] != '-')
+        throw ArgumentError(detail::msg("unexpected argument '", name, "' (options start with -)"));
+      const Option* o = find(name);
+      if (!o) throw ArgumentError(detail::msg("unknown option '", name, "'"));
+      std::string value;
+      if (!o->takes_value()) {
+        if (inline_value) throw ArgumentError(detail::msg(name, " takes no value"));
+      } else if (inline_value) {
+        value = *inline_value;
+      } else {
+        if (i + 1 >= argc) throw ArgumentError(detail::msg(name, " needs a value (", o->value, ")"));
+        value = argv[++i];
+      }
+      o->handler(name, value);
+    }
+  }
+  void parse(int argc, char** argv) const { parse(argc, const_cast<const char* const*>(argv)); }
+
+  /// The --help text: intro, then each section's options (names, placeholder, wrapped
+  /// help with the default), in declaration order, then outro. Never fails.
+  std::string help() const {
+    std::string out = intro_;
+    if (!out.empty() && out.back() != '\n') out += '\n';
+    std::vector<std::string> sections;
+    for (const Option& o : options_) {
+      bool seen = false;
+      for (const std::string& s : sections) seen = seen || s == o.section;
+      if (!seen) sections.push_back(o.section);
+    }
+    for (const std::string& s : sections) {
+      out += "\n" + s + ":\n";
+      for (const Option& o : options_)
+        if (o.section == s) out += describe(o);
+    }
+    if (!outro_.empty()) out += "\n" + outro_;
+    if (!out.empty() && out.back() != '\n') out += '\n';
+    return out;
+  }
+
+  /// The option called `name` (any of its names), or nullptr.
+  const Option* find(const std::string& name) const {
+    for (const Option& o : options_)
+      if (o.has_name(name)) return &o;
+    return nullptr;
+  }
+
+  const std::vector<Option>& options() const { return options_; }
+
+ private:
+  Option& find_or_throw(const std::string& name) {
+    for (Option& o : options_)
+      if (o.has_name(name)) return o;
+    throw ArgumentError(detail::msg("no option '", name, "' in this program's table"));
+  }
+
+  // "  -m, --model PATH        help..." with short names first, wrapped under the help column.
+  static std::string describe(const Option& o) {
+    std::string names;
+    for (int pass = 0; pass < 2; ++pass)  // short aliases (-m), then long names (--model)
+      for (const std::string& n : o.names)
+        if ((n.rfind("--", 0) == 0) == (pass == 1)) names += (names.empty() ? "" : ", ") + n;
+    std::string head = "  " + names + (o.takes_value() ? " " + o.value : "");
+    std::string text = o.help;
+    if (o.default_text) {
+      const std::string d = o.default_text();
+      if (!d.empty()) text += " (default " + d + ")";
+    }
+    std::string out;
+    const std::vector<std::string> lines = wrap(text, kWidth - kHelpColumn);
+    if (head.size() + 2 > kHelpColumn) {
+      out += head + '\n';
+      head.clear();
+    }
+    for (std::size_t i = 0; i < lines.size() || i == 0; ++i) {
+      const std::string pad(kHelpColumn - (i == 0 ? head.size() : 0), ' ');
+      out += (i == 0 ? head : std::string()) + pad + (i < lines.size() ? lines[i] : std::string()) + '\n';
+    }
+    return out;
+  }
+
+  std::vector<Option> options_;
+  std::string intro_, outro_;
+};
+
+// ---------------------------------------------------------------- output helpers
 
 /// s as a quoted JSON string.
 inline std::string json_string(const std::string& s) {

@@ -27,119 +27,39 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char* kUsage = R"(usage: kvdecode-generate [options]
+const char* const kIntro = R"(usage: kvdecode-generate [options]
 
 With no options: a demo on a built-in random-weight model of stories15M's shape
 (d_model 288, 6 layers, 6 heads, hidden 768, vocab 32000, max_seq_len 256) that
 generates with and without the KV cache, checks that tokens and all logits are
-bit-identical, and reports what the cache saved.
+bit-identical, and reports what the cache saved.)";
 
-Model and input:
-  --model PATH          llama2.c checkpoint (legacy or version-1 float32)
-  --tokenizer PATH      llama2.c tokenizer.bin (needed for --prompt and text output)
-  --prompt TEXT         prompt text, encoded with BOS prepended (default: just BOS)
-  --prompt-ids CSV      prompt token ids used exactly as given, e.g. 1,403,407
-  --steps N             new tokens to generate (default 256, capped by the context)
-Sampling (default greedy):
-  --temperature T       0 = greedy (default 0)
-  --top-k K             keep the K most likely tokens (0 = off)
-  --top-p P             nucleus sampling: smallest set with probability >= P (1 = off)
-  --min-p P             drop tokens below P * the top probability (0 = off)
-  --repetition-penalty R  >1 discourages repeating the last 64 tokens (1 = off)
-  --seed S              sampler seed (default 0); same seed, same text
-  --ignore-eos          do not stop at EOS/BOS
-Execution:
-  --threads N           OpenMP threads (results are identical for any N)
-  --cache-dtype T       KV cache element type: f32 (default), bf16, f16
-  --no-cache            recompute the whole sequence at every step (cache-free reference)
-  --compare             run with and without the cache; report identity and savings
-  --demo                run the built-in demo (the default with no arguments)
-Output:
-  --ids                 print prompt ids on line 1 and generated ids on line 2
-  --dump-logits FILE    raw little-endian float32, vocab_size values per row, one row per
-                        position fed to the model, from position 0 (prompt included)
-  --json                end with one JSON line: prompt_tokens, generated_tokens,
-                        prefill_seconds, decode_tokens_per_second, kv_cache_bytes, ...
-  --quiet               no progress or timing on stderr
-  --help                this text
+const char* const kOutro = R"(--json fields: prompt_tokens, generated_tokens, prefill_seconds, decode_seconds,
+decode_tokens_per_second, weight_bytes_per_token, kv_cache_bytes, kv_bytes_per_token,
+cache, cache_dtype, threads, stop_reason, prompt_ids, generated_ids, text, ...
+Options take their value as the next argument or after '=' (--steps=64).
+Exit status: 0 success, 1 model file unusable or results not identical, 2 bad argument.
 )";
 
-struct Options {
-  std::string model, tokenizer, prompt, dump_logits, cache_dtype = "f32";
-  std::optional<std::vector<int>> prompt_ids;
-  bool has_prompt = false;
-  int steps = 256;
-  kvd::SamplerConfig sampler;
-  int threads = 0;
-  bool no_cache = false, compare = false, demo = false, ids = false, json = false, quiet = false, ignore_eos = false;
-};
+using Options = kvd::cli::Params;
 
 [[noreturn]] void usage_error(const std::string& message) { throw kvd::ArgumentError(message); }
 
-long parse_long(const std::string& flag, const std::string& v, long lo, long hi) {
-  return static_cast<long>(kvd::cli::parse_integer(flag, v, lo, hi));
-}
-
-double parse_double(const std::string& flag, const std::string& v) {
-  return kvd::cli::parse_number(flag, v, -1e300, false, 1e300);
-}
-
-std::vector<int> parse_ids(const std::string& v) {
-  std::vector<int> ids;
-  std::stringstream ss(v);
-  std::string item;
-  while (std::getline(ss, item, ',')) ids.push_back(static_cast<int>(parse_long("--prompt-ids", item, 0, 1 << 30)));
-  if (ids.empty()) usage_error("--prompt-ids needs at least one id, e.g. 1,403,407");
-  return ids;
-}
-
 Options parse(int argc, char** argv) {
   Options o;
-  o.demo = argc == 1;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i], val;
-    const auto eq = a.find('=');
-    bool inline_val = false;
-    if (a.rfind("--", 0) == 0 && eq != std::string::npos) { val = a.substr(eq + 1); a = a.substr(0, eq); inline_val = true; }
-    auto next = [&]() -> std::string {
-      if (inline_val) return val;
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") { std::cout << kUsage; std::exit(0); }
-    else if (a == "--model") o.model = next();
-    else if (a == "--tokenizer") o.tokenizer = next();
-    else if (a == "--prompt") { o.prompt = next(); o.has_prompt = true; }
-    else if (a == "--prompt-ids") o.prompt_ids = parse_ids(next());
-    else if (a == "--steps") o.steps = static_cast<int>(parse_long(a, next(), 1, 1 << 30));
-    else if (a == "--temperature") o.sampler.temperature = parse_double(a, next());
-    else if (a == "--top-k") o.sampler.top_k = static_cast<int>(parse_long(a, next(), 0, 1 << 30));
-    else if (a == "--top-p") o.sampler.top_p = parse_double(a, next());
-    else if (a == "--min-p") o.sampler.min_p = parse_double(a, next());
-    else if (a == "--repetition-penalty") o.sampler.repetition_penalty = parse_double(a, next());
-    else if (a == "--seed") o.sampler.seed = static_cast<std::uint64_t>(parse_long(a, next(), 0, std::numeric_limits<long>::max()));
-    else if (a == "--threads") o.threads = static_cast<int>(parse_long(a, next(), 1, 1024));
-    else if (a == "--cache-dtype") o.cache_dtype = next();
-    else if (a == "--dump-logits") o.dump_logits = next();
-    else if (a == "--no-cache") o.no_cache = true;
-    else if (a == "--compare") o.compare = true;
-    else if (a == "--demo") o.demo = true;
-    else if (a == "--ids") o.ids = true;
-    else if (a == "--json") o.json = true;
-    else if (a == "--quiet") o.quiet = true;
-    else if (a == "--ignore-eos") o.ignore_eos = true;
-    else usage_error("unknown option '" + a + "'");
-    if (inline_val && (a == "--no-cache" || a == "--compare" || a == "--demo" || a == "--ids" || a == "--json" ||
-                       a == "--quiet" || a == "--ignore-eos"))
-      usage_error(a + " takes no value");
+  const kvd::cli::OptionTable table(kvd::cli::kGenerate, o, kIntro, kOutro);
+  table.parse(argc, argv);
+  if (o.help) {
+    std::cout << table.help();
+    std::exit(0);
   }
-  if (o.has_prompt && o.prompt_ids) usage_error("give either --prompt or --prompt-ids, not both");
+  o.demo = o.demo || argc == 1;
+  o.sampler.seed = o.seed;
+  if (o.prompt && o.prompt_ids) usage_error("give either --prompt or --prompt-ids, not both");
   if (o.no_cache && o.compare) usage_error("--compare already runs without the cache; drop --no-cache");
-  if (o.demo && !o.model.empty()) usage_error("--demo uses a built-in model; drop --model");
-  if (!o.demo && o.model.empty()) usage_error("--model PATH is required (or run with no arguments for the demo)");
-  if (o.has_prompt && o.tokenizer.empty()) usage_error("--prompt needs --tokenizer to encode the text");
-  if (o.cache_dtype != "f32" && o.cache_dtype != "bf16" && o.cache_dtype != "f16")
-    usage_error("--cache-dtype must be f32, bf16 or f16, got '" + o.cache_dtype + "'");
+  if (o.demo && o.model) usage_error("--demo uses a built-in model; drop --model");
+  if (!o.demo && !o.model) usage_error("--model PATH is required (or run with no arguments for the demo)");
+  if (o.prompt && o.tokenizer.empty()) usage_error("--prompt needs --tokenizer to encode the text");
   try {
     o.sampler.validate();
   } catch (const kvd::Error& e) {
@@ -147,8 +67,6 @@ Options parse(int argc, char** argv) {
   }
   return o;
 }
-
-
 
 // One generation run and everything recorded about it.
 struct Run {
@@ -167,7 +85,7 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
   kvd::GenerateOptions gopt;
   gopt.max_new_tokens = o.steps;
   gopt.use_cache = use_cache;
-  if (tok && !o.ignore_eos) gopt.stop_tokens = {tok->eos_id(), tok->bos_id()};
+  if (tok && !o.ignore_eos) gopt.stop_tokens = kvd::end_of_text_tokens(*tok);
   kvd::Sampler sampler(o.sampler);
   kvd::GenerateHooks<float> hooks;
   hooks.choose = [&](const float* l, int n, const std::vector<int>& hist) { return sampler.sample(l, n, hist); };
@@ -258,7 +176,7 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
                 const Run& run, const std::string& text, bool use_cache, std::optional<bool> identical) {
   std::ostringstream js;
   js << std::setprecision(9);
-  js << "{\"model\":" << kvd::cli::json_string(o.demo ? std::string("demo:stories15M-shape-random") : o.model)
+  js << "{\"model\":" << kvd::cli::json_string(o.demo ? std::string("demo:stories15M-shape-random") : *o.model)
      << ",\"prompt_tokens\":" << prompt.size() << ",\"generated_tokens\":" << run.result.tokens.size()
      << ",\"prefill_seconds\":" << run.result.prefill_seconds
      << ",\"decode_seconds\":" << run.result.decode_seconds
@@ -294,8 +212,8 @@ int real_main(int argc, char** argv) {
                             << c.summary() << "), float32, " << kvd::num_threads() << " thread(s), " << kvd::detail::kSimdName << "\n";
     model.emplace(kvd::ModelWeights<float>::random(c, 42));
   } else {
-    model.emplace(kvd::load_checkpoint<float>(o.model));
-    if (progress) std::cerr << "loaded " << o.model << " (" << model->config().summary() << ") in "
+    model.emplace(kvd::load_checkpoint<float>(*o.model));
+    if (progress) std::cerr << "loaded " << *o.model << " (" << model->config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
                             << kvd::num_threads() << " thread(s)\n";
   }
@@ -307,7 +225,7 @@ int real_main(int argc, char** argv) {
   // The prompt.
   std::vector<int> prompt;
   if (o.prompt_ids) prompt = *o.prompt_ids;
-  else if (o.has_prompt) prompt = tok->encode(o.prompt, true, false);
+  else if (o.prompt) prompt = tok->encode(*o.prompt, true, false);
   else if (o.demo) prompt = {1, 403, 407, 261, 378, 1000, 2000, 3000};  // 8 fixed ids
   else prompt = {1};
   for (std::size_t i = 0; i < prompt.size(); ++i)

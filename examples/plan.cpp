@@ -28,104 +28,35 @@ namespace {
 
 using kvd::cli::json_number;
 using kvd::cli::json_string;
-using kvd::cli::parse_number;
-using kvd::cli::parse_positive;
 
 using kvd::ArgumentError;
 using kvd::detail::msg;
 
-const char* const kUsage = R"(kvdecode-plan: KV cache capacity and decode-speed bound for one card
+const char* const kIntro = R"(kvdecode-plan: KV cache capacity and decode-speed bound for one card
 
 Usage:
   kvdecode-plan --layers N --kv-heads N --head-dim N --tokens N (--memory-gb G | --gpu NAME) [options]
   kvdecode-plan --model PATH [--tokens N] (--memory-gb G | --gpu NAME) [options]
   kvdecode-plan --list-gpus
 
-Cache shape (one of):
-  --layers N           transformer blocks (L)
-  --kv-heads N         key/value heads (Hk)
-  --head-dim N         width of one head (Dh)
-  --model PATH         llama2.c checkpoint: shape, max_seq_len and weight bytes from its header
-  --weight-dtype T     with --model: count weights stored as T (default f32, as the file holds them)
+Cache shape: --layers, --kv-heads and --head-dim, or --model.)";
 
-Plan:
-  --dtype T            cache element type: f32, f64, bf16, f16 (default), q8 (also fp16, int8, ...)
-  --tokens N           positions per sequence at full context (default with --model: its max_seq_len)
-  --memory-gb G        device memory in GB (10^9 bytes); overrides --gpu's
-  --gpu NAME           memory and bandwidth from the built-in table (see --list-gpus)
-  --bandwidth-gb-s B   memory bandwidth in GB/s; overrides --gpu's
-  --weights-gb W       resident weight size in GB, subtracted from memory (without --model)
-
-Output:
-  --json               also print the plan as one JSON object on the last line
-  --list-gpus          print the built-in card table and exit
-  --help               print this text and exit
-
-Options take their value as the next argument or after '=' (--tokens=8000).
+const char* const kOutro = R"(Options take their value as the next argument or after '=' (--tokens=8000).
 Exit status: 0 success, 1 model file unusable, 2 bad argument.
 )";
 
 // The dtypes compared on the "by cache dtype" line.
 const kvd::DType kCompared[] = {kvd::DType::kF32, kvd::DType::kBF16, kvd::DType::kF16, kvd::DType::kQ8};
 
-struct Options {
-  std::optional<int> layers, kv_heads, head_dim;
-  std::optional<std::string> model;
-  std::optional<kvd::DType> weight_dtype;
-  kvd::DType dtype = kvd::DType::kF16;
-  std::optional<std::uint64_t> tokens;
-  std::optional<double> memory_gb, bandwidth_gb_s, weights_gb;
-  std::optional<std::string> gpu;
-  bool json = false, list_gpus = false, help = false;
-};
+using Options = kvd::cli::Params;
 
-kvd::DType parse_dtype_option(const std::string& opt, const std::string& text) {
-  try {
-    return kvd::parse_dtype(text);
-  } catch (const ArgumentError& e) {
-    throw ArgumentError(msg(opt, ": ", e.what()));
-  }
-}
-
-Options parse_args(int argc, char** argv) {
+/// The parsed options; `help` receives the --help text.
+Options parse_args(int argc, char** argv, std::string& help) {
   Options o;
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string opt = args[i];
-    std::optional<std::string> inline_value;
-    if (const auto eq = opt.find('='); opt.rfind("--", 0) == 0 && eq != std::string::npos) {
-      inline_value = opt.substr(eq + 1);
-      opt.erase(eq);
-    }
-    // Flags take no value.
-    if (opt == "--help" || opt == "-h" || opt == "--json" || opt == "--list-gpus") {
-      if (inline_value) throw ArgumentError(msg(opt, " takes no value"));
-      if (opt == "--json") o.json = true;
-      else if (opt == "--list-gpus") o.list_gpus = true;
-      else o.help = true;
-      continue;
-    }
-    auto value = [&]() -> std::string {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= args.size()) throw ArgumentError(msg(opt, " needs a value"));
-      return args[++i];
-    };
-    constexpr std::uint64_t kIntMax = std::numeric_limits<int>::max();
-    if (opt == "--layers") o.layers = static_cast<int>(parse_positive(opt, value(), kIntMax));
-    else if (opt == "--kv-heads") o.kv_heads = static_cast<int>(parse_positive(opt, value(), kIntMax));
-    else if (opt == "--head-dim") o.head_dim = static_cast<int>(parse_positive(opt, value(), kIntMax));
-    else if (opt == "--model") o.model = value();
-    else if (opt == "--weight-dtype") o.weight_dtype = parse_dtype_option(opt, value());
-    else if (opt == "--dtype") o.dtype = parse_dtype_option(opt, value());
-    else if (opt == "--tokens") o.tokens = parse_positive(opt, value(), std::numeric_limits<std::uint64_t>::max());
-    else if (opt == "--memory-gb") o.memory_gb = parse_number(opt, value(), 0, true, kvd::PlanInput::kMaxMemoryGb);
-    else if (opt == "--bandwidth-gb-s")
-      o.bandwidth_gb_s = parse_number(opt, value(), 0, true, kvd::PlanInput::kMaxBandwidthGbS);
-    else if (opt == "--weights-gb") o.weights_gb = parse_number(opt, value(), 0, false, kvd::PlanInput::kMaxMemoryGb);
-    else if (opt == "--gpu") o.gpu = value();
-    else if (opt.rfind("-", 0) == 0) throw ArgumentError(msg("unknown option '", opt, "'"));
-    else throw ArgumentError(msg("unexpected argument '", opt, "' (options start with --)"));
-  }
+  kvd::cli::OptionTable table(kvd::cli::kPlan, o, kIntro, kOutro);
+  table.set_help("--model", "llama2.c checkpoint: shape, max_seq_len and weight bytes from its header", "Cache shape");
+  help = table.help();
+  table.parse(argc, argv);
   return o;
 }
 
@@ -294,9 +225,10 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   return kvd::cli::run_main("kvdecode-plan", [&] {
-    const Options o = parse_args(argc, argv);
+    std::string help;
+    const Options o = parse_args(argc, argv, help);
     if (o.help) {
-      std::cout << kUsage;
+      std::cout << help;
       return 0;
     }
     if (o.list_gpus) {

@@ -585,6 +585,32 @@ TEST_F(BadCacheFile, DataBytesFieldDisagreesWithShape) {
   load_fails<FileError>(bad, m);
 }
 
+// Issue 12 finding: 2^20 layers x 2^20 KV heads x 2^20 head_dim x 8 positions x 2 x 4 bytes
+// is 2^66, which wrapped to 0 data bytes, so a 72-byte file claiming it was accepted.
+TEST_F(BadCacheFile, ShapeProductWrapping64BitsIsRejected) {
+  std::vector<unsigned char> b(72, 0);
+  std::memcpy(b.data(), "KVDC", 4);
+  put_u32(b, kVersionAt, 1);
+  put_u32(b, 8, 64);
+  put_u32(b, kLayersAt, 1u << 20);
+  put_u32(b, 16, 1u << 20);  // n_kv_heads
+  put_u32(b, 20, 1u << 20);  // head_dim
+  put_u32(b, 24, 16);        // max_seq_len
+  put_u32(b, kCapacityAt, 16);
+  put_u32(b, kLengthAt, 8);
+  b[kDtypeAt] = 0;  // f32
+  b[37] = 4;
+  put_u64(b, kDataBytesAt, 0);  // what the wrapped product gave
+  reseal(b);
+  write_bytes(bad, b);
+  const std::string m = expect_throw<FormatError>([&] { read_cache_info(bad); });
+  EXPECT_HAS(m, bad);
+  EXPECT_HAS(m, "more data than 64-bit sizes hold");
+  EXPECT_HAS(m, "n_layers 1048576 x n_kv_heads 1048576 x head_dim 1048576");
+  EXPECT_EQ(restore_fails<FormatError>(bad), m);
+  load_fails<FormatError>(bad, m);
+}
+
 TEST_F(BadCacheFile, NonzeroReservedByte) {
   auto b = good_bytes();
   b[38] = 7;

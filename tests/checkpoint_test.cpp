@@ -527,6 +527,21 @@ TEST_F(CheckpointTest, V1BadSharedClassifierFlag) {
   expect_rejected(path, {"shared_classifier = 7"});
 }
 
+// Issue 12 finding: a v1 file has no RoPE tables, so its seq_len is not bounded by the
+// file size; a small file with seq_len 2^20 made the model and a default cache take
+// 1.5 GB. What a header may demand per seq_len is capped, and the message says so.
+TEST_F(CheckpointTest, V1SeqLenDemandingMoreThanTheFileMayIsRejected) {
+  const std::string path = save_small(CheckpointFormat::kLlama2cV1, true, "m.bin");
+  Bytes b = read_bytes(path);
+  put_i32(b, 8 + 24, 4096);  // seq_len 4096: 4096 x (16 + 128) bytes, well under the limit
+  write_bytes(path, b);
+  EXPECT_EQ(kvd::read_checkpoint_info(path).config.max_seq_len, 4096);
+  put_i32(b, 8 + 24, 1 << 20);  // same file size, 2^20 x 144 bytes = 151 MB demanded
+  write_bytes(path, b);
+  expect_rejected(path, {"seq_len = 1048576", "demands 150994944 bytes", "limit of 67108864 bytes",
+                         "v1 files carry no RoPE tables"});
+}
+
 TEST_F(CheckpointTest, MissingFile) { expect_rejected(file("does_not_exist.bin"), {"does not exist"}); }
 
 TEST_F(CheckpointTest, Directory) { expect_rejected(dir_.string(), {"directory"}); }

@@ -128,8 +128,7 @@ class ContinuousBatcher {
       s.history.push_back(token);
       s.generated += 1;
       if (on_token) on_token(s.id, token);
-      for (int st : s.options.stop_tokens)
-        if (st == token) finish(s, StopReason::kStopToken);
+      if (is_stop_token(s.options.stop_tokens, token)) finish(s, StopReason::kStopToken);
       if (!s.finished && s.generated >= s.options.max_new_tokens) finish(s, StopReason::kMaxTokens);
       if (!s.finished && s.cache->length() >= s.cache->capacity()) finish(s, StopReason::kContextFull);
     }

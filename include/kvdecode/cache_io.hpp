@@ -11,7 +11,7 @@
 //       12     16  u32 n_layers, n_kv_heads, head_dim, max_seq_len   the cache shape
 //       28      4  u32 capacity                                       positions the saved cache could hold
 //       32      4  u32 length                                         sequence length: positions [0, length) appended
-//       36      1  u8  dtype (DType: 0 f32, 1 f64, 2 bf16, 3 f16)
+//       36      1  u8  dtype (DType's frozen codes: 0 f32, 1 f64, 2 bf16, 3 f16)
 //       37      1  u8  bytes per element
 //       38      2  zero
 //       40      8  u64 model_id (caller-chosen; 0 = none, see config_fingerprint())
@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "kvdecode/detail/bytes.hpp"
+#include "kvdecode/detail/file.hpp"
 #include "kvdecode/config.hpp"
 #include "kvdecode/dtype.hpp"
 #include "kvdecode/error.hpp"
@@ -88,10 +89,16 @@ inline constexpr std::uint64_t kHeaderBytes = 64;
 inline constexpr std::uint64_t kChecksumBytes = 8;
 inline constexpr std::uint32_t kMaxDim = 1u << 20;  // ModelConfig's limit on every dimension
 
-/// Throws FileError("cache file '<path>': <parts...>").
+/// Throws FileError("cache file '<path>': <parts...>"): the file cannot be used (missing, unreadable).
 template <class... Parts>
 [[noreturn]] void fail(const std::string& path, Parts&&... parts) {
   throw FileError(msg("cache file '", path, "': ", std::forward<Parts>(parts)...));
+}
+
+/// Throws FormatError("cache file '<path>': <parts...>"): the file's bytes break the format.
+template <class... Parts>
+[[noreturn]] void bad(const std::string& path, Parts&&... parts) {
+  throw FormatError(msg("cache file '", path, "': ", std::forward<Parts>(parts)...));
 }
 
 /// Elements are copied byte for byte between memory and the file, so the host
@@ -145,10 +152,11 @@ inline std::array<unsigned char, kHeaderBytes> make_header(const CacheShape& sha
   return h;
 }
 
-/// A whole cache file, read and checked: the header's meaning and the raw data.
+/// A whole cache file, mapped and checked: the header's meaning and the raw data.
 struct Contents {
   CacheFileInfo info;
-  std::vector<unsigned char> data;  // info.data_bytes bytes: (length - first, 2, n_layers, n_kv_heads, head_dim) elements
+  MappedFile file;
+  const unsigned char* data = nullptr;  // info.data_bytes bytes in `file`: (length - first, 2, n_layers, n_kv_heads, head_dim) elements
 };
 
 /// Checks the header fields one by one and the file size they imply.
@@ -156,15 +164,15 @@ struct Contents {
 inline CacheFileInfo parse_header(const std::string& path, const unsigned char* h, std::uint64_t file_bytes) {
   const std::uint32_t version = load_u32_le(h + 4);
   if (version != kVersion)
-    fail(path, "unsupported cache file version ", version, " (this build of kvdecode reads version ", kVersion,
+    bad(path, "unsupported cache file version ", version, " (this build of kvdecode reads version ", kVersion,
          "; save the cache again with this build)");
   const std::uint32_t header_bytes = load_u32_le(h + 8);
   if (header_bytes != kHeaderBytes)
-    fail(path, "header size field = ", header_bytes, ", expected ", kHeaderBytes, " for version ", kVersion);
+    bad(path, "header size field = ", header_bytes, ", expected ", kHeaderBytes, " for version ", kVersion);
 
   auto dim = [&](const char* name, int offset) {
     const std::uint32_t v = load_u32_le(h + offset);
-    if (v < 1 || v > kMaxDim) fail(path, "header field ", name, " = ", v, " must be in [1, ", kMaxDim, "]");
+    if (v < 1 || v > kMaxDim) bad(path, "header field ", name, " = ", v, " must be in [1, ", kMaxDim, "]");
     return static_cast<int>(v);
   };
   CacheFileInfo info;
@@ -173,20 +181,20 @@ inline CacheFileInfo parse_header(const std::string& path, const unsigned char* 
   info.shape.head_dim = dim("head_dim", 20);
   info.shape.max_seq_len = dim("max_seq_len", 24);
   const std::uint32_t window = load_u32_le(h + 56);
-  if (window > kMaxDim) fail(path, "header field sliding_window = ", window, " must be in [0, ", kMaxDim, "]");
+  if (window > kMaxDim) bad(path, "header field sliding_window = ", window, " must be in [0, ", kMaxDim, "]");
   info.shape.sliding_window = static_cast<int>(window);
   const std::uint32_t capacity = load_u32_le(h + 28), length = load_u32_le(h + 32);
   if (capacity < 1 || capacity > static_cast<std::uint32_t>(info.shape.max_seq_len))
-    fail(path, "header field capacity = ", capacity, " must be in [1, max_seq_len = ", info.shape.max_seq_len, "]");
+    bad(path, "header field capacity = ", capacity, " must be in [1, max_seq_len = ", info.shape.max_seq_len, "]");
   if (length > capacity)
-    fail(path, "header field length = ", length, " exceeds the cache's capacity = ", capacity,
+    bad(path, "header field length = ", length, " exceeds the cache's capacity = ", capacity,
          " (max_seq_len = ", info.shape.max_seq_len, ")");
   info.capacity = static_cast<int>(capacity);
   info.length = static_cast<int>(length);
   const std::uint32_t first = load_u32_le(h + 60);
   const int expected_first = first_kept(info.shape, info.length);
   if (first != static_cast<std::uint32_t>(expected_first))
-    fail(path, "header field first = ", first, " must be ", expected_first, " for length ", length,
+    bad(path, "header field first = ", first, " must be ", expected_first, " for length ", length,
          " and sliding_window ", window);
   info.first = expected_first;
 
@@ -194,38 +202,51 @@ inline CacheFileInfo parse_header(const std::string& path, const unsigned char* 
   const DType dtype = static_cast<DType>(dtype_code);
   const std::uint32_t elem = element_bytes(dtype);  // 0 for q8 and unknown codes (DType is 8-bit, so any code is a value)
   if (elem == 0)
-    fail(path, "header field dtype = ", dtype_code, " is not a cache element type (0 f32, 1 f64, 2 bf16, 3 f16)");
+    bad(path, "header field dtype = ", dtype_code, " is not a cache element type (0 f32, 1 f64, 2 bf16, 3 f16)");
   if (h[37] != elem)
-    fail(path, "header field element bytes = ", unsigned(h[37]), " disagrees with dtype ", dtype_name(dtype),
+    bad(path, "header field element bytes = ", unsigned(h[37]), " disagrees with dtype ", dtype_name(dtype),
          " (", elem, " bytes)");
   info.dtype = dtype;
   for (int off : {38, 39})
-    if (h[off] != 0) fail(path, "reserved header byte ", off, " = ", unsigned(h[off]), " must be 0");
+    if (h[off] != 0) bad(path, "reserved header byte ", off, " = ", unsigned(h[off]), " must be 0");
   info.model_id = load_u64_le(h + 40);
 
-  // Every factor is at most 2^20 and length < 2^20, so the product stays below 2^64.
+  // Each factor is at most 2^20, but their product can pass 2^64 (2^20 layers x 2^20
+  // heads x 2^20 head_dim x 8 positions wraps to 0), so it is formed with checked_mul.
   const std::uint64_t stored = static_cast<std::uint64_t>(info.length - info.first);
-  const std::uint64_t expected_data = stored * 2 * info.shape.n_layers *
-                                      info.shape.n_kv_heads * static_cast<std::uint64_t>(info.shape.head_dim) * elem;
+  std::uint64_t expected_data = 0, expected_file = 0;
+  try {
+    std::uint64_t per_token = checked_mul(2ull * static_cast<std::uint64_t>(info.shape.n_layers),
+                                          static_cast<std::uint64_t>(info.shape.n_kv_heads), "K/V rows");
+    per_token = checked_mul(per_token, static_cast<std::uint64_t>(info.shape.head_dim), "K/V elements per position");
+    per_token = checked_mul(per_token, elem, "K/V bytes per position");
+    expected_data = checked_mul(per_token, stored, "K/V data bytes");
+    expected_file = checked_add(checked_add(kHeaderBytes, expected_data, "file size"), kChecksumBytes, "file size");
+  } catch (const FormatError& e) {
+    bad(path, "header fields describe more data than 64-bit sizes hold: ", stored, " positions x 2 x n_layers ",
+        info.shape.n_layers, " x n_kv_heads ", info.shape.n_kv_heads, " x head_dim ", info.shape.head_dim, " x ",
+        elem, " bytes (", e.what(), "); the header is corrupt");
+  }
   info.data_bytes = load_u64_le(h + 48);
   if (info.data_bytes != expected_data)
-    fail(path, "header field data bytes = ", info.data_bytes, " disagrees with its shape, ", stored,
+    bad(path, "header field data bytes = ", info.data_bytes, " disagrees with its shape, ", stored,
          " stored positions and dtype ", dtype_name(dtype), ", which need ", expected_data);
-  const std::uint64_t expected_file = kHeaderBytes + expected_data + kChecksumBytes;
+
   if (file_bytes != expected_file) {
     if (file_bytes < expected_file)
-      fail(path, "truncated: the file has ", file_bytes, " bytes but its header (", stored, " positions of ",
+      bad(path, "truncated: the file has ", file_bytes, " bytes but its header (", stored, " positions of ",
            dtype_name(dtype), ") implies ", expected_file, " (", expected_file - file_bytes, " bytes missing)");
-    fail(path, "size mismatch: the file has ", file_bytes, " bytes but its header (", stored, " positions of ",
+    bad(path, "size mismatch: the file has ", file_bytes, " bytes but its header (", stored, " positions of ",
          dtype_name(dtype), ") implies ", expected_file, " (", file_bytes - expected_file, " extra bytes at the end)");
   }
   info.file_bytes = file_bytes;
   return info;
 }
 
-/// Opens, reads and checks a whole cache file. Throws FileError naming the path
-/// and the problem; reads nothing beyond the first 64 bytes until the header
-/// and the file size agree, so a hostile header cannot cause a large allocation.
+/// Maps, reads and checks a whole cache file. Throws FileError naming the path
+/// and the problem (FormatError when its bytes break the format); reads nothing
+/// beyond the first 64 bytes until the header and the file size agree, and
+/// allocates nothing in proportion to the file (the data stays in the mapping).
 inline Contents read(const std::string& path) {
   require_little_endian(path);
   namespace fs = std::filesystem;
@@ -236,41 +257,32 @@ inline Contents read(const std::string& path) {
   if (st.type() == fs::file_type::directory) fail(path, "is a directory, not a cache file");
   if (st.type() != fs::file_type::regular) fail(path, "is not a regular file");
 
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in.is_open()) fail(path, "cannot be opened for reading", errno ? msg(": ", std::strerror(errno)) : std::string());
-  in.seekg(0, std::ios::end);
-  const std::streamoff end = in.tellg();
-  if (!in || end < 0) fail(path, "cannot determine the file size");
-  const std::uint64_t file_bytes = static_cast<std::uint64_t>(end);
-  in.seekg(0, std::ios::beg);
-
-  std::array<unsigned char, kHeaderBytes> h{};
-  const std::uint64_t prefix = std::min<std::uint64_t>(file_bytes, kHeaderBytes);
-  in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(prefix));
-  if (static_cast<std::uint64_t>(in.gcount()) != prefix) fail(path, "read error in the header");
-  if (file_bytes == 0) fail(path, "file is empty (0 bytes); a cache file starts with a ", kHeaderBytes, "-byte header");
-  if (file_bytes < 4 || std::memcmp(h.data(), kMagic, 4) != 0) {
+  Contents c;
+  try {
+    c.file = MappedFile::open(path);
+  } catch (const FileError& e) {
+    fail(path, "cannot be read: ", e.what());
+  }
+  const std::uint64_t file_bytes = c.file.size();
+  const unsigned char* h = c.file.data();
+  if (file_bytes == 0) bad(path, "file is empty (0 bytes); a cache file starts with a ", kHeaderBytes, "-byte header");
+  if (file_bytes < 4 || std::memcmp(h, kMagic, 4) != 0) {
     char got[5] = {0, 0, 0, 0, 0};
     for (std::uint64_t i = 0; i < std::min<std::uint64_t>(file_bytes, 4); ++i)
       got[i] = h[i] >= 0x20 && h[i] < 0x7f ? static_cast<char>(h[i]) : '?';
-    fail(path, "not a kvdecode cache file: it starts with \"", got, "\", expected the magic \"KVDC\"");
+    bad(path, "not a kvdecode cache file: it starts with \"", got, "\", expected the magic \"KVDC\"");
   }
   if (file_bytes < kHeaderBytes)
-    fail(path, "truncated: the file has ", file_bytes, " bytes, the header alone needs ", kHeaderBytes);
+    bad(path, "truncated: the file has ", file_bytes, " bytes, the header alone needs ", kHeaderBytes);
 
-  Contents c;
-  c.info = parse_header(path, h.data(), file_bytes);
-  c.data.resize(c.info.data_bytes);
-  in.read(reinterpret_cast<char*>(c.data.data()), static_cast<std::streamsize>(c.data.size()));
-  std::array<unsigned char, kChecksumBytes> trailer{};
-  in.read(reinterpret_cast<char*>(trailer.data()), static_cast<std::streamsize>(trailer.size()));
-  if (!in) fail(path, "read error or early end of file (did the file change while it was read?)");
-
-  c.info.checksum = load_u64_le(trailer.data());
-  const std::uint64_t computed = fnv1a64(c.data.data(), c.data.size(), fnv1a64(h.data(), h.size()));
+  c.info = parse_header(path, h, file_bytes);  // file_bytes == header + data + checksum from here on
+  c.data = h + kHeaderBytes;
+  const unsigned char* trailer = c.data + c.info.data_bytes;
+  c.info.checksum = load_u64_le(trailer);
+  const std::uint64_t computed =
+      fnv1a64(c.data, static_cast<std::size_t>(c.info.data_bytes), fnv1a64(h, static_cast<std::size_t>(kHeaderBytes)));
   if (computed != c.info.checksum)
-    fail(path, "checksum mismatch: the file records ", std::hex, "0x", c.info.checksum, " but its contents hash to 0x",
+    bad(path, "checksum mismatch: the file records ", std::hex, "0x", c.info.checksum, " but its contents hash to 0x",
          computed, std::dec, "; the file is corrupt");
   return c;
 }
@@ -304,7 +316,7 @@ void fill(const Contents& c, KVCache<T, S>& cache) {
   cache.clear();
   for (int pos = c.info.first; pos < c.info.length; ++pos) {
     const unsigned char* src =
-        c.data.data() + static_cast<std::size_t>(pos - c.info.first) * static_cast<std::size_t>(per_token) * sizeof(S);
+        c.data + static_cast<std::size_t>(pos - c.info.first) * static_cast<std::size_t>(per_token) * sizeof(S);
     for (long i = 0; i < per_token; ++i) {
       S x;
       std::memcpy(static_cast<void*>(&x), src + i * sizeof(S), sizeof(S));

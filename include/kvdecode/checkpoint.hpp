@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "kvdecode/detail/bytes.hpp"
+#include "kvdecode/detail/file.hpp"
 #include "kvdecode/config.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/weights.hpp"
@@ -79,6 +80,12 @@ inline constexpr double kCheckpointRopeTheta = 10000.0;
 inline constexpr double kCheckpointNormEps = 1e-5;
 // Floats converted per chunk when T is not float (keeps the staging buffer at 64 KiB).
 inline constexpr std::size_t kCheckpointChunkFloats = 16384;
+// What a header may make the model and a default cache allocate in proportion to
+// seq_len (RoPE tables + a float32 KV cache of max_seq_len positions): at most
+// max(kCheckpointSeqBytesFileFactor x the file size, kCheckpointSeqBytesFloor).
+// v1 files carry no RoPE tables, so nothing else bounds seq_len by the file size.
+inline constexpr std::uint64_t kCheckpointSeqBytesFileFactor = 2;
+inline constexpr std::uint64_t kCheckpointSeqBytesFloor = std::uint64_t{64} << 20;  // 64 MiB
 
 /// Throws FileError("checkpoint '<path>': <parts...>").
 template <class... Parts>
@@ -256,10 +263,48 @@ inline CheckpointHeader parse_header(const std::string& path, const unsigned cha
   return h;
 }
 
-/// Opens `path` and validates everything short of reading tensors. On success `in`
-/// is positioned just after the header. Throws FileError naming the path and the
-/// problem; nothing larger than 256 bytes is read or allocated.
-inline CheckpointInfo open_checkpoint(const std::string& path, std::ifstream& in) {
+/// Refuses a header whose seq_len would make the model and a default cache take more
+/// than max(2 x the file size, 64 MiB) (issue 12: a 266 KB v1 file with seq_len 2^20 made
+/// the model take 545 MB and its cache 1 GB). Throws FileError naming seq_len, the bytes
+/// it demands and the limit.
+inline void check_seq_len_demand(const std::string& path, const CheckpointHeader& h, const CheckpointInfo& info,
+                                 std::uint64_t file_bytes) {
+  const ModelConfig& c = info.config;
+  // Every factor is below 2^21 (ModelConfig's bounds) except the product, so use checked arithmetic.
+  const CheckedCount k(path, h);
+  const std::uint64_t S = static_cast<std::uint64_t>(c.max_seq_len);
+  const std::uint64_t rope = k.mul(S, k.mul(static_cast<std::uint64_t>(c.head_dim), 4, "RoPE table bytes"),
+                                   "RoPE table bytes");  // cos and sin, (S, Dh/2) each, float32
+  const std::uint64_t per_pos = k.mul(2ull * static_cast<std::uint64_t>(c.n_layers),
+                                      k.mul(static_cast<std::uint64_t>(c.kv_dim()), 4, "KV bytes"), "KV bytes");
+  const std::uint64_t demand = k.add(rope, k.mul(S, per_pos, "KV cache bytes"), "seq_len bytes");
+  const std::uint64_t limit =
+      std::max(kCheckpointSeqBytesFloor, file_bytes > ~std::uint64_t{0} / kCheckpointSeqBytesFileFactor
+                                             ? ~std::uint64_t{0}
+                                             : kCheckpointSeqBytesFileFactor * file_bytes);
+  if (demand > limit)
+    checkpoint_fail(path, "header field seq_len = ", c.max_seq_len, " demands ", demand,
+                    " bytes of RoPE tables and float32 KV cache (", per_pos, " bytes per position), more than ",
+                    "the limit of ", limit, " bytes a ", file_bytes, "-byte ", checkpoint_format_name(h.format),
+                    " file may demand (the larger of ", kCheckpointSeqBytesFileFactor, " x its size and ",
+                    kCheckpointSeqBytesFloor, "); ",
+                    h.format == CheckpointFormat::kLlama2cV1 ? "v1 files carry no RoPE tables, so seq_len is not "
+                                                               "bounded by the file; "
+                                                             : "",
+                    "the header is corrupt or seq_len is larger than the model supports");
+}
+
+/// A checkpoint mapped and validated short of reading tensors.
+struct OpenCheckpoint {
+  CheckpointInfo info;
+  MappedFile file;
+  std::uint64_t header_bytes = 0;  // the tensors start here
+};
+
+/// Maps `path` and validates everything short of reading tensors. Throws FileError
+/// naming the path and the problem; nothing beyond the first 256 bytes is touched and
+/// nothing is allocated in proportion to the header's numbers.
+inline OpenCheckpoint open_checkpoint(const std::string& path) {
   require_little_endian(path);
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -269,21 +314,16 @@ inline CheckpointInfo open_checkpoint(const std::string& path, std::ifstream& in
   if (st.type() == fs::file_type::directory) checkpoint_fail(path, "is a directory, not a checkpoint file");
   if (st.type() != fs::file_type::regular) checkpoint_fail(path, "is not a regular file");
 
-  errno = 0;
-  in.open(path, std::ios::binary);
-  if (!in.is_open())
-    checkpoint_fail(path, "cannot be opened for reading", errno ? msg(": ", std::strerror(errno)) : std::string());
-  // Measure the opened file itself, not the name, so a file replaced meanwhile cannot mislead us.
-  in.seekg(0, std::ios::end);
-  const std::streamoff end = in.tellg();
-  if (!in || end < 0) checkpoint_fail(path, "cannot determine the file size");
-  const std::uint64_t file_bytes = static_cast<std::uint64_t>(end);
-  in.seekg(0, std::ios::beg);
-
+  OpenCheckpoint out;
+  try {
+    out.file = MappedFile::open(path);  // sized from the opened file, not the name
+  } catch (const FileError& e) {
+    checkpoint_fail(path, "cannot be opened for reading: ", e.what());
+  }
+  const std::uint64_t file_bytes = out.file.size();
   std::array<unsigned char, kV1HeaderBytes> prefix{};
   const std::uint64_t want = std::min<std::uint64_t>(file_bytes, prefix.size());
-  in.read(reinterpret_cast<char*>(prefix.data()), static_cast<std::streamsize>(want));
-  if (static_cast<std::uint64_t>(in.gcount()) != want) checkpoint_fail(path, "read error in the header");
+  if (want > 0) std::memcpy(prefix.data(), out.file.data(), static_cast<std::size_t>(want));
 
   const CheckpointHeader h = parse_header(path, prefix.data(), file_bytes);
   CheckpointInfo info;
@@ -314,9 +354,10 @@ inline CheckpointInfo open_checkpoint(const std::string& path, std::ifstream& in
                           "\" look like text: is this a damaged v1 file or not a checkpoint?)"));
     throw;
   }
-  in.seekg(static_cast<std::streamoff>(h.header_bytes), std::ios::beg);
-  if (!in) checkpoint_fail(path, "cannot seek past the header");
-  return info;
+  check_seq_len_demand(path, h, info, file_bytes);
+  out.info = info;
+  out.header_bytes = h.header_bytes;
+  return out;
 }
 
 /// Calls `tensor(name, layer, data, count)` for every weight tensor of `w` in the
@@ -387,26 +428,21 @@ ModelWeights<T> allocate_weights(const ModelConfig& c) {
   return w;
 }
 
-/// Reads `count` float32 values into `dst`, converting to T. Throws FileError naming the tensor.
+/// Reads `count` float32 values at the cursor into `dst`, converting to T. Throws
+/// FileError naming the tensor if the file holds fewer (the header check rules that out).
 template <class T>
-void read_f32(std::istream& in, const std::string& path, const char* name, int layer, T* dst, std::uint64_t count) {
-  auto fail = [&]() {
-    checkpoint_fail(path, "unexpected end of file or read error while reading tensor ", name,
+void read_f32(ByteCursor& in, const std::string& path, const char* name, int layer, T* dst, std::uint64_t count) {
+  if (count > in.remaining() / 4)
+    checkpoint_fail(path, "unexpected end of file while reading tensor ", name,
                     layer >= 0 ? msg("[layer ", layer, "]") : std::string());
-  };
+  const unsigned char* src = in.bytes(count * 4, name);
   if constexpr (std::is_same_v<T, float>) {
-    const auto bytes = static_cast<std::streamsize>(count * 4);
-    in.read(reinterpret_cast<char*>(dst), bytes);
-    if (in.gcount() != bytes) fail();
+    std::memcpy(dst, src, static_cast<std::size_t>(count * 4));
   } else {
-    std::vector<float> buf(static_cast<std::size_t>(std::min<std::uint64_t>(count, kCheckpointChunkFloats)));
-    for (std::uint64_t done = 0; done < count;) {
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(count - done, buf.size()));
-      const auto bytes = static_cast<std::streamsize>(n * 4);
-      in.read(reinterpret_cast<char*>(buf.data()), bytes);
-      if (in.gcount() != bytes) fail();
-      for (std::size_t i = 0; i < n; ++i) dst[done + i] = static_cast<T>(buf[i]);
-      done += n;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      float v;
+      std::memcpy(&v, src + 4 * i, 4);
+      dst[i] = static_cast<T>(v);
     }
   }
 }
@@ -477,11 +513,9 @@ inline void require_llama2c_representable(const ModelConfig& c) {
 /// Failure: FileError naming the path and the problem if the file is missing, not a
 /// regular file, unreadable, has a short/unknown/inconsistent header, describes a
 /// model ModelConfig::validate() rejects, or its size differs from what the header
-/// implies. Reads at most 256 bytes; nothing is left open.
-inline CheckpointInfo read_checkpoint_info(const std::string& path) {
-  std::ifstream in;
-  return detail::open_checkpoint(path, in);
-}
+/// implies, or its seq_len demands more memory than the file may (see
+/// check_seq_len_demand). Touches at most 256 bytes of the mapped file; nothing is left open.
+inline CheckpointInfo read_checkpoint_info(const std::string& path) { return detail::open_checkpoint(path).info; }
 
 /// Loads a llama2.c checkpoint (legacy or v1, detected by the "ak42" magic) and
 /// converts its float32 values to T.
@@ -494,8 +528,10 @@ inline CheckpointInfo read_checkpoint_info(const std::string& path) {
 template <class T>
 ModelWeights<T> load_checkpoint(const std::string& path) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "load_checkpoint<T>: T must be float or double");
-  std::ifstream in;
-  const CheckpointInfo info = detail::open_checkpoint(path, in);
+  const detail::OpenCheckpoint file = detail::open_checkpoint(path);
+  const CheckpointInfo& info = file.info;
+  detail::ByteCursor in(file.file);
+  in.skip(file.header_bytes, "header");
   ModelWeights<T> w = detail::allocate_weights<T>(info.config);
   detail::visit_checkpoint_tensors(
       w, info.format,
@@ -506,8 +542,8 @@ ModelWeights<T> load_checkpoint(const std::string& path) {
         // The RoPE tables are recomputed at run time; skip 2 x (S, Dh/2) floats.
         const std::uint64_t skip = 2ull * static_cast<std::uint64_t>(info.config.max_seq_len) *
                                    static_cast<std::uint64_t>(info.config.head_dim / 2) * 4;
-        in.seekg(static_cast<std::streamoff>(skip), std::ios::cur);
-        if (!in) detail::checkpoint_fail(path, "cannot seek past the RoPE tables");
+        if (skip > in.remaining()) detail::checkpoint_fail(path, "cannot seek past the RoPE tables");
+        in.skip(skip, "RoPE tables");
       });
   return w;
 }

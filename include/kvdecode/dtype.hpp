@@ -12,13 +12,14 @@
 
 namespace kvd {
 
-/// How a tensor's elements are stored.
+/// How a tensor's elements are stored. Frozen on-disk values: cache files
+/// (cache_io.hpp, header byte 36) record them; never renumber a value.
 enum class DType : std::uint8_t {
-  kF32,   ///< IEEE binary32
-  kF64,   ///< IEEE binary64 (double-precision caches of double models)
-  kBF16,  ///< bfloat16 (8-bit exponent, 7-bit mantissa)
-  kF16,   ///< IEEE binary16
-  kQ8,    ///< 8-bit integers with one float32 scale per group of 32 (q8_0); 34 bytes per 32 values
+  kF32 = 0,   ///< IEEE binary32
+  kF64 = 1,   ///< IEEE binary64 (double-precision caches of double models)
+  kBF16 = 2,  ///< bfloat16 (8-bit exponent, 7-bit mantissa)
+  kF16 = 3,   ///< IEEE binary16
+  kQ8 = 4,    ///< 8-bit integers with one float32 scale per group of 32 (q8_0); 34 bytes per 32 values
 };
 
 /// Bytes per element (for kQ8: the average, 34/32 = 1.0625, so use dtype_bytes_for()).

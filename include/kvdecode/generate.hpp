@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvdecode/kv_cache.hpp"
+#include "kvdecode/sampler.hpp"
 #include "kvdecode/transformer.hpp"
 
 namespace kvd {
@@ -61,13 +62,25 @@ struct GenerateHooks {
   bool all_prompt_logits = false;          ///< on_logits also sees every prompt position, not just the last
 };
 
-/// Greedy choice: the highest logit, the lowest id on ties.
-template <class T>
-inline int argmax(const T* logits, int n) {
-  int best = 0;
-  for (int i = 1; i < n; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return best;
+/// The stop rule, defined once for generate() and ContinuousBatcher: generation
+/// ends right after a token listed in `stop_tokens` is produced. Never throws.
+inline bool is_stop_token(const std::vector<int>& stop_tokens, int token) {
+  for (int s : stop_tokens)
+    if (s == token) return true;
+  return false;
+}
+
+/// The stop tokens that end a text: the tokenizer's EOS and BOS ids (llama2.c's
+/// models end a story by starting the next one with BOS, and its run.c stops
+/// there), EOS first, without duplicates; negative ids (a vocabulary without that
+/// token) are left out. `Tok` is any tokenizer with eos_id() and bos_id(). Never throws
+/// unless those do.
+template <class Tok>
+std::vector<int> end_of_text_tokens(const Tok& tok) {
+  std::vector<int> ids;
+  for (int id : {static_cast<int>(tok.eos_id()), static_cast<int>(tok.bos_id())})
+    if (id >= 0 && !is_stop_token(ids, id)) ids.push_back(id);
+  return ids;
 }
 
 /// Runs the loop. With the cache: prefill(prompt) into `cache` (which must be
@@ -119,9 +132,7 @@ GenerateResult<T> generate(Transformer<T>& model, const std::vector<int>& prompt
     res.tokens.push_back(next);
     seq.push_back(next);
     if (on_token) on_token(next);
-    bool stop_tok = false;
-    for (int s : opt.stop_tokens) stop_tok |= (s == next);
-    if (stop_tok) { res.stop = StopReason::kStopToken; break; }
+    if (is_stop_token(opt.stop_tokens, next)) { res.stop = StopReason::kStopToken; break; }
     if (static_cast<int>(res.tokens.size()) >= opt.max_new_tokens) { res.stop = StopReason::kMaxTokens; break; }
     if (base_pos + static_cast<int>(seq.size()) > limit) { res.stop = StopReason::kContextFull; break; }
     auto s0 = Clock::now();

@@ -34,6 +34,18 @@
 
 namespace kvd {
 
+/// The greedy choice, defined once for every caller: the index of the largest of
+/// x[0, n), the lowest index among equal maxima (a strict '>' scan, so NaN entries
+/// are never chosen over an earlier value). Precondition n >= 1 (returns 0 for n <= 0).
+/// Never throws.
+template <class T>
+inline int argmax(const T* x, int n) {
+  int best = 0;
+  for (int i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
 /// Sampling options. Every default means "off", so SamplerConfig{} is greedy decoding.
 struct SamplerConfig {
   double temperature = 0.0;         ///< >= 0; 0 = greedy (argmax)
@@ -247,12 +259,7 @@ class Sampler {
       throw ArgumentError(detail::msg("Sampler::sample: all ", V, " logits are -inf (after the repetition penalty)"));
 
     // Step 2: greedy. Strict '>' keeps the lowest id among equal maxima.
-    if (config_.temperature == 0.0) {
-      std::size_t best = 0;
-      for (std::size_t i = 1; i < V; ++i)
-        if (logits_[i] > logits_[best]) best = i;
-      return static_cast<int>(best);
-    }
+    if (config_.temperature == 0.0) return argmax(logits_.data(), vocab_size);
 
     // Step 3: p_i = exp((l_i - l_max) / T) / sum, which is softmax(l / T); taking the
     // max out first keeps every exponent <= 0, so nothing overflows or turns NaN.

@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvdecode/detail/file.hpp"
 #include "kvdecode/error.hpp"
 
 namespace kvd {
@@ -365,20 +366,20 @@ class Tokenizer {
     if (ec) throw FileError(detail::msg(where, " cannot be accessed: ", ec.message()));
     if (std::filesystem::is_directory(status))
       throw FileError(detail::msg(where, " is a directory, not a llama2.c tokenizer.bin file"));
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw FileError(detail::msg(where, " cannot be opened for reading"));
-    in.seekg(0, std::ios::end);
-    const std::streamoff end = in.tellg();
-    in.seekg(0, std::ios::beg);
-    if (end < 0 || !in) throw FileError(detail::msg(where, " cannot be read (its size is unknown)"));
-    const std::uint64_t size = static_cast<std::uint64_t>(end);
+    detail::MappedFile file;
+    try {
+      file = detail::MappedFile::open(path);
+    } catch (const FileError& e) {
+      throw FileError(detail::msg(where, " cannot be opened for reading (", e.what(), ")"));
+    }
+    const std::uint64_t size = file.size();
     std::uint64_t offset = 0;
 
     unsigned char word[8];
     auto read_exact = [&](void* dst, std::size_t n, const char* what) {
-      in.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
-      if (static_cast<std::size_t>(in.gcount()) != n)
+      if (n > size - offset)
         throw FileError(detail::msg(where, ": read error at byte ", offset, " while reading ", what));
+      std::memcpy(dst, file.data() + offset, n);
       offset += n;
     };
 

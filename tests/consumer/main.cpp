@@ -19,6 +19,12 @@ int main() {
     auto row = model.decode_step(tokens[t], cache);
     same = same && std::memcmp(row.data(), ref.row(static_cast<long>(t)).data(), sizeof(float) * c.vocab_size) == 0;
   }
+  // The tokenizers' dependencies (nlohmann_json, PCRE2, utf8proc) reach consumers too.
+  const auto tok = kvd::tokenizer_from_json(
+      R"({"normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\p{L}+"},
+          "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})",
+      "", "consumer.json");
+  same = same && tok->encode("ab b\xC3\xA9" "a") == std::vector<int>{2, 1, 0};
   std::cout << "kvdecode " << kvd::kVersion << ": cached and cache-free logits "
             << (same ? "identical" : "DIFFERENT") << "\n";
   return same ? 0 : 1;

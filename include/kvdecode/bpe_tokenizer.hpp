@@ -1,0 +1,667 @@
+// BpeTokenizer: the tokenizers of real models, described by a TokenizerSpec that
+// the GGUF reader (tokenizer_gguf.hpp) or the tokenizer.json reader
+// (tokenizer_json.hpp) fills. It runs Hugging Face's pipeline:
+//
+//   raw text
+//     -> split on added tokens (special ones only when parse_special), leftmost-longest,
+//        with lstrip/rstrip absorbing the whitespace beside them
+//     -> each text segment: normalizers (Prepend, Replace, NFC, Lowercase)
+//     -> pre-tokenizers (Split by regex with a behaviour, ByteLevel, Metaspace, Digits)
+//     -> the model on each piece:
+//          kSentencePiece: llama.cpp's SentencePiece merge: start from UTF-8
+//            characters, repeatedly merge the adjacent pair whose concatenation is a
+//            vocabulary piece with the highest score (leftmost on ties); characters
+//            left unknown become <0xNN> byte tokens;
+//          kBpe: merges by rank (lowest first, leftmost on ties) over ids, with
+//            byte_fallback, fuse_unk and ignore_merges as Hugging Face defines them.
+//
+// Both merges keep the pairs in a priority queue over a linked list of symbols,
+// so a piece of n characters costs O(n log n), whatever its length.
+// Decoding precomputes each token's output bytes by running the decoders on it
+// (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <queue>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kvdecode/detail/regex.hpp"
+#include "kvdecode/detail/unicode.hpp"
+#include "kvdecode/error.hpp"
+#include "kvdecode/text_tokenizer.hpp"
+
+namespace kvd {
+
+/// One text normalization step, applied to each text segment between added tokens.
+struct NormalizerStep {
+  enum Kind { kPrepend, kReplace, kNfc, kLowercase } kind;
+  std::string text;     ///< kPrepend: what to put in front; kReplace: the literal to find (if no regex)
+  std::string content;  ///< kReplace: the replacement
+  std::shared_ptr<detail::Regex> regex;  ///< kReplace by pattern instead of literal
+};
+
+/// How a Split pre-tokenizer treats the matches (Hugging Face's SplitDelimiterBehavior).
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+/// One pre-tokenization step, applied to every piece the previous steps made.
+struct PreTokenizerStep {
+  enum Kind { kSplit, kByteLevel, kMetaspace } kind;
+  // kSplit: pieces are cut at the matches of `regex` (or of the literal `text`).
+  std::shared_ptr<detail::Regex> regex;
+  std::string text;
+  SplitBehavior behavior = SplitBehavior::kIsolated;
+  bool invert = false;
+  // kByteLevel: bytes become GPT-2's byte-level characters.
+  bool add_prefix_space = false;  ///< also kMetaspace (prepend the replacement)
+  std::shared_ptr<detail::Regex> byte_level_regex;  ///< use_regex: GPT-2's split first
+  // kMetaspace: spaces become `replacement`; prepend_first: only at the text's start.
+  std::string replacement = "\xE2\x96\x81";
+  bool prepend_first = false;
+  bool split = true;
+};
+
+/// One decoding step, run at load time on each ordinary token's text.
+struct DecoderStep {
+  enum Kind { kByteLevel, kMetaspace, kReplace, kByteFallback, kFuse, kStrip } kind;
+  std::string text;     ///< kReplace: literal to find; kMetaspace: the replacement; kStrip: content
+  std::string content;  ///< kReplace: replacement
+  int start = 0, stop = 0;         ///< kStrip: characters removed at the start / end
+  bool add_prefix_space = false;   ///< kMetaspace: the encoder prepended one
+};
+
+/// A token matched verbatim in the raw text before normalization (Hugging Face's
+/// added_tokens; in GGUF, control, user-defined and unknown tokens).
+struct AddedToken {
+  int id = -1;
+  std::string content;
+  bool special = false;  ///< matched only with parse_special; decoded as "" unless asked
+  bool lstrip = false;   ///< absorbs whitespace on its left
+  bool rstrip = false;   ///< absorbs whitespace on its right
+};
+
+/// Everything a BpeTokenizer needs, as a reader found it.
+struct TokenizerSpec {
+  enum class Model { kSentencePiece, kBpe };
+  std::string source;       ///< file name, for messages
+  std::string description;  ///< e.g. "GGUF llama (SentencePiece)"
+  Model model = Model::kBpe;
+  std::vector<std::string> tokens;  ///< (vocab_size) text of each id
+  std::vector<float> scores;        ///< (vocab_size) kSentencePiece merge scores (empty: all 0)
+  std::vector<TokenType> types;     ///< (vocab_size) (empty: all kNormal)
+  std::vector<std::pair<std::string, std::string>> merges;  ///< kBpe: merge rules, rank order
+  bool byte_fallback = false;  ///< unknown characters become <0xNN> tokens
+  bool fuse_unk = false;       ///< consecutive unknowns become one <unk>
+  bool ignore_merges = false;  ///< a piece that is a whole token is taken as is
+  std::vector<NormalizerStep> normalizers;
+  std::vector<PreTokenizerStep> pre_tokenizers;
+  std::vector<DecoderStep> decoders;
+  std::vector<AddedToken> added;
+  int bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
+  bool add_bos = false, add_eos = false;
+};
+
+class BpeTokenizer : public TextTokenizer {
+ public:
+  /// Builds the tokenizer. Throws FormatError naming spec.source and the problem if
+  /// the vocabulary is empty or too large, a token text is empty or repeated, the
+  /// scores or types do not match the vocabulary size, a special id (bos, eos...) or
+  /// an added token's id is outside the vocabulary, an added token's content differs
+  /// from the vocabulary's text at its id, or a merge names a piece (or a
+  /// concatenation) that is not in the vocabulary.
+  explicit BpeTokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
+    const std::string& src = spec_.source;
+    const std::size_t n = spec_.tokens.size();
+    if (n == 0) throw FormatError(detail::msg(src, ": the vocabulary is empty"));
+    if (n > static_cast<std::size_t>(kMaxVocab))
+      throw FormatError(detail::msg(src, ": vocabulary of ", n, " tokens exceeds the limit ", kMaxVocab));
+    if (!spec_.scores.empty() && spec_.scores.size() != n)
+      throw FormatError(detail::msg(src, ": ", spec_.scores.size(), " scores for ", n, " tokens"));
+    if (spec_.types.empty()) spec_.types.assign(n, TokenType::kNormal);
+    if (spec_.types.size() != n)
+      throw FormatError(detail::msg(src, ": ", spec_.types.size(), " token types for ", n, " tokens"));
+    ids_.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string& t = spec_.tokens[i];
+      if (t.empty()) throw FormatError(detail::msg(src, ": token ", i, " has empty text"));
+      max_len_ = std::max(max_len_, t.size());
+      const auto [it, fresh] = ids_.emplace(std::string_view(t), static_cast<int>(i));
+      if (!fresh)
+        throw FormatError(detail::msg(src, ": token text '", t, "' appears twice, at ids ", it->second, " and ", i));
+    }
+    auto check_special = [&](int id, const char* what) {
+      if (id < -1 || id >= static_cast<int>(n))
+        throw FormatError(detail::msg(src, ": ", what, " id ", id, " is outside the vocabulary [0, ", n, ")"));
+    };
+    check_special(spec_.bos, "BOS");
+    check_special(spec_.eos, "EOS");
+    check_special(spec_.eot, "EOT");
+    check_special(spec_.eom, "EOM");
+    check_special(spec_.unk, "UNK");
+    check_special(spec_.pad, "PAD");
+    if (spec_.add_bos && spec_.bos < 0) throw FormatError(detail::msg(src, ": add_bos is set but there is no BOS token"));
+    if (spec_.add_eos && spec_.eos < 0) throw FormatError(detail::msg(src, ": add_eos is set but there is no EOS token"));
+
+    // Byte-fallback ids: "<0xNN>" pieces (SentencePiece), else the one-byte piece.
+    for (int b = 0; b < 256; ++b) {
+      static const char* kHex = "0123456789ABCDEF";
+      const std::string name = std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
+      byte_id_[b] = find(name);
+      if (byte_id_[b] < 0 && spec_.model == TokenizerSpec::Model::kSentencePiece)
+        byte_id_[b] = find(std::string(1, static_cast<char>(b)));
+    }
+
+    build_merges();
+    build_added();
+    build_pieces();
+
+    bos_ = spec_.bos;
+    eos_ = spec_.eos;
+    eot_ = spec_.eot;
+    unk_ = spec_.unk;
+    pad_ = spec_.pad;
+    add_bos_ = spec_.add_bos;
+    add_eos_ = spec_.add_eos;
+    // End of generation: llama.cpp's rule, the named ids plus the end-of-turn
+    // tokens recognised by their text.
+    eog_ = {eos_, eot_, spec_.eom};
+    for (const char* t : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>"}) {
+      const int id = find(t);
+      if (id >= 0) eog_.push_back(id);
+    }
+    finish_eog();
+  }
+
+  BpeTokenizer(const BpeTokenizer&) = delete;  // ids_ views the token strings
+  BpeTokenizer& operator=(const BpeTokenizer&) = delete;
+
+  static constexpr int kMaxVocab = 1 << 24;
+
+  int vocab_size() const override { return static_cast<int>(spec_.tokens.size()); }
+  const std::string& token_text(int id) const override {
+    check_id(id, "token_text");
+    return spec_.tokens[static_cast<std::size_t>(id)];
+  }
+  TokenType token_type(int id) const override {
+    check_id(id, "token_type");
+    return spec_.types[static_cast<std::size_t>(id)];
+  }
+  std::string token_to_piece(int id, bool special = false) const override {
+    check_id(id, "token_to_piece");
+    const auto i = static_cast<std::size_t>(id);
+    const TokenType t = spec_.types[i];
+    if (t == TokenType::kControl || t == TokenType::kUnknown) return special ? spec_.tokens[i] : std::string();
+    return pieces_[i];
+  }
+  std::string describe() const override {
+    return detail::msg(spec_.description, " ", spec_.source, ": ", vocab_size(), " tokens",
+                       spec_.model == TokenizerSpec::Model::kBpe ? detail::msg(", ", n_merges_, " merges") : std::string(),
+                       ", ", spec_.added.size(), " added/special tokens");
+  }
+
+  /// Id of the token whose text is exactly `text`, or -1.
+  int find(std::string_view text) const {
+    const auto it = ids_.find(text);
+    return it == ids_.end() ? -1 : it->second;
+  }
+
+  const TokenizerSpec& spec() const { return spec_; }
+
+  std::vector<int> encode(const std::string& text, bool add_special = true, bool parse_special = true) const override {
+    std::vector<int> out;
+    out.reserve(text.size() / 3 + 4);
+    if (add_special && add_bos_) out.push_back(bos_);
+    // Split on added tokens; then each text segment goes through the pipeline.
+    std::size_t seg = 0;  // start of the current text segment
+    std::size_t i = 0;
+    while (i < text.size()) {
+      const auto b = static_cast<unsigned char>(text[i]);
+      int hit = -1;
+      std::size_t hit_len = 0;
+      if (trie_starts_[b]) match_added(text, i, parse_special, hit, hit_len);
+      if (hit < 0) {
+        ++i;
+        continue;
+      }
+      const AddedToken& a = spec_.added[static_cast<std::size_t>(hit)];
+      std::size_t seg_end = i;
+      if (a.lstrip) while (seg_end > seg && is_space(text[seg_end - 1])) --seg_end;
+      encode_segment(text, seg, seg_end, seg == 0, out);
+      out.push_back(a.id);
+      i += hit_len;
+      if (a.rstrip) while (i < text.size() && is_space(text[i])) ++i;
+      seg = i;
+    }
+    encode_segment(text, seg, text.size(), seg == 0, out);
+    if (add_special && add_eos_) out.push_back(eos_);
+    return out;
+  }
+
+ private:
+  static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+  // --- construction -----------------------------------------------------------
+
+  void build_merges() {
+    if (spec_.model != TokenizerSpec::Model::kBpe) return;
+    merges_.reserve(spec_.merges.size());
+    std::string both;
+    for (std::size_t r = 0; r < spec_.merges.size(); ++r) {
+      const auto& [a, b] = spec_.merges[r];
+      const int ia = find(a), ib = find(b);
+      both = a + b;
+      const int im = find(both);
+      auto bad = [&](const std::string& what) {
+        throw FormatError(detail::msg(spec_.source, ": merge ", r, " '", a, " ", b, "' names '", what,
+                                      "', which is not in the vocabulary"));
+      };
+      if (ia < 0) bad(a);
+      if (ib < 0) bad(b);
+      if (im < 0) bad(both);
+      // The first (lowest-rank) rule for a pair wins, as a map built in rank order keeps it.
+      merges_.emplace(pair_key(ia, ib), Merge{static_cast<int>(r), im});
+    }
+    n_merges_ = spec_.merges.size();
+    spec_.merges.clear();
+    spec_.merges.shrink_to_fit();
+  }
+
+  void build_added() {
+    trie_.assign(1, TrieNode{});
+    for (std::size_t k = 0; k < spec_.added.size(); ++k) {
+      const AddedToken& a = spec_.added[k];
+      if (a.id < 0 || a.id >= vocab_size())
+        throw FormatError(detail::msg(spec_.source, ": added token '", a.content, "' has id ", a.id,
+                                      " outside the vocabulary [0, ", vocab_size(), ")"));
+      if (spec_.tokens[static_cast<std::size_t>(a.id)] != a.content)
+        throw FormatError(detail::msg(spec_.source, ": added token '", a.content, "' has id ", a.id, ", whose text is '",
+                                      spec_.tokens[static_cast<std::size_t>(a.id)], "'"));
+      int node = 0;
+      for (unsigned char c : a.content) {
+        int child = -1;
+        for (const auto& [byte, next] : trie_[static_cast<std::size_t>(node)].next)
+          if (byte == c) child = next;
+        if (child < 0) {
+          child = static_cast<int>(trie_.size());
+          trie_[static_cast<std::size_t>(node)].next.emplace_back(c, child);
+          trie_.push_back(TrieNode{});
+        }
+        node = child;
+      }
+      TrieNode& leaf = trie_[static_cast<std::size_t>(node)];
+      if (leaf.added < 0) leaf.added = static_cast<int>(k);  // the first definition wins
+      trie_starts_[static_cast<unsigned char>(a.content[0])] = true;
+    }
+  }
+
+  // Output bytes of every ordinary token: its text through the decoders.
+  void build_pieces() {
+    pieces_.resize(spec_.tokens.size());
+    bool fused = false;
+    for (const DecoderStep& d : spec_.decoders) {
+      if (d.kind == DecoderStep::kFuse) fused = true;
+      // A Strip after Fuse acts once, on the start of the whole text.
+      if (d.kind == DecoderStep::kStrip && fused && d.text == " " && d.start > 0) strip_leading_space_ = true;
+      if (d.kind == DecoderStep::kMetaspace && d.add_prefix_space) strip_leading_space_ = true;
+    }
+    for (std::size_t i = 0; i < spec_.tokens.size(); ++i) {
+      const TokenType t = spec_.types[i];
+      std::string s = spec_.tokens[i];
+      if (t == TokenType::kUnused || t == TokenType::kUndefined) {
+        s.clear();
+      } else if (t == TokenType::kNormal || t == TokenType::kByte) {
+        bool after_fuse = false;
+        for (const DecoderStep& d : spec_.decoders) {
+          switch (d.kind) {
+            case DecoderStep::kByteLevel: s = detail::byte_level_decode(s); break;
+            case DecoderStep::kMetaspace: s = replace_all(s, d.text, " "); break;
+            case DecoderStep::kReplace: s = replace_all(s, d.text, d.content); break;
+            case DecoderStep::kByteFallback: {
+              const int b = parse_byte_token(s);
+              if (b >= 0) s.assign(1, static_cast<char>(b));
+              break;
+            }
+            case DecoderStep::kFuse: after_fuse = true; break;
+            case DecoderStep::kStrip:
+              if (!after_fuse) s = strip(s, d.text, d.start, d.stop);
+              break;
+          }
+        }
+      }
+      pieces_[i] = std::move(s);
+    }
+  }
+
+  static std::string strip(const std::string& s, const std::string& c, int start, int stop) {
+    std::size_t b = 0, e = s.size();
+    for (int k = 0; k < start && !c.empty() && s.compare(b, c.size(), c) == 0; ++k) b += c.size();
+    for (int k = 0; k < stop && !c.empty() && e >= b + c.size() && s.compare(e - c.size(), c.size(), c) == 0; ++k)
+      e -= c.size();
+    return s.substr(b, e - b);
+  }
+
+  /// "<0xNN>" -> NN, else -1.
+  static int parse_byte_token(const std::string& s) {
+    if (s.size() != 6 || s.compare(0, 3, "<0x") != 0 || s[5] != '>') return -1;
+    auto hex = [](char c) {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      return -1;
+    };
+    const int hi = hex(s[3]), lo = hex(s[4]);
+    return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+  }
+
+  static std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
+    if (from.empty()) return s;
+    std::string out;
+    out.reserve(s.size());
+    std::size_t pos = 0;
+    for (std::size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
+      out.append(s, pos, hit - pos);
+      out += to;
+    }
+    out.append(s, pos, std::string::npos);
+    return out;
+  }
+
+  static std::string regex_replace(const detail::Regex& re, const std::string& s, const std::string& to) {
+    std::string out;
+    std::size_t pos = 0;
+    re.for_each_match(s.data(), s.size(), [&](std::size_t b, std::size_t e) {
+      out.append(s, pos, b - pos);
+      out += to;
+      pos = e;
+    });
+    out.append(s, pos, std::string::npos);
+    return out;
+  }
+
+  // --- encoding ---------------------------------------------------------------
+
+  // Leftmost-longest added token starting at text[i] (special ones only if allowed).
+  void match_added(const std::string& text, std::size_t i, bool parse_special, int& hit, std::size_t& hit_len) const {
+    int node = 0;
+    for (std::size_t k = i; k < text.size(); ++k) {
+      const auto c = static_cast<unsigned char>(text[k]);
+      int child = -1;
+      for (const auto& [byte, next] : trie_[static_cast<std::size_t>(node)].next)
+        if (byte == c) { child = next; break; }
+      if (child < 0) return;
+      node = child;
+      const int a = trie_[static_cast<std::size_t>(node)].added;
+      if (a >= 0 && (parse_special || !spec_.added[static_cast<std::size_t>(a)].special)) {
+        hit = a;
+        hit_len = k + 1 - i;
+      }
+    }
+  }
+
+  // One text segment [b, e) between added tokens: normalize, pre-tokenize, model.
+  void encode_segment(const std::string& text, std::size_t b, std::size_t e, bool at_text_start,
+                      std::vector<int>& out) const {
+    if (e <= b) return;
+    std::string s = text.substr(b, e - b);
+    for (const NormalizerStep& n : spec_.normalizers) {
+      switch (n.kind) {
+        case NormalizerStep::kPrepend: if (!s.empty()) s = n.text + s; break;
+        case NormalizerStep::kReplace: s = n.regex ? regex_replace(*n.regex, s, n.content) : replace_all(s, n.text, n.content); break;
+        case NormalizerStep::kNfc: s = detail::nfc(s); break;
+        case NormalizerStep::kLowercase: s = detail::lowercase(s); break;
+      }
+    }
+    if (s.empty()) return;
+    std::vector<std::string> pieces;
+    pieces.push_back(std::move(s));
+    std::vector<std::string> next;
+    for (const PreTokenizerStep& p : spec_.pre_tokenizers) {
+      next.clear();
+      for (std::size_t k = 0; k < pieces.size(); ++k) {
+        std::string& piece = pieces[k];
+        switch (p.kind) {
+          case PreTokenizerStep::kSplit:
+            split(piece, p.regex.get(), p.text, p.behavior, p.invert, next);
+            break;
+          case PreTokenizerStep::kByteLevel: {
+            if (p.add_prefix_space && piece[0] != ' ') piece.insert(0, 1, ' ');
+            if (p.byte_level_regex) {
+              const std::size_t first = next.size();
+              split(piece, p.byte_level_regex.get(), "", SplitBehavior::kIsolated, false, next);
+              for (std::size_t q = first; q < next.size(); ++q) next[q] = detail::byte_level_encode(next[q]);
+            } else {
+              next.push_back(detail::byte_level_encode(piece));
+            }
+            break;
+          }
+          case PreTokenizerStep::kMetaspace: {
+            std::string m = replace_all(piece, " ", p.replacement);
+            const bool at_start = at_text_start && k == 0;
+            if (p.add_prefix_space && (!p.prepend_first || at_start) && m.compare(0, p.replacement.size(), p.replacement) != 0)
+              m.insert(0, p.replacement);
+            if (p.split) split(m, nullptr, p.replacement, SplitBehavior::kMergedWithNext, false, next);
+            else next.push_back(std::move(m));
+            break;
+          }
+        }
+      }
+      pieces.swap(next);
+    }
+    for (const std::string& piece : pieces) {
+      if (spec_.model == TokenizerSpec::Model::kSentencePiece) encode_spm(piece, out);
+      else encode_bpe(piece, out);
+    }
+  }
+
+  // Cuts `s` at the matches of `re` (or of the literal `lit`), keeping the parts
+  // the behaviour asks for, appending them to `out`. Empty parts are dropped.
+  static void split(const std::string& s, const detail::Regex* re, const std::string& lit, SplitBehavior behavior,
+                    bool invert, std::vector<std::string>& out) {
+    struct Part { std::size_t b, e; bool match; };
+    std::vector<Part> parts;
+    std::size_t pos = 0;
+    auto on_match = [&](std::size_t b, std::size_t e) {
+      if (b > pos) parts.push_back({pos, b, false});
+      parts.push_back({b, e, true});
+      pos = e;
+    };
+    if (re) {
+      re->for_each_match(s.data(), s.size(), on_match);
+    } else if (!lit.empty()) {
+      for (std::size_t hit; (hit = s.find(lit, pos)) != std::string::npos;) on_match(hit, hit + lit.size());
+    }
+    if (pos < s.size()) parts.push_back({pos, s.size(), false});
+    if (invert) for (Part& p : parts) p.match = !p.match;
+
+    std::vector<Part> kept;
+    switch (behavior) {
+      case SplitBehavior::kRemoved:
+        for (const Part& p : parts) if (!p.match) kept.push_back(p);
+        break;
+      case SplitBehavior::kIsolated:
+        kept = parts;
+        break;
+      case SplitBehavior::kMergedWithPrevious: {
+        bool prev_match = false;
+        for (const Part& p : parts) {
+          if (p.match && !prev_match && !kept.empty()) kept.back().e = p.e;
+          else kept.push_back(p);
+          prev_match = p.match;
+        }
+        break;
+      }
+      case SplitBehavior::kMergedWithNext: {
+        bool prev_match = false;
+        for (std::size_t k = parts.size(); k-- > 0;) {
+          const Part& p = parts[k];
+          if (p.match && !prev_match && !kept.empty()) kept.back().b = p.b;
+          else kept.push_back(p);
+          prev_match = p.match;
+        }
+        std::reverse(kept.begin(), kept.end());
+        break;
+      }
+      case SplitBehavior::kContiguous: {
+        for (std::size_t k = 0; k < parts.size(); ++k) {
+          if (k > 0 && parts[k].match && parts[k - 1].match && !kept.empty()) kept.back().e = parts[k].e;
+          else kept.push_back(parts[k]);
+        }
+        break;
+      }
+    }
+    for (const Part& p : kept) if (p.e > p.b) out.push_back(s.substr(p.b, p.e - p.b));
+  }
+
+  static std::uint64_t pair_key(int a, int b) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+  }
+
+  void push_byte(unsigned char c, std::vector<int>& out) const {
+    const int id = byte_id_[c];
+    if (id >= 0) out.push_back(id);
+    else if (unk_ >= 0) out.push_back(unk_);
+  }
+
+  // llama.cpp's SentencePiece merge on one piece (text with spaces already "▁").
+  void encode_spm(const std::string& w, std::vector<int>& out) const {
+    struct Sym { std::uint32_t start, len; int prev, next; };
+    std::vector<Sym> syms;
+    syms.reserve(w.size());
+    for (std::size_t i = 0; i < w.size();) {
+      // One UTF-8 character, or one invalid byte (llama.cpp takes the length a lead
+      // byte announces, which lets a stray lead byte swallow the next character;
+      // on valid UTF-8 both are the same).
+      const std::size_t len = detail::utf8_unit(w.data(), w.size(), i);
+      const int n = static_cast<int>(syms.size());
+      syms.push_back({static_cast<std::uint32_t>(i), static_cast<std::uint32_t>(len), n - 1, -1});
+      if (n > 0) syms[static_cast<std::size_t>(n - 1)].next = n;
+      i += len;
+    }
+    struct Cand { float score; int left, right; std::uint32_t size; };
+    auto lower = [](const Cand& a, const Cand& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+    std::priority_queue<Cand, std::vector<Cand>, decltype(lower)> queue(lower);
+    auto consider = [&](int l) {
+      if (l < 0) return;
+      const Sym& a = syms[static_cast<std::size_t>(l)];
+      if (a.next < 0) return;
+      const Sym& b = syms[static_cast<std::size_t>(a.next)];
+      const std::size_t size = a.len + b.len;
+      if (size > max_len_) return;
+      const int id = find(std::string_view(w.data() + a.start, size));
+      if (id < 0) return;
+      const float score = spec_.scores.empty() ? 0.0f : spec_.scores[static_cast<std::size_t>(id)];
+      queue.push({score, l, a.next, static_cast<std::uint32_t>(size)});
+    };
+    for (int i = 0; i + 1 < static_cast<int>(syms.size()); ++i) consider(i);
+    while (!queue.empty()) {
+      const Cand c = queue.top();
+      queue.pop();
+      Sym& l = syms[static_cast<std::size_t>(c.left)];
+      if (l.len == 0 || l.next != c.right) continue;
+      Sym& r = syms[static_cast<std::size_t>(c.right)];
+      if (l.len + r.len != c.size) continue;  // one side changed since
+      l.len += r.len;
+      r.len = 0;
+      l.next = r.next;
+      if (r.next >= 0) syms[static_cast<std::size_t>(r.next)].prev = c.left;
+      consider(l.prev);
+      consider(c.left);
+    }
+    for (int i = syms.empty() ? -1 : 0; i >= 0; i = syms[static_cast<std::size_t>(i)].next) {
+      const Sym& s = syms[static_cast<std::size_t>(i)];
+      const int id = find(std::string_view(w.data() + s.start, s.len));
+      if (id >= 0) {
+        out.push_back(id);
+      } else {
+        for (std::uint32_t k = 0; k < s.len; ++k) push_byte(static_cast<unsigned char>(w[s.start + k]), out);
+      }
+    }
+  }
+
+  // Hugging Face's BPE on one piece: characters to ids, then merges by rank.
+  void encode_bpe(const std::string& w, std::vector<int>& out) const {
+    if (spec_.ignore_merges) {
+      const int id = find(w);
+      if (id >= 0) {
+        out.push_back(id);
+        return;
+      }
+    }
+    struct Sym { int id, prev, next; };
+    std::vector<Sym> syms;
+    syms.reserve(w.size());
+    auto push = [&](int id) {
+      const int n = static_cast<int>(syms.size());
+      syms.push_back({id, n - 1, -1});
+      if (n > 0) syms[static_cast<std::size_t>(n - 1)].next = n;
+    };
+    for (std::size_t i = 0; i < w.size();) {
+      const std::size_t len = detail::utf8_unit(w.data(), w.size(), i);
+      const int id = find(std::string_view(w.data() + i, len));
+      if (id >= 0) {
+        push(id);
+      } else if (spec_.byte_fallback && std::all_of(w.begin() + static_cast<std::ptrdiff_t>(i),
+                                                    w.begin() + static_cast<std::ptrdiff_t>(i + len),
+                                                    [&](char c) { return byte_id_[static_cast<unsigned char>(c)] >= 0; })) {
+        for (std::size_t k = 0; k < len; ++k) push(byte_id_[static_cast<unsigned char>(w[i + k])]);
+      } else if (unk_ >= 0) {
+        if (!(spec_.fuse_unk && !syms.empty() && syms.back().id == unk_)) push(unk_);
+      }
+      // Without an unknown token the character is dropped, as Hugging Face does.
+      i += len;
+    }
+    struct Cand { int rank, left, right, left_id, right_id, merged; };
+    auto lower = [](const Cand& a, const Cand& b) { return a.rank > b.rank || (a.rank == b.rank && a.left > b.left); };
+    std::priority_queue<Cand, std::vector<Cand>, decltype(lower)> queue(lower);
+    auto consider = [&](int l) {
+      if (l < 0) return;
+      const int r = syms[static_cast<std::size_t>(l)].next;
+      if (r < 0) return;
+      const int a = syms[static_cast<std::size_t>(l)].id, b = syms[static_cast<std::size_t>(r)].id;
+      const auto it = merges_.find(pair_key(a, b));
+      if (it != merges_.end()) queue.push({it->second.rank, l, r, a, b, it->second.merged});
+    };
+    for (int i = 0; i + 1 < static_cast<int>(syms.size()); ++i) consider(i);
+    while (!queue.empty()) {
+      const Cand c = queue.top();
+      queue.pop();
+      Sym& l = syms[static_cast<std::size_t>(c.left)];
+      if (l.id != c.left_id || l.next != c.right) continue;
+      Sym& r = syms[static_cast<std::size_t>(c.right)];
+      if (r.id != c.right_id) continue;
+      l.id = c.merged;
+      l.next = r.next;
+      if (r.next >= 0) syms[static_cast<std::size_t>(r.next)].prev = c.left;
+      r.id = -1;
+      consider(l.prev);
+      consider(c.left);
+    }
+    for (int i = syms.empty() ? -1 : 0; i >= 0; i = syms[static_cast<std::size_t>(i)].next)
+      out.push_back(syms[static_cast<std::size_t>(i)].id);
+  }
+
+  struct Merge { int rank, merged; };
+  struct TrieNode {
+    std::vector<std::pair<unsigned char, int>> next;
+    int added = -1;  // index into spec_.added of the token ending here
+  };
+
+  TokenizerSpec spec_;
+  std::unordered_map<std::string_view, int> ids_;  // views spec_.tokens, which never changes after construction
+  std::unordered_map<std::uint64_t, Merge> merges_;  // (left id, right id) -> rank and merged id
+  std::size_t n_merges_ = 0;
+  std::size_t max_len_ = 0;
+  int byte_id_[256];
+  std::vector<TrieNode> trie_;
+  bool trie_starts_[256] = {};
+  std::vector<std::string> pieces_;  // (vocab_size) output bytes of each ordinary token
+};
+
+}  // namespace kvd

@@ -1,0 +1,68 @@
+// load_tokenizer(path): opens any tokenizer kvdecode reads, telling the formats
+// apart by their bytes, never by the file name:
+//   - a folder: the tokenizer.json inside it;
+//   - "GGUF" magic: the vocabulary in a GGUF file's metadata (a model or a
+//     vocabulary-only file);
+//   - a JSON object (first non-blank byte '{'): Hugging Face's tokenizer.json,
+//     with the tokenizer_config.json beside it;
+//   - anything else: llama2.c's tokenizer.bin.
+#pragma once
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include "kvdecode/error.hpp"
+#include "kvdecode/text_tokenizer.hpp"
+#include "kvdecode/tokenizer.hpp"
+#include "kvdecode/tokenizer_gguf.hpp"
+#include "kvdecode/tokenizer_json.hpp"
+
+namespace kvd {
+
+/// What a tokenizer file holds, judged from its first bytes.
+enum class TokenizerFormat { kGguf, kTokenizerJson, kLlama2c };
+
+/// The format of the tokenizer at `path` (a folder means its tokenizer.json).
+/// Throws FileError naming the path if it is missing or unreadable, or a folder
+/// without tokenizer.json.
+inline TokenizerFormat detect_tokenizer_format(const std::string& path, std::string* resolved = nullptr) {
+  std::error_code ec;
+  std::string file = path;
+  if (std::filesystem::is_directory(path, ec)) {
+    file = (std::filesystem::path(path) / "tokenizer.json").string();
+    if (!std::filesystem::is_regular_file(file, ec))
+      throw FileError(detail::msg(path, " is a folder without tokenizer.json"));
+  }
+  if (resolved) *resolved = file;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw FileError(detail::msg("cannot open tokenizer ", file));
+  char head[64] = {};
+  in.read(head, sizeof head);
+  const auto n = static_cast<std::size_t>(in.gcount());
+  if (n >= 4 && head[0] == 'G' && head[1] == 'G' && head[2] == 'U' && head[3] == 'F') return TokenizerFormat::kGguf;
+  for (std::size_t i = 0; i < n; ++i) {
+    const char c = head[i];
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+    if (c == '{') return TokenizerFormat::kTokenizerJson;
+    break;
+  }
+  return TokenizerFormat::kLlama2c;
+}
+
+/// Loads the tokenizer at `path` in whichever format it is (see the top of this
+/// file). Throws FileError/FormatError naming the file and the problem.
+inline std::unique_ptr<TextTokenizer> load_tokenizer(const std::string& path) {
+  std::string file;
+  switch (detect_tokenizer_format(path, &file)) {
+    case TokenizerFormat::kGguf: return load_tokenizer_gguf_file(file);
+    case TokenizerFormat::kTokenizerJson: return load_tokenizer_json(file);
+    case TokenizerFormat::kLlama2c: break;
+  }
+  return std::make_unique<Llama2cTextTokenizer>(Tokenizer::load(file), file);
+}
+
+}  // namespace kvd

@@ -1,0 +1,506 @@
+// Vocabulary tests: every tokenizer format against llama.cpp's reference cases
+// (../shared/reference/vocab: texts and the ids the Hugging Face tokenizers give),
+// decoding round trips, special tokens, invalid UTF-8, streaming, long inputs,
+// and one test per malformed or unsupported tokenizer file.
+#include "kvdecode/bpe_tokenizer.hpp"
+#include "kvdecode/gguf.hpp"
+#include "kvdecode/text_tokenizer.hpp"
+#include "kvdecode/tokenizer_json.hpp"
+#include "kvdecode/tokenizer_loader.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <random>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kShared = KVDECODE_SHARED_DIR;
+const std::string kRef = kShared + "/reference/vocab/";
+const std::string kVocab = kShared + "/models/vocab/";
+const std::string kJson = kShared + "/models/tokenizer-json/";
+
+#define SKIP_IF_MISSING(path) \
+  if (!fs::exists(path)) GTEST_SKIP() << "shared file " << (path) << " is absent"
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// llama.cpp's case file: texts separated by "\n__ggml_vocab_test__\n" (the last one
+// is followed by the separator too).
+std::vector<std::string> read_cases(const std::string& path) {
+  const std::string all = slurp(path);
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> cases;
+  std::size_t pos = 0;
+  for (std::size_t hit; (hit = all.find(sep, pos)) != std::string::npos; pos = hit + sep.size())
+    cases.push_back(all.substr(pos, hit - pos));
+  if (pos < all.size()) cases.push_back(all.substr(pos));
+  return cases;
+}
+
+std::vector<std::vector<int>> read_ids(const std::string& path) {
+  std::vector<std::vector<int>> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream ls(line);
+    std::vector<int> ids;
+    for (int id; ls >> id;) ids.push_back(id);
+    out.push_back(ids);
+  }
+  return out;
+}
+
+std::string show(const std::vector<int>& ids) {
+  std::string s;
+  for (int id : ids) s += " " + std::to_string(id);
+  return s;
+}
+
+// Encodes every case as llama.cpp's test does (no BOS, special text not parsed)
+// and compares with the reference ids; checks that decoding gives the text back
+// wherever `round_trip(text)` says the reference does.
+template <class RoundTrip>
+void check_reference(const kvd::TextTokenizer& tok, const std::string& name, RoundTrip round_trip) {
+  const auto cases = read_cases(kRef + name + ".inp");
+  const auto want = read_ids(kRef + name + ".out");
+  ASSERT_EQ(cases.size(), want.size()) << name;
+  ASSERT_GT(cases.size(), 40u);
+  int passed = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<int> got = tok.encode(cases[i], false, false);
+    EXPECT_EQ(show(got), show(want[i])) << name << " case " << i << ": '" << cases[i] << "'";
+    passed += got == want[i];
+    if (round_trip(cases[i])) {
+      EXPECT_EQ(tok.decode(got), cases[i]) << name << " case " << i;
+    }
+  }
+  EXPECT_EQ(passed, static_cast<int>(cases.size()));
+}
+
+bool always(const std::string&) { return true; }
+
+TEST(TokenizerJsonReference, Llama3MatchesLlamaBpeCases) {
+  SKIP_IF_MISSING(kJson + "llama3/tokenizer.json");
+  const auto tok = kvd::load_tokenizer_json(kJson + "llama3/tokenizer.json");
+  check_reference(*tok, "ggml-vocab-llama-bpe.gguf", always);
+}
+
+TEST(TokenizerJsonReference, Qwen3MatchesQwen2Cases) {
+  SKIP_IF_MISSING(kJson + "qwen3/tokenizer.json");
+  const auto tok = kvd::load_tokenizer_json(kJson + "qwen3/tokenizer.json");
+  // NFC changes text that is not already NFC; every case here is.
+  check_reference(*tok, "ggml-vocab-qwen2.gguf", always);
+}
+
+TEST(TokenizerJsonReference, MistralMatchesTransformersJs) {
+  SKIP_IF_MISSING(kJson + "mistral/tokenizer.json");
+  const auto tok = kvd::load_tokenizer_json(kJson + "mistral/tokenizer.json");
+  check_reference(*tok, "mistral-tokenizer-json", always);
+}
+
+TEST(GgufVocabReference, LlamaSpmMatchesItsCases) {
+  SKIP_IF_MISSING(kVocab + "ggml-vocab-llama-spm.gguf");
+  const auto tok = kvd::load_tokenizer(kVocab + "ggml-vocab-llama-spm.gguf");
+  check_reference(*tok, "ggml-vocab-llama-spm.gguf", always);
+}
+
+TEST(GgufVocabReference, Gpt2MatchesItsCases) {
+  SKIP_IF_MISSING(kVocab + "ggml-vocab-gpt-2.gguf");
+  const auto tok = kvd::load_tokenizer(kVocab + "ggml-vocab-gpt-2.gguf");
+  check_reference(*tok, "ggml-vocab-gpt-2.gguf", always);
+}
+
+TEST(GgufVocabReference, Phi3MatchesItsCases) {
+  SKIP_IF_MISSING(kVocab + "ggml-vocab-phi-3.gguf");
+  const auto tok = kvd::load_tokenizer(kVocab + "ggml-vocab-phi-3.gguf");
+  check_reference(*tok, "ggml-vocab-phi-3.gguf", always);
+}
+
+TEST(GgufVocabReference, Llama3MatchesLlamaBpeCases) {
+  SKIP_IF_MISSING(kVocab + "vocab-llama3.gguf");
+  const auto tok = kvd::load_tokenizer(kVocab + "vocab-llama3.gguf");
+  check_reference(*tok, "ggml-vocab-llama-bpe.gguf", always);
+}
+
+TEST(GgufVocabReference, Qwen3MatchesQwen2Cases) {
+  SKIP_IF_MISSING(kVocab + "vocab-qwen3.gguf");
+  const auto tok = kvd::load_tokenizer(kVocab + "vocab-qwen3.gguf");
+  check_reference(*tok, "ggml-vocab-qwen2.gguf", always);
+}
+
+// --- special tokens, BOS/EOS, end of generation -----------------------------
+
+TEST(SpecialTokens, QwenChatMarkersBecomeTheirIdsUnlessTurnedOff) {
+  SKIP_IF_MISSING(kJson + "qwen3/tokenizer.json");
+  const auto tok = kvd::load_tokenizer(kJson + "qwen3");  // the folder
+  const std::string text = "<|im_start|>user\nHi<|im_end|>";
+  const std::vector<int> ids = tok->encode(text);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), 151644);
+  EXPECT_EQ(ids.back(), 151645);
+  EXPECT_EQ(tok->decode(ids, false), text);
+  EXPECT_EQ(tok->decode(ids), "user\nHi");
+  const std::vector<int> plain = tok->encode(text, true, false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), 151644), 0);
+  EXPECT_GT(plain.size(), ids.size());
+  EXPECT_EQ(tok->decode(plain), text);
+  EXPECT_EQ(tok->bos_id(), -1);
+  EXPECT_FALSE(tok->add_bos());
+  EXPECT_EQ(tok->eos_id(), 151645);
+  EXPECT_TRUE(tok->is_eog(151645));
+  EXPECT_TRUE(tok->is_eog(151643));  // <|endoftext|>
+  EXPECT_FALSE(tok->is_eog(151644));
+}
+
+TEST(SpecialTokens, Llama3GgufAddsBosAndStopsAtEotAndEos) {
+  SKIP_IF_MISSING(kVocab + "vocab-llama3.gguf");
+  const auto tok = kvd::load_tokenizer(kVocab + "vocab-llama3.gguf");
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_EQ(tok->bos_id(), 128000);
+  const std::vector<int> ids = tok->encode("Hello");
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids[0], 128000);
+  EXPECT_EQ(tok->encode("Hello", false)[0], ids[1]);
+  EXPECT_EQ(tok->encode("<|begin_of_text|>Hello", false), ids);
+  EXPECT_TRUE(tok->is_eog(tok->eos_id()));
+  EXPECT_TRUE(tok->is_eog(128009));  // <|eot_id|>
+  EXPECT_EQ(tok->token_to_piece(128000), "");
+  EXPECT_EQ(tok->token_to_piece(128000, true), "<|begin_of_text|>");
+}
+
+TEST(SpecialTokens, SentencePieceBosAndDummyPrefix) {
+  SKIP_IF_MISSING(kVocab + "ggml-vocab-llama-spm.gguf");
+  const auto tok = kvd::load_tokenizer(kVocab + "ggml-vocab-llama-spm.gguf");
+  EXPECT_EQ(tok->bos_id(), 1);
+  EXPECT_EQ(tok->eos_id(), 2);
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_EQ(tok->encode("Hello world"), (std::vector<int>{1, 15043, 3186}));
+  // "<s>" in text is BOS only when special tokens are parsed.
+  // After a special token the segment gets its own dummy prefix, as in llama.cpp.
+  EXPECT_EQ(tok->encode("<s>Hello", false), (std::vector<int>{1, 15043}));
+  EXPECT_NE(tok->encode("<s>Hello", false, false)[0], 1);
+  EXPECT_EQ(tok->decode({1, 15043, 3186}), "Hello world");
+  EXPECT_EQ(tok->decode({1, 15043, 3186}, false), "<s> Hello world");
+}
+
+TEST(SpecialTokens, MistralJsonTakesBosFromConfig) {
+  SKIP_IF_MISSING(kJson + "mistral/tokenizer.json");
+  const auto tok = kvd::load_tokenizer(kJson + "mistral/tokenizer.json");
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_FALSE(tok->add_eos());
+  EXPECT_EQ(tok->bos_id(), 1);
+  EXPECT_EQ(tok->eos_id(), 2);
+  EXPECT_EQ(tok->unk_id(), 0);
+  EXPECT_EQ(tok->encode("Hello")[0], 1);
+}
+
+// --- invalid UTF-8, streaming, long inputs ----------------------------------
+
+std::vector<std::string> all_tokenizers() {
+  return {kVocab + "ggml-vocab-llama-spm.gguf", kVocab + "ggml-vocab-gpt-2.gguf", kVocab + "vocab-llama3.gguf",
+          kVocab + "vocab-qwen3.gguf",          kJson + "mistral/tokenizer.json",   kJson + "llama3/tokenizer.json"};
+}
+
+TEST(InvalidUtf8, BecomesByteTokensAndDecodesToTheSameBytes) {
+  SKIP_IF_MISSING(kVocab + "vocab-qwen3.gguf");
+  const std::string bad = "ok \xFF\xFE caf\xC3 \xE2\x82 \xED\xA0\x80 end\xF0\x9F";
+  for (const std::string& path : all_tokenizers()) {
+    const auto tok = kvd::load_tokenizer(path);
+    const std::vector<int> a = tok->encode(bad, false);
+    EXPECT_EQ(tok->encode(bad, false), a) << path;  // deterministic
+    ASSERT_FALSE(a.empty()) << path;
+    std::string bytes;
+    for (int id : a) bytes += tok->token_to_piece(id);
+    if (tok->strips_leading_space() && !bytes.empty() && bytes[0] == ' ') bytes.erase(0, 1);
+    EXPECT_EQ(bytes, bad) << path;
+    // decode() repairs: the result is valid UTF-8 with U+FFFD where bytes were bad.
+    const std::string text = tok->decode(a);
+    EXPECT_NE(text.find("\xEF\xBF\xBD"), std::string::npos) << path;
+    EXPECT_EQ(text.substr(0, 3), "ok ") << path;
+  }
+}
+
+TEST(Streaming, HoldsBackSplitCharactersAndMatchesDecode) {
+  SKIP_IF_MISSING(kVocab + "ggml-vocab-llama-spm.gguf");
+  const std::string text = "Hello \xF0\x9F\x98\x81 world \xE1\x9E\x80 ok";  // emoji and Khmer fall back to bytes
+  for (const std::string& path : all_tokenizers()) {
+    const auto tok = kvd::load_tokenizer(path);
+    const std::vector<int> ids = tok->encode(text, false);
+    kvd::TokenStreamDecoder dec(*tok, true);
+    std::string streamed;
+    std::size_t held = 0;
+    for (int id : ids) {
+      const std::string part = dec.push(id);
+      // Whatever comes out is whole characters.
+      EXPECT_EQ(kvd::detail::utf8_repair(part), part) << path;
+      streamed += part;
+      held = std::max(held, dec.pending_bytes());
+    }
+    streamed += dec.flush();
+    EXPECT_EQ(streamed, text) << path;
+    EXPECT_EQ(tok->decode(ids), text) << path;
+    if (path.find("llama-spm") != std::string::npos) {
+      EXPECT_GT(held, 0u) << "the emoji is four byte tokens";
+    }
+  }
+}
+
+TEST(Streaming, RejectsIdsOutOfRangeWithoutChangingState) {
+  SKIP_IF_MISSING(kVocab + "ggml-vocab-llama-spm.gguf");
+  const auto tok = kvd::load_tokenizer(kVocab + "ggml-vocab-llama-spm.gguf");
+  kvd::TokenStreamDecoder dec(*tok);
+  EXPECT_EQ(dec.push(243), "");  // first byte of a 4-byte character
+  EXPECT_EQ(dec.pending_bytes(), 1u);
+  EXPECT_THROW(dec.push(tok->vocab_size()), kvd::TokenError);
+  EXPECT_THROW(dec.push(-1), kvd::TokenError);
+  EXPECT_EQ(dec.pending_bytes(), 1u);
+  EXPECT_THROW(tok->token_to_piece(32000), kvd::TokenError);
+  EXPECT_EQ(dec.flush(), "\xEF\xBF\xBD");
+}
+
+TEST(LongInput, OneMegabyteWithoutSpacesEncodesAndDecodes) {
+  SKIP_IF_MISSING(kVocab + "vocab-llama3.gguf");
+  std::mt19937 rng(7);
+  std::string letters(1 << 20, 'a');
+  const std::string same(1 << 20, 'a');
+  for (char& c : letters) c = static_cast<char>('a' + rng() % 26);
+  for (const std::string& path : {kVocab + "vocab-llama3.gguf", kVocab + "ggml-vocab-llama-spm.gguf",
+                                  kJson + "qwen3/tokenizer.json"}) {
+    const auto tok = kvd::load_tokenizer(path);
+    for (const std::string* text : {static_cast<const std::string*>(&letters), &same}) {
+      const std::vector<int> ids = tok->encode(*text, false);
+      EXPECT_LT(ids.size(), text->size()) << path;  // merges happened
+      EXPECT_EQ(tok->decode(ids), *text) << path;
+    }
+  }
+}
+
+// --- telling formats apart by content ---------------------------------------
+
+TEST(LoadTokenizer, TellsFormatsApartByContentNotName) {
+  SKIP_IF_MISSING(kJson + "mistral/tokenizer.json");
+  const fs::path dir = fs::temp_directory_path() / "kvd_vocab_names";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(kJson + "mistral/tokenizer.json", dir / "weights.gguf");
+  fs::copy_file(kVocab + "ggml-vocab-gpt-2.gguf", dir / "tokenizer.json.bin");
+  EXPECT_EQ(kvd::detect_tokenizer_format((dir / "weights.gguf").string()), kvd::TokenizerFormat::kTokenizerJson);
+  EXPECT_EQ(kvd::detect_tokenizer_format((dir / "tokenizer.json.bin").string()), kvd::TokenizerFormat::kGguf);
+  EXPECT_EQ(kvd::load_tokenizer((dir / "weights.gguf").string())->vocab_size(), 32000);
+  EXPECT_EQ(kvd::load_tokenizer((dir / "tokenizer.json.bin").string())->vocab_size(), 50257);
+  if (fs::exists(kShared + "/models/tokenizer.bin")) {
+    const auto l2 = kvd::load_tokenizer(kShared + "/models/tokenizer.bin");
+    EXPECT_EQ(kvd::detect_tokenizer_format(kShared + "/models/tokenizer.bin"), kvd::TokenizerFormat::kLlama2c);
+    EXPECT_EQ(l2->vocab_size(), 32000);
+    const kvd::Tokenizer direct = kvd::Tokenizer::load(kShared + "/models/tokenizer.bin");
+    EXPECT_EQ(l2->encode("Hello world"), direct.encode("Hello world", true, false));
+    EXPECT_EQ(l2->decode(l2->encode("Hello world")), "Hello world");
+  }
+  EXPECT_THROW(kvd::load_tokenizer(dir.string()), kvd::FileError);  // a folder without tokenizer.json
+  EXPECT_THROW(kvd::load_tokenizer((dir / "absent").string()), kvd::FileError);
+  fs::remove_all(dir);
+}
+
+// --- malformed and unsupported tokenizers: one test each --------------------
+
+const char* kTinyJson = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})";
+
+template <class E>
+void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no exception";
+  } catch (const E& e) {
+    for (const std::string& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+  }
+}
+
+void expect_json_error(const std::string& json, const std::vector<std::string>& parts) {
+  expect_error<kvd::FormatError>([&] { kvd::tokenizer_from_json(json, "", "t.json"); }, parts);
+}
+
+TEST(MalformedTokenizerJson, TinyValidOneWorks) {
+  const auto tok = kvd::tokenizer_from_json(kTinyJson, "", "t.json");
+  EXPECT_EQ(tok->encode("abba"), (std::vector<int>{2, 1, 0}));
+}
+
+TEST(MalformedTokenizerJson, Truncated) {
+  const std::string j = kTinyJson;
+  expect_json_error(j.substr(0, j.size() / 2), {"t.json", "invalid JSON", "unexpected end of input"});
+}
+
+TEST(MalformedTokenizerJson, InvalidJson) {
+  expect_json_error(R"({"model": {"type": "BPE", "vocab": {"a": 0,, }}})", {"t.json", "invalid JSON"});
+}
+
+TEST(MalformedTokenizerJson, NotAnObject) { expect_json_error("[1, 2]", {"t.json", "not a JSON object"}); }
+
+TEST(MalformedTokenizerJson, UnigramModelIsRefused) {
+  expect_json_error(R"({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})", {"t.json", "model.type", "'Unigram'", "not supported"});
+}
+
+TEST(MalformedTokenizerJson, WordPieceModelIsRefused) {
+  expect_json_error(R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})", {"'WordPiece'", "not supported"});
+}
+
+TEST(MalformedTokenizerJson, IdOutOfRange) {
+  expect_json_error(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 4000000000}, "merges": []}})",
+                    {"model.vocab", "id 4000000000", "'b'", "outside [0, 2)"});
+}
+
+TEST(MalformedTokenizerJson, NegativeId) {
+  expect_json_error(R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})", {"id -1", "outside"});
+}
+
+TEST(MalformedTokenizerJson, DuplicatedId) {
+  expect_json_error(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 0, "c": 1}, "merges": []}})",
+                    {"id 0 is given to both 'a' and 'b'"});
+}
+
+TEST(MalformedTokenizerJson, MissingId) {
+  expect_json_error(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 2, "c": 2}, "merges": []}})", {"id 2"});
+}
+
+TEST(MalformedTokenizerJson, AddedTokenClashesWithVocabulary) {
+  expect_json_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                       "added_tokens": [{"id": 0, "content": "<s>", "special": true}]})",
+                    {"added_tokens[0]", "id 0 is given to both 'a' and '<s>'"});
+}
+
+TEST(MalformedTokenizerJson, MergeNamesUnknownToken) {
+  expect_json_error(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a c"]}})",
+                    {"merge 0 'a c'", "'c'", "not in the vocabulary"});
+}
+
+TEST(MalformedTokenizerJson, MergeResultMissing) {
+  expect_json_error(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": [["a", "b"]]}})",
+                    {"merge 0 'a b'", "'ab'", "not in the vocabulary"});
+}
+
+TEST(MalformedTokenizerJson, MergeWithoutSpace) {
+  expect_json_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["ab"]}})", {"model.merges[0]", "'ab'"});
+}
+
+TEST(MalformedTokenizerJson, UnsupportedNormalizer) {
+  expect_json_error(R"({"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})",
+                    {"normalizer.type", "'NFKC'", "not a supported normalizer"});
+}
+
+TEST(MalformedTokenizerJson, UnsupportedPreTokenizer) {
+  expect_json_error(R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "BertPreTokenizer"}]},
+                       "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})",
+                    {"pre_tokenizer.pretokenizers[0].type", "'BertPreTokenizer'"});
+}
+
+TEST(MalformedTokenizerJson, UnsupportedDecoder) {
+  expect_json_error(R"({"decoder": {"type": "WordPiece"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})",
+                    {"decoder.type", "'WordPiece'"});
+}
+
+TEST(MalformedTokenizerJson, BadRegex) {
+  expect_json_error(R"({"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a"}, "behavior": "Isolated"},
+                       "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})",
+                    {"pre_tokenizer.pattern", "'(a'", "does not compile"});
+}
+
+TEST(MalformedTokenizerJson, VocabIdNotAnInteger) {
+  expect_json_error(R"({"model": {"type": "BPE", "vocab": {"a": "zero"}, "merges": []}})", {"model.vocab[\"a\"]", "not an integer"});
+}
+
+TEST(MalformedTokenizerJson, ConfigNamesUnknownBos) {
+  expect_error<kvd::FormatError>([] { kvd::tokenizer_from_json(kTinyJson, R"({"bos_token": "<s>"})", "t.json"); },
+                                 {"bos_token", "'<s>'", "not in the vocabulary"});
+}
+
+TEST(MalformedTokenizerJson, MissingFile) {
+  expect_error<kvd::FileError>([] { kvd::load_tokenizer_json("/nonexistent/tokenizer.json"); }, {"/nonexistent/tokenizer.json"});
+}
+
+// GGUF vocabularies crafted with the writer.
+std::unique_ptr<kvd::BpeTokenizer> gguf_vocab(const std::function<void(kvd::GGUFWriter&)>& edit) {
+  kvd::GGUFWriter w;
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "qwen2");
+  w.set_string_array("tokenizer.ggml.tokens", {"a", "b", "ab", "<|end|>"});
+  w.set_i32_array("tokenizer.ggml.token_type", {1, 1, 1, 3});
+  w.set_string_array("tokenizer.ggml.merges", {"a b"});
+  edit(w);
+  const kvd::GGUFFile f = kvd::GGUFFile::from_bytes(w.bytes(), "v.gguf");
+  return kvd::load_tokenizer_gguf(f);
+}
+
+void expect_gguf_error(const std::function<void(kvd::GGUFWriter&)>& edit, const std::vector<std::string>& parts) {
+  expect_error<kvd::FormatError>([&] { gguf_vocab(edit); }, parts);
+}
+
+TEST(MalformedGgufVocab, TinyValidOneWorks) {
+  const auto tok = gguf_vocab([](kvd::GGUFWriter&) {});
+  EXPECT_EQ(tok->encode("ab<|end|>ba"), (std::vector<int>{2, 3, 1, 0}));
+  EXPECT_TRUE(tok->is_eog(3));
+}
+
+TEST(MalformedGgufVocab, UnknownPreTokenizerIsNamed) {
+  expect_gguf_error([](kvd::GGUFWriter& w) { w.set_string("tokenizer.ggml.pre", "klingon-bpe"); },
+                    {"v.gguf", "tokenizer.ggml.pre", "'klingon-bpe'", "not a known pre-tokenizer"});
+}
+
+TEST(MalformedGgufVocab, UnsupportedModelIsNamed) {
+  expect_gguf_error([](kvd::GGUFWriter& w) { w.set_string("tokenizer.ggml.model", "t5"); },
+                    {"tokenizer.ggml.model", "'t5'", "not supported"});
+}
+
+TEST(MalformedGgufVocab, MissingTokens) {
+  kvd::GGUFWriter w;
+  w.set_string("tokenizer.ggml.model", "llama");
+  expect_error<kvd::FormatError>([&] { kvd::load_tokenizer_gguf(kvd::GGUFFile::from_bytes(w.bytes(), "v.gguf")); },
+                                 {"tokenizer.ggml.tokens"});
+}
+
+TEST(MalformedGgufVocab, SpecialIdOutOfRange) {
+  expect_gguf_error([](kvd::GGUFWriter& w) { w.set_u32("tokenizer.ggml.eos_token_id", 4); },
+                    {"tokenizer.ggml.eos_token_id = 4", "outside the vocabulary [0, 4)"});
+}
+
+TEST(MalformedGgufVocab, DuplicatedToken) {
+  expect_gguf_error([](kvd::GGUFWriter& w) { w.set_string_array("tokenizer.ggml.tokens", {"a", "b", "ab", "a"}); },
+                    {"'a' appears twice, at ids 0 and 3"});
+}
+
+TEST(MalformedGgufVocab, TokenTypeCodeUnknown) {
+  expect_gguf_error([](kvd::GGUFWriter& w) { w.set_i32_array("tokenizer.ggml.token_type", {1, 1, 9, 3}); },
+                    {"tokenizer.ggml.token_type[2] = 9"});
+}
+
+TEST(MalformedGgufVocab, TokenTypeCountMismatch) {
+  expect_gguf_error([](kvd::GGUFWriter& w) { w.set_i32_array("tokenizer.ggml.token_type", {1, 1}); },
+                    {"token_type has 2 entries for 4 tokens"});
+}
+
+TEST(MalformedGgufVocab, MergeNamesUnknownToken) {
+  expect_gguf_error([](kvd::GGUFWriter& w) { w.set_string_array("tokenizer.ggml.merges", {"a b", "b z"}); },
+                    {"merge 1 'b z'", "'z'", "not in the vocabulary"});
+}
+
+TEST(MalformedGgufVocab, ScoresCountMismatch) {
+  expect_gguf_error([](kvd::GGUFWriter& w) {
+    w.set_string("tokenizer.ggml.model", "llama");
+    w.set_f32_array("tokenizer.ggml.scores", {0.0f});
+  }, {"tokenizer.ggml.scores has 1 entries for 4 tokens"});
+}
+
+}  // namespace
