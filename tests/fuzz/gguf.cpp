@@ -2,7 +2,8 @@
 // GGUFFile::from_bytes, every typed getter on every key (a wrong type is a
 // clean FormatError), describe(), and for each tensor of a type the block
 // decoders know, its rows dequantized (at most 1 MB of floats per input):
-// every tensor's bytes must lie inside the file, which ASan checks.
+// every tensor's bytes must lie inside the file, which ASan checks. A file with a
+// vocabulary (tokenizer.ggml.*) then encodes and decodes a short text with it.
 #include <algorithm>
 #include <vector>
 
@@ -61,6 +62,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           kvd::detail::dequantize_row(t.type, f.tensor_data(t) + r * row_bytes, row.data(), n);
       });
       f.release(t);
+    }
+    // The vocabulary in the metadata, if any: load it and encode a short text.
+    if (f.find("tokenizer.ggml.tokens") != nullptr || f.find("tokenizer.ggml.model") != nullptr) {
+      const auto tok = kvd::load_tokenizer_gguf(f);
+      const std::vector<int> ids = tok->encode(kvd_fuzz::kSampleText, true, true);
+      for (int id : ids)
+        if (id < 0 || id >= tok->vocab_size()) {
+          std::fprintf(stderr, "FINDING: encode returned id %d outside [0, %d)\n", id, tok->vocab_size());
+          std::abort();
+        }
+      if (!kvd_fuzz::valid_utf8(tok->decode(ids, false))) {
+        std::fprintf(stderr, "FINDING: decode produced invalid UTF-8\n");
+        std::abort();
+      }
     }
   });
   return 0;

@@ -174,6 +174,116 @@ void ggufs() {
   put("gguf", "empty-v2", v2);
 }
 
+// safetensors: u64 header length, a JSON header padded with spaces to 8 bytes, the data.
+Bytes safetensors_file(const std::string& json_body, const Bytes& data) {
+  std::string h = json_body;
+  while (h.size() % 8 != 0) h += ' ';
+  Bytes b(8);
+  kvd::detail::store_u64_le(b.data(), h.size());
+  b.insert(b.end(), h.begin(), h.end());
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
+void safetensors() {
+  Bytes data(24 + 8 + 8);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 37 + 11);
+  const std::string three =
+      R"({"__metadata__":{"format":"pt"},"model.embed_tokens.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+      R"("model.norm.weight":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]},)"
+      R"("lm_head.weight":{"dtype":"F16","shape":[2,2],"data_offsets":[32,40]}})";
+  put("safetensors", "three-tensors", safetensors_file(three, data));
+  put("safetensors", "empty", safetensors_file("{}", {}));
+  put("safetensors", "scalar", safetensors_file(R"({"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})", Bytes(4, 0)));
+  put("safetensors", "overlapping",
+      safetensors_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                       Bytes(12, 0)));
+  put("safetensors", "shape-disagrees", safetensors_file(R"({"a":{"dtype":"F16","shape":[3,3],"data_offsets":[0,16]}})", Bytes(16, 0)));
+  put("safetensors", "unsupported-dtype", safetensors_file(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", Bytes(8, 0)));
+  put("safetensors", "truncated", truncated(safetensors_file(three, data), 5));
+}
+
+// tokenizer.json: a byte-level BPE (GPT-2 style) and a SentencePiece-style BPE with byte fallback.
+void tokenizer_jsons() {
+  const std::string byte_level = R"({"version":"1.0","added_tokens":[{"id":6,"content":"<|endoftext|>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
+"normalizer":null,
+"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"'s|'t| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]},
+"post_processor":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":false,"use_regex":true},
+"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},
+"model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,
+"vocab":{"H":0,"e":1,"l":2,"o":3,"\u0120":4,"He":5,"<|endoftext|>":6,"ll":7,"Hell":8,"Hello":9,"w":10,"\u0120w":11},
+"merges":["H e","l l","He ll","Hell o","\u0120 w"]}})";
+  put("tokenizer-json", "byte-level-bpe", Bytes(byte_level.begin(), byte_level.end()));
+  std::string spm = R"({"version":"1.0","added_tokens":[{"id":0,"content":"<unk>","special":true},{"id":1,"content":"<s>","special":true},{"id":2,"content":"</s>","special":true}],
+"normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"\u2581"},{"type":"Replace","pattern":{"String":" "},"content":"\u2581"}]},
+"pre_tokenizer":null,
+"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"pair":[],"special_tokens":{"<s>":{"id":"<s>","ids":[1],"tokens":["<s>"]}}},
+"decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"\u2581"},"content":" "},{"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]},
+"model":{"type":"BPE","dropout":null,"unk_token":"<unk>","continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":true,"byte_fallback":true,"ignore_merges":false,
+"vocab":{"<unk>":0,"<s>":1,"</s>":2)";
+  int id = 3;
+  for (int b = 0; b < 256; ++b) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, ",\"<0x%02X>\":%d", b, id++);
+    spm += buf;
+  }
+  const char* pieces[] = {"\u2581", "H", "e", "l", "o", "w", "r", "d", "He", "ll", "llo", "Hello", "\u2581Hello", "\u2581w", "or", "ld", "\u2581wor", "\u2581world"};
+  for (const char* p : pieces) spm += std::string(",\"") + p + "\":" + std::to_string(id++);
+  spm += R"(},"merges":["H e","l l","ll o","He llo","\u2581 Hello","\u2581 w","o r","l d","\u2581w or","\u2581wor ld"]}})";
+  put("tokenizer-json", "spm-byte-fallback", Bytes(spm.begin(), spm.end()));
+  const std::string tiny = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})";
+  put("tokenizer-json", "tiny", Bytes(tiny.begin(), tiny.end()));
+  const std::string bad_merge = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a c"]}})";
+  put("tokenizer-json", "merge-names-unknown-token", Bytes(bad_merge.begin(), bad_merge.end()));
+  put("tokenizer-json", "truncated", truncated(Bytes(byte_level.begin(), byte_level.end()), 40));
+}
+
+// A GGUF holding only a vocabulary, as llama.cpp's vocab files do: SentencePiece
+// ("llama") and byte-level BPE ("gpt2").
+void gguf_vocabs() {
+  {
+    kvd::GGUFWriter w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("tokenizer.ggml.model", "llama");
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+    std::vector<float> scores = {0, 0, 0};
+    std::vector<std::int32_t> types = {2, 3, 3};
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      tokens.push_back(buf); scores.push_back(0); types.push_back(6);
+    }
+    const char* pieces[] = {"\u2581", "H", "e", "l", "o", "\u2581H", "ll", "\u2581He", "llo", "\u2581Hello"};
+    float sc = -1;
+    for (const char* p : pieces) { tokens.push_back(p); scores.push_back(sc); sc -= 1; types.push_back(1); }
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_f32_array("tokenizer.ggml.scores", scores);
+    w.set_i32_array("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+    w.set_bool("tokenizer.ggml.add_bos_token", true);
+    put("gguf", "vocab-spm", w.bytes());
+  }
+  {
+    kvd::GGUFWriter w;
+    w.set_string("general.architecture", "gpt2");
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.pre", "gpt-2");
+    std::vector<std::string> tokens;
+    for (int c = 33; c < 127; ++c) tokens.push_back(std::string(1, static_cast<char>(c)));
+    for (const char* p : {"\u0120", "He", "ll", "Hell", "Hello", "\u0120w", "<|endoftext|>"}) tokens.push_back(p);
+    std::vector<std::int32_t> types(tokens.size(), 1);
+    types.back() = 3;
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_i32_array("tokenizer.ggml.token_type", types);
+    w.set_string_array("tokenizer.ggml.merges", {"H e", "l l", "He ll", "Hell o", "\u0120 w"});
+    w.set_u32("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(tokens.size() - 1));
+    w.set_u32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(tokens.size() - 1));
+    put("gguf", "vocab-bpe", w.bytes());
+  }
+}
+
 // Texts for the encoder targets: ASCII, valid multi-byte UTF-8, invalid UTF-8, spaces.
 void texts() {
   auto text = [](const std::string& name, const std::string& t) { put("tokenizer-encode", name, Bytes(t.begin(), t.end())); };
@@ -199,6 +309,9 @@ int main(int argc, char** argv) {
     tokenizers();
     cache_files(tmp);
     ggufs();
+    gguf_vocabs();
+    safetensors();
+    tokenizer_jsons();
     texts();
     fs::remove_all(tmp);
   } catch (const std::exception& e) {
