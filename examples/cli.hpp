@@ -101,6 +101,7 @@ enum Program : unsigned {
   kCacheReport = 1u << 1,  ///< kvdecode-cache-report
   kPlan = 1u << 2,         ///< kvdecode-plan
   kRoofline = 1u << 3,     ///< kvdecode-roofline
+  kTokenize = 1u << 4,     ///< kvdecode-tokenize
 };
 
 /// Every value any program's options can set. A program sets its own defaults
@@ -140,6 +141,10 @@ struct Params {
   bool quick = false;
   double max_others = 0.10;                ///< a fraction; --max-others takes a percentage
   double patience = -1;                    ///< -1: 1200 s, or 0 with --quick
+  // kvdecode-tokenize
+  std::optional<std::string> text;         ///< --text: text to encode
+  std::optional<std::string> cases;        ///< --cases: llama.cpp's vocab test file
+  bool pieces = false, no_bos = false, no_special = false, bench = false;
 };
 
 /// One option: declared once in all_options(), taken by the programs in `programs`.
@@ -180,7 +185,7 @@ inline std::vector<Option> all_options(Params& p) {
 
   // ---- model and input
   add({{"--model", "-m"}, "PATH", "model file: a llama2.c checkpoint (legacy or version-1 float32)", in,
-       kGenerate | kCacheReport | kPlan, none, [&p](const S&, const S& v) { p.model = v; }});
+       kGenerate | kCacheReport | kPlan | kTokenize, none, [&p](const S&, const S& v) { p.model = v; }});
   add({{"--tokenizer"}, "PATH", "llama2.c tokenizer.bin (needed for --prompt and text output)", in, kGenerate, none,
        [&p](const S&, const S& v) { p.tokenizer = v; }});
   add({{"--prompt", "-p"}, "TEXT", "prompt text, encoded with BOS prepended (default: just BOS)", in, kGenerate, none,
@@ -287,6 +292,21 @@ inline std::vector<Option> all_options(Params& p) {
        [&p, str] { return p.patience < 0 ? S("1200; 0 with --quick") : str(p.patience); },
        [&p](const S& n, const S& v) { p.patience = parse_number(n, v, 0, false, 1e6); }});
 
+  // ---- kvdecode-tokenize
+  const S tok = "Tokenize";
+  add({{"--text"}, "TEXT", "text to encode; prints its ids space-separated on one line", tok, kTokenize, none,
+       [&p](const S&, const S& v) { p.text = v; }});
+  add({{"--cases"}, "FILE", "llama.cpp's vocab test file (texts separated by \"\\n__ggml_vocab_test__\\n\"): one "
+       "line per text, each id preceded by a space, no BOS, special-token text not parsed", tok, kTokenize, none,
+       [&p](const S&, const S& v) { p.cases = v; }});
+  add({{"--pieces"}, "", "after the ids, one line per token: id and its piece", tok, kTokenize, none, flag(p.pieces)});
+  add({{"--no-bos"}, "", "do not add BOS (or EOS) even if the tokenizer adds them", tok, kTokenize, none,
+       flag(p.no_bos)});
+  add({{"--no-special"}, "", "tokenize special-token text such as <|im_start|> as plain text", tok,
+       kTokenize, none, flag(p.no_special)});
+  add({{"--bench"}, "", "measure encoding throughput (MB/s) on the --text or --cases input", tok, kTokenize, none,
+       flag(p.bench)});
+
   // ---- output
   add({{"--ids"}, "", "print prompt ids on line 1 and generated ids on line 2", out, kGenerate, none, flag(p.ids)});
   add({{"--dump-logits"}, "FILE", "raw little-endian float32, vocab_size values per row, one row per position fed "
@@ -296,7 +316,7 @@ inline std::vector<Option> all_options(Params& p) {
        kGenerate | kCacheReport | kPlan, none, flag(p.json)});
   add({{"--list-gpus"}, "", "print the built-in card table and exit", out, kPlan, none, flag(p.list_gpus)});
   add({{"--quiet"}, "", "no progress or timing on stderr", out, kGenerate | kCacheReport, none, flag(p.quiet)});
-  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline, none,
+  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline | kTokenize, none,
        flag(p.help)});
   return o;
 }

@@ -5,6 +5,7 @@
 // FormatError whose message names the field, its offset and the value.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -227,6 +228,36 @@ TEST(GGUFShared, Rand256TensorsMatchReference) {
     ++files;
   }
   EXPECT_GE(files, 13);
+}
+
+// GGUFWriter, given a file's keys and tensors, writes llama.cpp's own files byte for byte.
+TEST(GGUFShared, WriterReproducesLlamaCppFiles) {
+  const std::string d = shared_dir();
+  if (d.empty()) GTEST_SKIP() << "../shared not found";
+  int n = 0;
+  for (const char* sub : {"/models/gguf", "/models/vocab"}) {
+    for (const auto& e : fs::directory_iterator(d + sub)) {
+      if (e.path().extension() != ".gguf") continue;
+      SCOPED_TRACE(e.path().string());
+      const GGUFFile f = GGUFFile::open(e.path().string());
+      GGUFWriter w;
+      for (const auto& [k, v] : f.metadata()) w.set(k, v);
+      for (const auto& t : f.tensors())
+        w.add_tensor_ref(t.name, t.type, std::vector<std::uint64_t>(t.ne, t.ne + t.n_dims), f.tensor_data(t), t.n_bytes);
+      const Bytes b = w.bytes(static_cast<std::uint32_t>(f.alignment()));
+      const unsigned char* orig = f.file().data();
+      if (f.tensors().empty() && b.size() > f.file_size()) {
+        // llama.cpp's older C writer did not pad a file without tensors; gguf-py and we do.
+        EXPECT_EQ(b.size(), f.data_offset());
+        EXPECT_TRUE(std::all_of(b.begin() + static_cast<long>(f.file_size()), b.end(), [](unsigned char c) { return c == 0; }));
+      } else {
+        ASSERT_EQ(b.size(), f.file_size());
+      }
+      EXPECT_EQ(std::memcmp(b.data(), orig, static_cast<std::size_t>(f.file_size())), 0);
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 24);
 }
 
 TEST(GGUFShared, VocabFilesHoldTokens) {
@@ -598,6 +629,46 @@ TEST(GGUFReject, HugeCountAllocatesNothing) {
   const std::size_t file_bytes = c.size();
   expect_format_error(c, {"tensor count", at(8)});
   EXPECT_LE(g_largest_alloc.load(), file_bytes + 4096);
+}
+
+TEST(MappedFile, ReadFallbackGivesTheMappedBytes) {
+  Sample s;
+  const std::string path = (fs::temp_directory_path() / "kvd_mapped_fallback.gguf").string();
+  s.w.write(path);
+  const detail::MappedFile mapped = detail::MappedFile::open(path);
+  const detail::MappedFile read = detail::MappedFile::read(path);
+  EXPECT_TRUE(mapped.is_mapped());
+  EXPECT_FALSE(read.is_mapped());
+  ASSERT_EQ(read.size(), mapped.size());
+  EXPECT_EQ(std::memcmp(read.data(), mapped.data(), read.size()), 0);
+  read.release(0, read.size());  // a no-op without a mapping
+  fs::remove(path);
+}
+
+TEST(MappedFile, EmptyFileIsRejectedAsTruncated) {
+  const std::string path = (fs::temp_directory_path() / "kvd_empty.gguf").string();
+  { std::ofstream out(path, std::ios::binary); }
+  try {
+    GGUFFile::open(path);
+    ADD_FAILURE() << "expected a FormatError";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(path + ": magic at offset 0: needs 4 bytes but only 0 remain"), std::string::npos) << m;
+  }
+  fs::remove(path);
+}
+
+TEST(MappedFile, NonRegularFileIsRefused) {
+#if defined(__linux__)
+  try {
+    detail::MappedFile::open("/dev/null");
+    ADD_FAILURE() << "expected a FileError";
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("'/dev/null' is not a regular file"), std::string::npos) << e.what();
+  }
+#else
+  GTEST_SKIP() << "needs /dev/null";
+#endif
 }
 
 // ---------------------------------------------------------------------------

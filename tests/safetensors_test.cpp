@@ -211,6 +211,12 @@ TEST(SafetensorsReject, InvalidJson) {
   expect_rejected(make_file(h, 0), {"header at offset " + std::to_string(8 + h.find(",,") + 1), "invalid JSON"});
 }
 
+// Found by fuzzing: nlohmann/json throws out_of_range (not parse_error) for a number
+// beyond double's range; it escaped as a non-kvd exception.
+TEST(SafetensorsReject, JsonNumberBeyondDouble) {
+  expect_rejected(make_file("{\"a\":579214.4e512}", 0), {"header", at(8), "number overflow"});
+}
+
 TEST(SafetensorsReject, TensorNamedTwice) {
   const std::string h = good_header("", "\"a\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[24,32]}");
   expect_rejected(make_file(h, 32), {"header", "key 'a' appears twice"});

@@ -101,6 +101,8 @@ inline nlohmann::json parse_json_checked(const char* begin, const char* end, con
   } catch (const nlohmann::json::parse_error& e) {
     throw FormatError(msg(file, ": ", what, " at offset ", base + (e.byte > 0 ? e.byte - 1 : 0), ": invalid JSON (",
                           e.what(), ")"));
+  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number too large for a double
+    throw FormatError(msg(file, ": ", what, " at offset ", base, ": unreadable JSON (", e.what(), ")"));
   }
 }
 }  // namespace detail
