@@ -5,6 +5,7 @@
 // FormatError whose message names the field, its offset and the value.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -227,6 +228,36 @@ TEST(GGUFShared, Rand256TensorsMatchReference) {
     ++files;
   }
   EXPECT_GE(files, 13);
+}
+
+// GGUFWriter, given a file's keys and tensors, writes llama.cpp's own files byte for byte.
+TEST(GGUFShared, WriterReproducesLlamaCppFiles) {
+  const std::string d = shared_dir();
+  if (d.empty()) GTEST_SKIP() << "../shared not found";
+  int n = 0;
+  for (const char* sub : {"/models/gguf", "/models/vocab"}) {
+    for (const auto& e : fs::directory_iterator(d + sub)) {
+      if (e.path().extension() != ".gguf") continue;
+      SCOPED_TRACE(e.path().string());
+      const GGUFFile f = GGUFFile::open(e.path().string());
+      GGUFWriter w;
+      for (const auto& [k, v] : f.metadata()) w.set(k, v);
+      for (const auto& t : f.tensors())
+        w.add_tensor_ref(t.name, t.type, std::vector<std::uint64_t>(t.ne, t.ne + t.n_dims), f.tensor_data(t), t.n_bytes);
+      const Bytes b = w.bytes(static_cast<std::uint32_t>(f.alignment()));
+      const unsigned char* orig = f.file().data();
+      if (f.tensors().empty() && b.size() > f.file_size()) {
+        // llama.cpp's older C writer did not pad a file without tensors; gguf-py and we do.
+        EXPECT_EQ(b.size(), f.data_offset());
+        EXPECT_TRUE(std::all_of(b.begin() + static_cast<long>(f.file_size()), b.end(), [](unsigned char c) { return c == 0; }));
+      } else {
+        ASSERT_EQ(b.size(), f.file_size());
+      }
+      EXPECT_EQ(std::memcmp(b.data(), orig, static_cast<std::size_t>(f.file_size())), 0);
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 24);
 }
 
 TEST(GGUFShared, VocabFilesHoldTokens) {
