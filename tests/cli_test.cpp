@@ -15,7 +15,8 @@ using kvd::cli::OptionTable;
 using kvd::cli::Params;
 using kvd::cli::Program;
 
-constexpr Program kPrograms[] = {kvd::cli::kGenerate, kvd::cli::kCacheReport, kvd::cli::kPlan, kvd::cli::kRoofline};
+constexpr Program kPrograms[] = {kvd::cli::kGenerate, kvd::cli::kCacheReport, kvd::cli::kPlan, kvd::cli::kRoofline,
+                                kvd::cli::kTokenize};
 
 // Parses `args` (argv[0] is supplied) for `program` into a fresh Params.
 Params parse(Program program, std::initializer_list<const char*> args) {

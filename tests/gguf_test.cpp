@@ -5,6 +5,7 @@
 // FormatError whose message names the field, its offset and the value.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -229,6 +230,36 @@ TEST(GGUFShared, Rand256TensorsMatchReference) {
   EXPECT_GE(files, 13);
 }
 
+// GGUFWriter, given a file's keys and tensors, writes llama.cpp's own files byte for byte.
+TEST(GGUFShared, WriterReproducesLlamaCppFiles) {
+  const std::string d = shared_dir();
+  if (d.empty()) GTEST_SKIP() << "../shared not found";
+  int n = 0;
+  for (const char* sub : {"/models/gguf", "/models/vocab"}) {
+    for (const auto& e : fs::directory_iterator(d + sub)) {
+      if (e.path().extension() != ".gguf") continue;
+      SCOPED_TRACE(e.path().string());
+      const GGUFFile f = GGUFFile::open(e.path().string());
+      GGUFWriter w;
+      for (const auto& [k, v] : f.metadata()) w.set(k, v);
+      for (const auto& t : f.tensors())
+        w.add_tensor_ref(t.name, t.type, std::vector<std::uint64_t>(t.ne, t.ne + t.n_dims), f.tensor_data(t), t.n_bytes);
+      const Bytes b = w.bytes(static_cast<std::uint32_t>(f.alignment()));
+      const unsigned char* orig = f.file().data();
+      if (f.tensors().empty() && b.size() > f.file_size()) {
+        // llama.cpp's older C writer did not pad a file without tensors; gguf-py and we do.
+        EXPECT_EQ(b.size(), f.data_offset());
+        EXPECT_TRUE(std::all_of(b.begin() + static_cast<long>(f.file_size()), b.end(), [](unsigned char c) { return c == 0; }));
+      } else {
+        ASSERT_EQ(b.size(), f.file_size());
+      }
+      EXPECT_EQ(std::memcmp(b.data(), orig, static_cast<std::size_t>(f.file_size())), 0);
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 24);
+}
+
 TEST(GGUFShared, VocabFilesHoldTokens) {
   const std::string d = shared_dir();
   if (d.empty()) GTEST_SKIP() << "../shared not found";
@@ -376,7 +407,7 @@ TEST(GGUFReject, KeyCountTooLarge) {
 
 TEST(GGUFReject, ArrayCountTooLarge) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("test.floats");
+  const auto v = *parse(b).find("test.floats");
   put_u64(b, v.file_offset + 4, 1000);  // 1000 f32 need 4000 bytes
   expect_format_error(b, {"key 'test.floats' array count", at(v.file_offset + 4), "count 1000", "4 bytes"});
 }
@@ -384,7 +415,7 @@ TEST(GGUFReject, ArrayCountTooLarge) {
 TEST(GGUFReject, StringArrayCountCountsEightBytesPerString) {
   Bytes b = Sample().bytes();
   const std::uint64_t left = b.size();
-  const auto& v = *parse(b).find("test.strings");
+  const auto v = *parse(b).find("test.strings");
   const std::uint64_t n = left / 8;  // fits as bytes, not as 8-byte string lengths
   put_u64(b, v.file_offset + 4, n);
   expect_format_error(b, {"key 'test.strings' array count", at(v.file_offset + 4), std::to_string(n), "8 bytes"});
@@ -392,21 +423,21 @@ TEST(GGUFReject, StringArrayCountCountsEightBytesPerString) {
 
 TEST(GGUFReject, KeyLengthTooLarge) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("llama.block_count");
+  const auto v = *parse(b).find("llama.block_count");
   put_u64(b, v.key_offset, 1ull << 50);
   expect_format_error(b, {"metadata key", at(v.key_offset), "string length " + std::to_string(1ull << 50)});
 }
 
 TEST(GGUFReject, StringValueLengthTooLarge) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("general.architecture");
+  const auto v = *parse(b).find("general.architecture");
   put_u64(b, v.file_offset, b.size());
   expect_format_error(b, {"key 'general.architecture'", at(v.file_offset), "string length " + std::to_string(b.size())});
 }
 
 TEST(GGUFReject, StringInArrayLengthTooLarge) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("test.strings");
+  const auto v = *parse(b).find("test.strings");
   const std::uint64_t first = v.file_offset + 4 + 8;
   put_u64(b, first, ~0ull);
   expect_format_error(b, {"key 'test.strings' array element", at(first), "string length " + std::to_string(~0ull)});
@@ -414,28 +445,28 @@ TEST(GGUFReject, StringInArrayLengthTooLarge) {
 
 TEST(GGUFReject, UnknownValueType) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("llama.block_count");
+  const auto v = *parse(b).find("llama.block_count");
   put_u32(b, v.file_offset - 4, 13);
   expect_format_error(b, {"key 'llama.block_count' value type", at(v.file_offset - 4), "13 is not a GGUF value type"});
 }
 
 TEST(GGUFReject, UnknownArrayElementType) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("test.ints");
+  const auto v = *parse(b).find("test.ints");
   put_u32(b, v.file_offset, 99);
   expect_format_error(b, {"key 'test.ints' array element type", at(v.file_offset), "99 is not a GGUF value type"});
 }
 
 TEST(GGUFReject, NestedArray) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("test.ints");
+  const auto v = *parse(b).find("test.ints");
   put_u32(b, v.file_offset, 9);
   expect_format_error(b, {"key 'test.ints' array element type", at(v.file_offset), "arrays of arrays are not supported"});
 }
 
 TEST(GGUFReject, BoolNotZeroOrOne) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("test.flag");
+  const auto v = *parse(b).find("test.flag");
   b[v.file_offset] = 2;
   expect_format_error(b, {"key 'test.flag'", at(v.file_offset), "bool value 2"});
 }
@@ -454,7 +485,7 @@ TEST(GGUFReject, DuplicateKey) {
 
 TEST(GGUFReject, DuplicateTensorName) {
   Bytes b = Sample().bytes();
-  const auto& t = parse(b).tensors()[1];  // "b"
+  const auto t = parse(b).tensors()[1];  // "b"
   b[t.info_offset + 8] = 'a';
   expect_format_error(b, {"tensor name", at(t.info_offset), "'a' appears twice"});
 }
@@ -521,21 +552,21 @@ TEST(GGUFReject, RowLengthNotMultipleOfBlock) {
 
 TEST(GGUFReject, AlignmentZero) {
   Bytes b = Sample().bytes(64);
-  const auto& v = *parse(b).find("general.alignment");
+  const auto v = *parse(b).find("general.alignment");
   put_u32(b, v.file_offset, 0);
   expect_format_error(b, {"key 'general.alignment'", at(v.file_offset), "value 0"});
 }
 
 TEST(GGUFReject, AlignmentNotPowerOfTwo) {
   Bytes b = Sample().bytes(64);
-  const auto& v = *parse(b).find("general.alignment");
+  const auto v = *parse(b).find("general.alignment");
   put_u32(b, v.file_offset, 48);
   expect_format_error(b, {"key 'general.alignment'", at(v.file_offset), "value 48 is not a power of two"});
 }
 
 TEST(GGUFReject, AlignmentNotU32) {
   Bytes b = Sample().bytes(64);
-  const auto& v = *parse(b).find("general.alignment");
+  const auto v = *parse(b).find("general.alignment");
   put_u32(b, v.file_offset - 4, static_cast<std::uint32_t>(GGUFType::kI32));
   expect_format_error(b, {"key 'general.alignment'", at(v.file_offset), "has type i32, expected u32"});
 }
@@ -598,6 +629,46 @@ TEST(GGUFReject, HugeCountAllocatesNothing) {
   const std::size_t file_bytes = c.size();
   expect_format_error(c, {"tensor count", at(8)});
   EXPECT_LE(g_largest_alloc.load(), file_bytes + 4096);
+}
+
+TEST(MappedFile, ReadFallbackGivesTheMappedBytes) {
+  Sample s;
+  const std::string path = (fs::temp_directory_path() / "kvd_mapped_fallback.gguf").string();
+  s.w.write(path);
+  const detail::MappedFile mapped = detail::MappedFile::open(path);
+  const detail::MappedFile read = detail::MappedFile::read(path);
+  EXPECT_TRUE(mapped.is_mapped());
+  EXPECT_FALSE(read.is_mapped());
+  ASSERT_EQ(read.size(), mapped.size());
+  EXPECT_EQ(std::memcmp(read.data(), mapped.data(), read.size()), 0);
+  read.release(0, read.size());  // a no-op without a mapping
+  fs::remove(path);
+}
+
+TEST(MappedFile, EmptyFileIsRejectedAsTruncated) {
+  const std::string path = (fs::temp_directory_path() / "kvd_empty.gguf").string();
+  { std::ofstream out(path, std::ios::binary); }
+  try {
+    GGUFFile::open(path);
+    ADD_FAILURE() << "expected a FormatError";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(path + ": magic at offset 0: needs 4 bytes but only 0 remain"), std::string::npos) << m;
+  }
+  fs::remove(path);
+}
+
+TEST(MappedFile, NonRegularFileIsRefused) {
+#if defined(__linux__)
+  try {
+    detail::MappedFile::open("/dev/null");
+    ADD_FAILURE() << "expected a FileError";
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("'/dev/null' is not a regular file"), std::string::npos) << e.what();
+  }
+#else
+  GTEST_SKIP() << "needs /dev/null";
+#endif
 }
 
 // ---------------------------------------------------------------------------

@@ -276,6 +276,17 @@ TEST(SafetensorsReject, RangesOverlap) {
                                      "[16, 24) overlaps tensor 'a' [0, 24)"});
 }
 
+TEST(SafetensorsReject, GapBetweenTensors) {
+  const std::string h = good_header("", "\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[28,36]}");
+  expect_rejected(make_file(h, 36), {"tensor 'b' data_offsets", at(offset_of(h, "\"b\"")),
+                                     "leaves bytes [24, 28) of the data section unused"});
+}
+
+TEST(SafetensorsReject, BytesAfterTheLastTensor) {
+  const std::string h = good_header();
+  expect_rejected(make_file(h, 40), {"data section", at(8 + h.size() + 32), "8 bytes after the last tensor"});
+}
+
 TEST(SafetensorsReject, MissingDataOffsets) {
   const std::string h = good_header("", "\"b\":{\"dtype\":\"BF16\",\"shape\":[4]}");
   expect_rejected(make_file(h, 32), {"tensor 'b' data_offsets", at(offset_of(h, "\"b\"")), "missing"});

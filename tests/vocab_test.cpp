@@ -290,6 +290,22 @@ TEST(LongInput, OneMegabyteWithoutSpacesEncodesAndDecodes) {
 
 // --- telling formats apart by content ---------------------------------------
 
+// A model GGUF written by llama.cpp carries its vocabulary; for stories260K it
+// encodes as llama2.c does with tok512.bin.
+TEST(GgufModelVocab, Stories260KMatchesTok512) {
+  SKIP_IF_MISSING(kShared + "/models/gguf/stories260K-F32.gguf");
+  const auto gguf = kvd::load_tokenizer(kShared + "/models/gguf/stories260K-F32.gguf");
+  const auto bin = kvd::load_tokenizer(kShared + "/models/tok512.bin");
+  EXPECT_EQ(gguf->vocab_size(), 512);
+  for (const char* text : {"Once upon a time", "Once upon a time, there was a little girl named Lily.",
+                           "She said, \"I want to play!\"\nThe end."}) {
+    EXPECT_EQ(gguf->encode(text), bin->encode(text)) << text;
+    EXPECT_EQ(gguf->decode(gguf->encode(text)), text);
+  }
+  EXPECT_EQ(gguf->encode("Once upon a time"), (std::vector<int>{1, 403, 407, 261, 378}));
+  EXPECT_TRUE(gguf->is_eog(2));
+}
+
 TEST(LoadTokenizer, TellsFormatsApartByContentNotName) {
   SKIP_IF_MISSING(kJson + "mistral/tokenizer.json");
   const fs::path dir = fs::temp_directory_path() / "kvd_vocab_names";
@@ -431,6 +447,72 @@ TEST(MalformedTokenizerJson, MissingFile) {
   expect_error<kvd::FileError>([] { kvd::load_tokenizer_json("/nonexistent/tokenizer.json"); }, {"/nonexistent/tokenizer.json"});
 }
 
+TEST(MalformedTokenizerJson, SequencesNestedTooDeep) {
+  std::string n = R"({"type": "NFC"})";
+  for (int i = 0; i < 40; ++i) n = R"({"type": "Sequence", "normalizers": [)" + n + "]}";
+  expect_json_error(R"({"normalizer": )" + n + R"(, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})",
+                    {"nests Sequences 17 deep; the limit is 16"});
+}
+
+// Random byte damage to a valid file: every failure is a kvd::Error, nothing else escapes.
+TEST(MalformedTokenizerJson, DamagedFilesOnlyThrowKvdErrors) {
+  const std::string base = R"({"normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "_"},
+    {"type": "Replace", "pattern": {"String": " "}, "content": "_"}]},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\p{L}+"},
+      "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "ByteLevel"}, {"type": "Strip", "content": " ", "start": 1}]},
+    "added_tokens": [{"id": 3, "content": "<s>", "special": true, "lstrip": false, "rstrip": true}],
+    "model": {"type": "BPE", "byte_fallback": false, "vocab": {"a": 0, "b": 1, "ab": 2, "<s>": 3}, "merges": ["a b"]}})";
+  std::mt19937 rng(11);
+  const std::string alphabet = "{}[]\":,0123456789-eE.ab \\untrfls";
+  int accepted = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string j = base;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = rng() % j.size();
+      switch (rng() % 3) {
+        case 0: j[at] = alphabet[rng() % alphabet.size()]; break;
+        case 1: j.erase(at, 1 + rng() % 8); break;
+        default: j.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+      }
+    }
+    try {
+      const auto tok = kvd::tokenizer_from_json(j, "", "damaged.json");
+      tok->decode(tok->encode("ab ba <s> \xFF"));
+      ++accepted;
+    } catch (const kvd::Error&) {
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "non-kvd exception " << e.what() << " for " << j;
+      break;
+    }
+  }
+  EXPECT_GT(accepted, 0);
+}
+
+// The digits rule of each GGUF pre-tokenizer shows in how "123" is cut: the
+// vocabulary can merge 1+2+3 only when the digits reach the model as one piece.
+TEST(GgufPreTokenizers, EachNamedOneCompilesAndCutsDigitsItsWay) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(kvd::detail::byte_level_alphabet().utf8[b]);
+  tokens.push_back("12");
+  tokens.push_back("123");
+  const std::vector<std::pair<std::string, std::size_t>> pres = {
+      {"default", 1}, {"gpt-2", 1}, {"llama-bpe", 1}, {"qwen2", 3}, {"smollm", 3}, {"tekken", 3}, {"mistral", 3}};
+  for (const auto& [pre, n] : pres) {
+    kvd::GGUFWriter w;
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.pre", pre);
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_string_array("tokenizer.ggml.merges", {"1 2", "12 3"});
+    const kvd::GGUFFile f = kvd::GGUFFile::from_bytes(w.bytes(), "pre.gguf");
+    const auto tok = kvd::load_tokenizer_gguf(f);
+    EXPECT_EQ(tok->encode("123", false).size(), n) << pre;
+    const std::string text = "Hello, World! It's 2024\n\tcode();  ";
+    EXPECT_EQ(tok->decode(tok->encode(text, false)), text) << pre;
+  }
+}
+
 // GGUF vocabularies crafted with the writer.
 std::unique_ptr<kvd::BpeTokenizer> gguf_vocab(const std::function<void(kvd::GGUFWriter&)>& edit) {
   kvd::GGUFWriter w;
@@ -474,6 +556,22 @@ TEST(MalformedGgufVocab, MissingTokens) {
 TEST(MalformedGgufVocab, SpecialIdOutOfRange) {
   expect_gguf_error([](kvd::GGUFWriter& w) { w.set_u32("tokenizer.ggml.eos_token_id", 4); },
                     {"tokenizer.ggml.eos_token_id = 4", "outside the vocabulary [0, 4)"});
+}
+
+TEST(MalformedGgufVocab, NoneSentinelsAndAStrayPaddingIdAreAccepted) {
+  const auto tok = gguf_vocab([](kvd::GGUFWriter& w) {
+    w.set_u32("tokenizer.ggml.bos_token_id", 0xFFFFFFFFu);
+    w.set_i32("tokenizer.ggml.eot_token_id", -1);
+    w.set_u32("tokenizer.ggml.padding_token_id", 99);
+  });
+  EXPECT_EQ(tok->bos_id(), -1);
+  EXPECT_EQ(tok->pad_id(), -1);
+  EXPECT_EQ(tok->eot_id(), 3);  // found by its text, <|end|>
+}
+
+TEST(MalformedGgufVocab, NegativeSpecialId) {
+  expect_gguf_error([](kvd::GGUFWriter& w) { w.set_i32("tokenizer.ggml.bos_token_id", -5); },
+                    {"tokenizer.ggml.bos_token_id"});
 }
 
 TEST(MalformedGgufVocab, DuplicatedToken) {

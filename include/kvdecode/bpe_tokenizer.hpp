@@ -254,7 +254,10 @@ class BpeTokenizer : public TextTokenizer {
     merges_.reserve(spec_.merges.size());
     std::string both;
     for (std::size_t r = 0; r < spec_.merges.size(); ++r) {
-      const auto& [a, b] = spec_.merges[r];
+      // Named references, not a structured binding: C++17 forbids capturing a
+      // binding in the lambda below (clang rejects it; GCC accepts it).
+      const std::string& a = spec_.merges[r].first;
+      const std::string& b = spec_.merges[r].second;
       const int ia = find(a), ib = find(b);
       both = a + b;
       const int im = find(both);

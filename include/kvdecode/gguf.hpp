@@ -607,7 +607,8 @@ class GGUFFile {
 
 /// Writes GGUF v3 files (kvdecode-quantize, tests that craft files): keys in insertion
 /// order (setting a key again replaces its value in place), tensors in insertion order,
-/// each at the next multiple of the alignment.
+/// each at the next multiple of the alignment, and the file padded to the alignment.
+/// Given a llama.cpp file's keys and tensors, it writes that file byte for byte.
 class GGUFWriter {
  public:
   /// Sets `key` to v. Throws ArgumentError for an array of arrays or an undefined type.
@@ -812,7 +813,7 @@ class GGUFWriter {
       sink(tensors_[k].data, tensors_[k].n_bytes);
       at = offsets[k] + tensors_[k].n_bytes;
       const std::uint64_t pad = (alignment - at % alignment) % alignment;
-      if (k + 1 < tensors_.size() && pad) sink(zeros.data(), pad);
+      if (pad) sink(zeros.data(), pad);  // after the last tensor too, as llama.cpp and gguf-py do
     }
   }
 

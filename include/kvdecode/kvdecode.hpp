@@ -9,6 +9,7 @@
 #include "kvdecode/config.hpp"
 #include "kvdecode/weights.hpp"
 #include "kvdecode/kernels.hpp"
+#include "kvdecode/quant_matrix.hpp"
 #include "kvdecode/ops.hpp"
 #include "kvdecode/kv_cache.hpp"
 #include "kvdecode/paged_cache.hpp"

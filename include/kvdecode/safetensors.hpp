@@ -10,8 +10,8 @@
 // the JSON is parsed with nlohmann/json (a tensor named twice is refused, not
 // silently overwritten); dtypes F32, F16 and BF16 are read, every other one is
 // refused by name; a shape's element count is formed with checked arithmetic and
-// must equal the byte range; ranges lie inside the data section, begin <= end, and
-// no two overlap. Failures are FormatError "<file>: <field> at offset <o>: <what>"
+// must equal the byte range; ranges lie inside the data section, begin <= end, and,
+// as the reference reader requires, tile it exactly (no overlap, no gap, no tail). Failures are FormatError "<file>: <field> at offset <o>: <what>"
 // (offsets of JSON errors are byte positions in the file).
 //
 // A folder holds model.safetensors, or shards listed by model.safetensors.index.json's
@@ -177,15 +177,29 @@ class SafetensorsFile {
     std::sort(tensors_.begin(), tensors_.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
       return a.file_offset != b.file_offset ? a.file_offset < b.file_offset : a.n_bytes < b.n_bytes;
     });
-    for (std::size_t k = 1; k < tensors_.size(); ++k) {
-      const auto& prev = tensors_[k - 1];
+    // As the reference reader requires: sorted by offset, the tensors tile the data
+    // section exactly (no overlap, no gap, nothing after the last one).
+    std::uint64_t end = 0;  // relative to the data section
+    for (std::size_t k = 0; k < tensors_.size(); ++k) {
       const auto& cur = tensors_[k];
-      if (cur.file_offset < prev.file_offset + prev.n_bytes)
-        c.fail_at(cur.header_offset, "tensor '" + cur.name + "' data_offsets",
-                  detail::msg("[", cur.file_offset - base, ", ", cur.file_offset - base + cur.n_bytes,
-                              ") overlaps tensor '", prev.name, "' [", prev.file_offset - base, ", ",
-                              prev.file_offset - base + prev.n_bytes, ")"));
+      const std::uint64_t begin = cur.file_offset - base;
+      const std::string field = "tensor '" + cur.name + "' data_offsets";
+      if (k > 0 && begin < end) {
+        const auto& prev = tensors_[k - 1];
+        c.fail_at(cur.header_offset, field,
+                  detail::msg("[", begin, ", ", begin + cur.n_bytes, ") overlaps tensor '", prev.name, "' [",
+                              prev.file_offset - base, ", ", end, ")"));
+      }
+      if (begin > end)
+        c.fail_at(cur.header_offset, field,
+                  detail::msg("[", begin, ", ", begin + cur.n_bytes, ") leaves bytes [", end, ", ", begin,
+                              ") of the data section unused (tensors must tile the data section)"));
+      end = begin + cur.n_bytes;
     }
+    if (end != data_bytes)
+      c.fail_at(base + end, "data section",
+                detail::msg(data_bytes - end, " bytes after the last tensor (tensors end at ", end, " of ",
+                            data_bytes, " data bytes; they must tile the data section)"));
     for (std::size_t k = 0; k < tensors_.size(); ++k) index_.emplace(tensors_[k].name, k);
   }
 

@@ -79,7 +79,8 @@ inline bool gguf_pre_tokenizer(const std::string& pre, GgufPreTokenizer& out) {
 /// file and the key when tokenizer.ggml.model is absent or unsupported (naming it),
 /// tokenizer.ggml.pre names an unknown pre-tokenizer (naming it), an array has the
 /// wrong type or length, a token type code is not one GGUF defines, a special
-/// token id is outside the vocabulary, or a merge names an unknown token.
+/// token id (other than "none", -1) is outside the vocabulary, or a merge names an
+/// unknown token.
 inline std::unique_ptr<BpeTokenizer> load_tokenizer_gguf(const GGUFFile& f) {
   const std::string& src = f.path();
   const std::string model = f.get_string("tokenizer.ggml.model");
@@ -172,25 +173,37 @@ inline std::unique_ptr<BpeTokenizer> load_tokenizer_gguf(const GGUFFile& f) {
     spec.description = "GGUF gpt2 (byte-level BPE, pre-tokenizer " + pre + ")";
   }
 
-  // Special ids: a key present must name a token.
-  auto special = [&](const char* key, int& id) {
+  // Special ids. -1 (also written as u32 0xFFFFFFFF, as llama.cpp's converters do)
+  // means "none"; any other id must name a token, except the padding id, which
+  // nothing here uses and which is dropped when it does not.
+  auto special = [&](const char* key, int& id, bool must_fit) {
     const GGUFValue* v = f.find(key);
     if (!v) return;
-    const std::uint64_t x = f.get_u64(key);
-    if (x >= n)
+    if (!gguf_type_is_integer(v->type)) f.get_u64(key);  // throws the typed-getter's FormatError
+    const bool none = gguf_type_is_signed(v->type) ? v->i == -1 : (v->u == 0xFFFFFFFFu || v->u == ~std::uint64_t{0});
+    if (none) {
+      id = -1;
+      return;
+    }
+    const std::uint64_t x = f.get_u64(key);  // FormatError for other negative values
+    if (x < n) {
+      id = static_cast<int>(x);
+    } else if (must_fit) {
       throw FormatError(detail::msg(src, ": ", key, " = ", x, " at offset ", v->file_offset,
                                     " is outside the vocabulary [0, ", n, ")"));
-    id = static_cast<int>(x);
+    } else {
+      id = -1;
+    }
   };
   if (spec.bos >= static_cast<int>(n)) spec.bos = -1;
   if (spec.eos >= static_cast<int>(n)) spec.eos = -1;
   if (spec.unk >= static_cast<int>(n)) spec.unk = -1;
-  special("tokenizer.ggml.bos_token_id", spec.bos);
-  special("tokenizer.ggml.eos_token_id", spec.eos);
-  special("tokenizer.ggml.eot_token_id", spec.eot);
-  special("tokenizer.ggml.eom_token_id", spec.eom);
-  special("tokenizer.ggml.unknown_token_id", spec.unk);
-  special("tokenizer.ggml.padding_token_id", spec.pad);
+  special("tokenizer.ggml.bos_token_id", spec.bos, true);
+  special("tokenizer.ggml.eos_token_id", spec.eos, true);
+  special("tokenizer.ggml.eot_token_id", spec.eot, true);
+  special("tokenizer.ggml.eom_token_id", spec.eom, true);
+  special("tokenizer.ggml.unknown_token_id", spec.unk, true);
+  special("tokenizer.ggml.padding_token_id", spec.pad, false);
   spec.add_bos = f.get_bool_or("tokenizer.ggml.add_bos_token", spec.add_bos) && spec.bos >= 0;
   spec.add_eos = f.get_bool_or("tokenizer.ggml.add_eos_token", false) && spec.eos >= 0;
 

@@ -197,13 +197,20 @@ class TokenizerJsonReader {
     if (m.contains("unk_token") && !m["unk_token"].is_null()) unk_text_ = str(m, "unk_token", "model");
   }
 
-  void read_normalizer(const nlohmann::json& n, const std::string& path, std::vector<NormalizerStep>& out) {
+  // Nested Sequences: deeper than this is refused rather than recursed into.
+  static constexpr int kMaxDepth = 16;
+  void check_depth(const std::string& path, int depth) const {
+    if (depth > kMaxDepth) fail(path, msg("nests Sequences ", depth, " deep; the limit is ", kMaxDepth));
+  }
+
+  void read_normalizer(const nlohmann::json& n, const std::string& path, std::vector<NormalizerStep>& out, int depth = 0) {
     if (n.is_null()) return;
+    check_depth(path, depth);
     const std::string type = type_of(n, path);
     if (type == "Sequence") {
       const nlohmann::json& list = member(n, "normalizers", path);
       if (!list.is_array()) fail(path + ".normalizers", "is not an array");
-      for (std::size_t k = 0; k < list.size(); ++k) read_normalizer(list[k], msg(path, ".normalizers[", k, "]"), out);
+      for (std::size_t k = 0; k < list.size(); ++k) read_normalizer(list[k], msg(path, ".normalizers[", k, "]"), out, depth + 1);
     } else if (type == "Prepend") {
       out.push_back({NormalizerStep::kPrepend, str(n, "prepend", path), "", nullptr});
     } else if (type == "Replace") {
@@ -244,14 +251,16 @@ class TokenizerJsonReader {
     }
   }
 
-  void read_pre_tokenizer(const nlohmann::json& p, const std::string& path, std::vector<PreTokenizerStep>& out) {
+  void read_pre_tokenizer(const nlohmann::json& p, const std::string& path, std::vector<PreTokenizerStep>& out,
+                          int depth = 0) {
     if (p.is_null()) return;
+    check_depth(path, depth);
     const std::string type = type_of(p, path);
     PreTokenizerStep s{};
     if (type == "Sequence") {
       const nlohmann::json& list = member(p, "pretokenizers", path);
       if (!list.is_array()) fail(path + ".pretokenizers", "is not an array");
-      for (std::size_t k = 0; k < list.size(); ++k) read_pre_tokenizer(list[k], msg(path, ".pretokenizers[", k, "]"), out);
+      for (std::size_t k = 0; k < list.size(); ++k) read_pre_tokenizer(list[k], msg(path, ".pretokenizers[", k, "]"), out, depth + 1);
       return;
     } else if (type == "Split") {
       s.kind = PreTokenizerStep::kSplit;
@@ -281,14 +290,15 @@ class TokenizerJsonReader {
     out.push_back(std::move(s));
   }
 
-  void read_decoder(const nlohmann::json& d, const std::string& path, std::vector<DecoderStep>& out) {
+  void read_decoder(const nlohmann::json& d, const std::string& path, std::vector<DecoderStep>& out, int depth = 0) {
     if (d.is_null()) return;
+    check_depth(path, depth);
     const std::string type = type_of(d, path);
     DecoderStep s{};
     if (type == "Sequence") {
       const nlohmann::json& list = member(d, "decoders", path);
       if (!list.is_array()) fail(path + ".decoders", "is not an array");
-      for (std::size_t k = 0; k < list.size(); ++k) read_decoder(list[k], msg(path, ".decoders[", k, "]"), out);
+      for (std::size_t k = 0; k < list.size(); ++k) read_decoder(list[k], msg(path, ".decoders[", k, "]"), out, depth + 1);
       return;
     } else if (type == "ByteLevel") {
       s.kind = DecoderStep::kByteLevel;

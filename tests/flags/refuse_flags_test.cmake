@@ -4,19 +4,29 @@
 #                  program stops before main with the run-time probe's message;
 #   EXPECT=run     it builds and runs (the control: include paths and the probe
 #                  itself are sound, so a refusal above is the flags' doing).
-# Variables: CXX, SOURCE, INCLUDES (|-separated), FLAGS (space-separated), EXPECT, WORK_DIR.
+# Variables: CXX, SOURCE, INCLUDES (|-separated), FLAGS (space-separated), LIBS (link
+# options, space-separated), EXPECT, WORK_DIR.
 file(MAKE_DIRECTORY "${WORK_DIR}")
 set(_exe "${WORK_DIR}/flag_probe")
 file(REMOVE "${_exe}")
 separate_arguments(FLAGS UNIX_COMMAND "${FLAGS}")
+separate_arguments(LIBS UNIX_COMMAND "${LIBS}")
 string(REPLACE "|" ";" INCLUDES "${INCLUDES}")
 set(_inc)
 foreach(_d ${INCLUDES})
   list(APPEND _inc "-I${_d}")
 endforeach()
-execute_process(
-  COMMAND "${CXX}" -std=c++17 -O2 ${FLAGS} ${_inc} "${SOURCE}" -o "${_exe}"
-  RESULT_VARIABLE _build_rc OUTPUT_VARIABLE _build_out ERROR_VARIABLE _build_out)
+set(_build_rc 0)
+if(EXPECT STREQUAL "refuse")
+  # The #errors fire in the preprocessor: a quick first look.
+  execute_process(COMMAND "${CXX}" -std=c++17 -O2 ${FLAGS} ${_inc} -E "${SOURCE}" -o "${WORK_DIR}/flag_probe.ii"
+    RESULT_VARIABLE _build_rc OUTPUT_VARIABLE _build_out ERROR_VARIABLE _build_out)
+endif()
+if(_build_rc EQUAL 0)
+  execute_process(
+    COMMAND "${CXX}" -std=c++17 -O2 ${FLAGS} ${_inc} "${SOURCE}" -o "${_exe}" ${LIBS}
+    RESULT_VARIABLE _build_rc OUTPUT_VARIABLE _build_out ERROR_VARIABLE _build_out)
+endif()
 if(_build_rc EQUAL 0)
   execute_process(COMMAND "${_exe}" RESULT_VARIABLE _run_rc OUTPUT_VARIABLE _run_out ERROR_VARIABLE _run_out)
 endif()

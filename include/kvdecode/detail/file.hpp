@@ -69,13 +69,11 @@ class MappedFile {
   }
   ~MappedFile() { unmap(); }
 
-  /// Maps (or, if mapping fails, reads) the file at `path`.
-  /// Failure: FileError naming the path if it is missing, a directory, or cannot be opened or read.
+  /// Maps (or, if mapping fails, reads) the regular file at `path`.
+  /// Failure: FileError naming the path if it is missing, a directory or another
+  /// non-regular file (a FIFO would block), or cannot be opened or read.
   static MappedFile open(const std::string& path) {
-    std::error_code ec;
-    const auto st = std::filesystem::status(path, ec);
-    if (!std::filesystem::exists(st)) throw FileError(msg("'", path, "' does not exist"));
-    if (std::filesystem::is_directory(st)) throw FileError(msg("'", path, "' is a directory, not a file"));
+    check_regular(path);
     MappedFile f;
     f.path_ = path;
 #if KVD_HAVE_MMAP
@@ -100,6 +98,16 @@ class MappedFile {
     }
     ::close(fd);
 #endif
+    f.read_whole(path);
+    return f;
+  }
+
+  /// Reads the whole regular file at `path` into memory: what open() falls back to when
+  /// mapping fails. Failure: FileError as for open().
+  static MappedFile read(const std::string& path) {
+    check_regular(path);
+    MappedFile f;
+    f.path_ = path;
     f.read_whole(path);
     return f;
   }
@@ -153,6 +161,13 @@ class MappedFile {
     if (map_) ::munmap(map_, map_len_);
 #endif
     map_ = nullptr;
+  }
+  static void check_regular(const std::string& path) {
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    if (!std::filesystem::exists(st)) throw FileError(msg("'", path, "' does not exist"));
+    if (std::filesystem::is_directory(st)) throw FileError(msg("'", path, "' is a directory, not a file"));
+    if (!std::filesystem::is_regular_file(st)) throw FileError(msg("'", path, "' is not a regular file"));
   }
   void read_whole(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

@@ -1,0 +1,103 @@
+// Quantized matrix products on TinyLlama-1.1B's shapes (d_model 2048, hidden
+// 5632, 32/4 heads of 64: wq and wo 2048 x 2048, wk and wv 256 x 2048, gate
+// and up 5632 x 2048, down 2048 x 5632), one benchmark per block type.
+// An iteration runs the seven products of `layers` distinct layers (4 for
+// decode-sized M, 1 for prefill), so the weights (>= 100 MB) stream from
+// memory as in a decode step. Compare GB/s with BM_MatmulReadBandwidth/2 and
+// GFLOP/s with BM_MatmulFmaPeak/2 of the same run:
+//   kvdecode-bench --benchmark_filter='Quant|ReadBandwidth|FmaPeak'
+// Counters: GB/s = repacked weight bytes read / time (every call streams them
+// once); GFLOP/s = 2 M N K / time. The weights are random bytes with sane f16
+// scales: the kernels' speed does not depend on the values.
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kvdecode/kernels.hpp"
+#include "kvdecode/quant_matrix.hpp"
+
+namespace {
+
+using kvd::QuantMatrix;
+using kvd::WeightType;
+
+/// n_out x n_in random rows of type t in ggml bytes, with every f16 field set to a small scale.
+std::vector<unsigned char> random_rows(WeightType t, long n_out, long n_in, std::mt19937_64& rng) {
+  const auto tr = kvd::weight_type_traits(t);
+  std::vector<unsigned char> rows(kvd::weight_row_bytes(t, n_in) * n_out);
+  for (auto& b : rows) b = static_cast<unsigned char>(rng());
+  const auto layout = kvd::detail::quant_layout(t);
+  const std::uint16_t scale = kvd::detail::fp32_to_fp16(0.001f);
+  for (std::size_t blk = 0; blk < rows.size() / tr.block_bytes; ++blk)
+    for (int f = 0; f < layout.n_fields; ++f)
+      if (layout.fields[f].width == 2) std::memcpy(rows.data() + blk * tr.block_bytes + layout.fields[f].offset, &scale, 2);
+  return rows;
+}
+
+struct Layer {
+  std::vector<std::unique_ptr<QuantMatrix>> mats;  // wq, wk, wv, wo, gate, up, down
+};
+
+/// `layers` layers of type t, built once per (type, layers) and kept for the run.
+const std::vector<Layer>& layers_of(WeightType t, int layers) {
+  static std::vector<std::pair<std::pair<int, int>, std::vector<Layer>>> cache;
+  for (auto& [key, v] : cache)
+    if (key.first == static_cast<int>(t) && key.second == layers) return v;
+  cache.clear();  // one set at a time: keeps memory to one type's layers
+  std::mt19937_64 rng(42);
+  std::vector<Layer> v(static_cast<std::size_t>(layers));
+  const long D = 2048, F = 5632, KV = 256;
+  const long shapes[7][2] = {{D, D}, {KV, D}, {KV, D}, {D, D}, {F, D}, {F, D}, {D, F}};
+  for (auto& l : v)
+    for (const auto& s : shapes) {
+      const auto rows = random_rows(t, s[0], s[1], rng);
+      l.mats.push_back(std::make_unique<QuantMatrix>(t, s[0], s[1], rows.data()));
+    }
+  cache.emplace_back(std::make_pair(static_cast<int>(t), layers), std::move(v));
+  return cache.back().second;
+}
+
+void BM_QuantMatmul(benchmark::State& st) {
+  const auto t = static_cast<WeightType>(st.range(0));
+  const long M = st.range(1);
+  const int threads = static_cast<int>(st.range(2));
+  const int n_layers = M >= 64 ? 1 : 4;
+  const auto& layers = layers_of(t, n_layers);
+  const long K_max = 5632, N_max = 5632;
+  std::vector<float> x(static_cast<std::size_t>(M * K_max), 0.01f), y(static_cast<std::size_t>(M * N_max));
+  const int saved = kvd::num_threads();
+  kvd::set_num_threads(threads);
+  double bytes = 0, flops = 0;
+  for (const auto& l : layers)
+    for (const auto& m : l.mats) {
+      bytes += static_cast<double>(m->bytes());
+      flops += 2.0 * M * m->n_out() * m->n_in();
+    }
+  for (auto _ : st) {
+    for (const auto& l : layers)
+      for (const auto& m : l.mats) kvd::matmul(x.data(), m->n_in(), M, *m, y.data(), m->n_out_padded());
+    benchmark::DoNotOptimize(y.data());
+  }
+  kvd::set_num_threads(saved);
+  st.SetLabel(kvd::weight_type_name(t));
+  st.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+const int kRegister = [] {
+  const WeightType types[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
+                              WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
+                              WeightType::kQ5_K, WeightType::kQ6_K};
+  auto* b = benchmark::RegisterBenchmark("BM_QuantMatmul", BM_QuantMatmul);
+  b->ArgNames({"type", "M", "threads"});
+  for (WeightType t : types)
+    for (long M : {1L, 8L, 256L}) b->Args({static_cast<long>(t), M, 2});
+  b->Args({static_cast<long>(WeightType::kQ4_K), 1, 1});
+  b->Args({static_cast<long>(WeightType::kQ8_0), 1, 1});
+  b->UseRealTime()->Unit(benchmark::kMillisecond);
+  return 0;
+}();
+
+}  // namespace

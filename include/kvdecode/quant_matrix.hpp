@@ -1,0 +1,799 @@
+// QuantMatrix: a weight matrix kept in one of ggml's block types (q8_0, q4_0,
+// q4_1, q5_0, q5_1, q2_K .. q6_K), repacked once for the kernels, and the
+// matrix product with it.
+//
+// NUMERICS. The product follows the reduction-order rule of kernels.hpp on the
+// dequantized weights: with w[n][k] the float ggml's dequantization gives
+// (detail/quant.hpp, bit for bit),
+//   y[m][n] = fma(x[m][K-1], w[n][K-1], ... fma(x[m][0], w[n][0], 0) ...)
+// so the result equals, bit for bit, matmul() with a float PackedMatrix of the
+// dequantized weights, whatever M, the path, the tiling or the thread count.
+// Dequantizing in registers is exact too: every product of a scale with a code
+// is exact in float (detail/quant.hpp), so w = fma(code, scale, -min) gives
+// ggml's s * q - m.
+//
+// LAYOUT. Rows are grouped in panels of 16 (kernels.hpp's output panels). For
+// each panel and each block of k, the 16 rows' blocks are stored together,
+// field by field, with the 16 rows' copies of each field element side by side
+// ("panel block"): e.g. for q4_K, 16 f16 d, 16 f16 dmin, then for each of the
+// 12 scale bytes the 16 rows' bytes, then for each of the 128 code bytes the
+// 16 rows' bytes. One 16-byte load then holds one code byte of 16 outputs,
+// which widen to one 16-lane vector. The repacked matrix has exactly the
+// file's bytes plus the zero rows that pad the last panel to 16.
+//
+// PATHS (all give the same bits):
+//  * small M (decode, M <= 8) on AVX-512: a register tile of up to 8 rows x 4
+//    panels dequantizes each k's 16-lane weight vectors in registers from the
+//    streamed panel blocks and runs the fma chain; nothing is allocated.
+//  * otherwise: a k block of a tile of panels is dequantized into a per-thread
+//    float buffer and the float micro-kernel of kernels.hpp runs over it
+//    (large M: with kernels.hpp's GotoBLAS blocking; the buffer is reused by
+//    every row of a row block, so its cost vanishes as M grows).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kvdecode/detail/quant.hpp"
+#include "kvdecode/detail/simd.hpp"
+#include "kvdecode/error.hpp"
+#include "kvdecode/kernels.hpp"
+#include "kvdecode/weight_type.hpp"
+
+namespace kvd {
+
+namespace detail {
+
+/// How a field is stored in a panel block.
+enum class QuantFieldKind {
+  kPlain,       ///< element e of the 16 rows side by side: (e, row) -> width bytes
+  kNibbles32,   ///< q4_0/q4_1/q5_x's 16 code bytes: 32 4-bit codes
+  kNibbles256,  ///< q4_K/q5_K's 128 code bytes: 256 4-bit codes
+  kHighBits256, ///< q5_K's qh, q3_K's hmask (32 bytes): 256 1-bit codes (value i: byte i % 32, bit i / 32)
+  kCrumbs256,   ///< q2_K/q3_K's 64 code bytes: 256 2-bit codes
+  kQ6Low256,    ///< q6_K's ql (128 bytes): the low 4 bits of 256 codes
+  kQ6High256    ///< q6_K's qh (64 bytes): the high 2 bits of 256 codes
+};
+
+/// One field of a block: `count` elements of `width` bytes at byte `offset` of
+/// ggml's block. Code fields (every kind but kPlain) are rewritten as 32-bit
+/// code words: word w of a row holds the b-bit codes of values (32/b) w + j at
+/// bits b j (b = 4, 1 or 2), and the 16 rows' words w are side by side. One
+/// 64-byte load then holds the codes of 32/b consecutive k for 16 outputs, and
+/// each code comes out with one shift. The bytes are the same in number.
+struct QuantField {
+  int offset, width, count;
+  QuantFieldKind kind = QuantFieldKind::kPlain;
+};
+
+/// The fields of a block in the order the panel block stores them.
+struct QuantLayout {
+  int n_fields = 0;
+  QuantField fields[5] = {};
+};
+
+/// Panel-block field order per type (offsets are ggml's, see detail/quant.hpp).
+/// The kernels below read the panel block at the offsets this order implies.
+inline QuantLayout quant_layout(WeightType t) {
+  using K = QuantFieldKind;
+  switch (t) {
+    case WeightType::kQ8_0: return {2, {{0, 2, 1}, {2, 1, 32}}};
+    case WeightType::kQ4_0: return {2, {{0, 2, 1}, {2, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ4_1: return {3, {{0, 2, 1}, {2, 2, 1}, {4, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ5_0: return {3, {{0, 2, 1}, {2, 4, 1}, {6, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ5_1: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 4, 1}, {8, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ2_K: return {4, {{80, 2, 1}, {82, 2, 1}, {0, 1, 16}, {16, 1, 64, K::kCrumbs256}}};
+    case WeightType::kQ3_K:
+      return {4, {{108, 2, 1}, {96, 1, 12}, {0, 1, 32, K::kHighBits256}, {32, 1, 64, K::kCrumbs256}}};
+    case WeightType::kQ4_K: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 128, K::kNibbles256}}};
+    case WeightType::kQ5_K:
+      return {5, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 32, K::kHighBits256}, {48, 1, 128, K::kNibbles256}}};
+    case WeightType::kQ6_K:
+      return {4, {{208, 2, 1}, {192, 1, 16}, {0, 1, 128, K::kQ6Low256}, {128, 1, 64, K::kQ6High256}}};
+    default: return QuantLayout();
+  }
+}
+
+/// True for the block types QuantMatrix holds.
+inline bool is_quant_block_type(WeightType t) { return quant_layout(t).n_fields > 0; }
+
+/// Bits per code of a code field.
+inline int code_bits(QuantFieldKind k) {
+  switch (k) {
+    case QuantFieldKind::kHighBits256: return 1;
+    case QuantFieldKind::kCrumbs256:
+    case QuantFieldKind::kQ6High256: return 2;
+    default: return 4;
+  }
+}
+
+/// Where value i's code sits in ggml's field bytes: byte index and bit shift.
+inline void code_position(QuantFieldKind k, int i, int& byte, int& shift) {
+  switch (k) {
+    case QuantFieldKind::kNibbles32: byte = i % 16, shift = i < 16 ? 0 : 4; return;
+    case QuantFieldKind::kNibbles256: byte = 32 * (i / 64) + i % 32, shift = (i % 64) < 32 ? 0 : 4; return;
+    case QuantFieldKind::kHighBits256: byte = i % 32, shift = i / 32; return;
+    case QuantFieldKind::kCrumbs256: byte = 32 * (i / 128) + i % 32, shift = 2 * ((i % 128) / 32); return;
+    case QuantFieldKind::kQ6Low256: {
+      const int h = i / 128, r = (i % 128) / 32;
+      byte = 64 * h + i % 32 + 32 * (r & 1), shift = r >= 2 ? 4 : 0;
+      return;
+    }
+    case QuantFieldKind::kQ6High256: byte = 32 * (i / 128) + i % 32, shift = 2 * ((i % 128) / 32); return;
+    default: byte = shift = 0;
+  }
+}
+
+/// A code field of ggml's bytes -> its code words (count * 8 / 32 of them), and back.
+inline void field_to_words(const QuantField& q, const unsigned char* field, std::uint32_t* words) {
+  const int b = code_bits(q.kind), n = q.count * 8 / b, per_word = 32 / b;
+  std::fill(words, words + q.count / 4, 0u);
+  for (int i = 0; i < n; ++i) {
+    int byte, shift;
+    code_position(q.kind, i, byte, shift);
+    const std::uint32_t code = (field[byte] >> shift) & ((1u << b) - 1);
+    words[i / per_word] |= code << (b * (i % per_word));
+  }
+}
+inline void words_to_field(const QuantField& q, const std::uint32_t* words, unsigned char* field) {
+  const int b = code_bits(q.kind), n = q.count * 8 / b, per_word = 32 / b;
+  std::memset(field, 0, static_cast<std::size_t>(q.count));
+  for (int i = 0; i < n; ++i) {
+    int byte, shift;
+    code_position(q.kind, i, byte, shift);
+    const std::uint32_t code = (words[i / per_word] >> (b * (i % per_word))) & ((1u << b) - 1);
+    field[byte] = static_cast<unsigned char>(field[byte] | code << shift);
+  }
+}
+
+/// Copies row r's block (ggml bytes) into its place in a panel block.
+inline void scatter_block(WeightType t, const unsigned char* block, int r, unsigned char* pb) {
+  const QuantLayout l = quant_layout(t);
+  long base = 0;
+  for (int f = 0; f < l.n_fields; ++f) {
+    const QuantField& q = l.fields[f];
+    if (q.kind == QuantFieldKind::kPlain) {
+      for (int e = 0; e < q.count; ++e)
+        std::memcpy(pb + base + (e * kLanes + r) * q.width, block + q.offset + e * q.width,
+                    static_cast<std::size_t>(q.width));
+    } else {
+      std::uint32_t words[32];
+      field_to_words(q, block + q.offset, words);
+      for (int w = 0; w < q.count / 4; ++w) std::memcpy(pb + base + (w * kLanes + r) * 4, &words[w], 4);
+    }
+    base += static_cast<long>(kLanes) * q.width * q.count;
+  }
+}
+
+/// The inverse: row r's block (ggml bytes) out of a panel block.
+inline void gather_block(WeightType t, const unsigned char* pb, int r, unsigned char* block) {
+  const QuantLayout l = quant_layout(t);
+  long base = 0;
+  for (int f = 0; f < l.n_fields; ++f) {
+    const QuantField& q = l.fields[f];
+    if (q.kind == QuantFieldKind::kPlain) {
+      for (int e = 0; e < q.count; ++e)
+        std::memcpy(block + q.offset + e * q.width, pb + base + (e * kLanes + r) * q.width,
+                    static_cast<std::size_t>(q.width));
+    } else {
+      std::uint32_t words[32];
+      for (int w = 0; w < q.count / 4; ++w) std::memcpy(&words[w], pb + base + (w * kLanes + r) * 4, 4);
+      words_to_field(q, words, block + q.offset);
+    }
+    base += static_cast<long>(kLanes) * q.width * q.count;
+  }
+}
+
+}  // namespace detail
+
+/// A weight matrix W (n_out x n_in, y = W x) of one ggml block type, repacked
+/// into panel blocks (see the top of this file). Move-only.
+class QuantMatrix {
+ public:
+  /// Rows of one part: `n_out` consecutive rows in ggml's bytes
+  /// (weight_row_bytes(type, n_in) each), as a GGUF tensor stores them.
+  struct Part {
+    const unsigned char* rows;
+    long n_out;
+  };
+
+  QuantMatrix() = default;
+
+  /// Repacks `parts` stacked (their outputs concatenated, e.g. wq|wk|wv), all of
+  /// type t with rows of n_in values. `name` names the matrix in errors.
+  /// Throws ConfigError naming the matrix and the type if t is not a block type
+  /// kvdecode computes with, or n_in is not a multiple of its block size.
+  QuantMatrix(WeightType t, long n_in, std::initializer_list<Part> parts, const std::string& name = "matrix") {
+    if (!detail::is_quant_block_type(t))
+      throw ConfigError(detail::msg(name, ": weight type ", weight_type_name(t), " is not supported for matrices"));
+    const auto tr = weight_type_traits(t);
+    if (n_in <= 0 || n_in % tr.block_size != 0)
+      throw ConfigError(detail::msg(name, ": rows of ", n_in, " values are not a multiple of ", tr.name,
+                                    "'s block size ", tr.block_size));
+    type_ = t;
+    n_in_ = n_in;
+    for (const Part& p : parts) n_out_ += p.n_out;
+    n_panels_ = detail::round_up_lanes(n_out_) / detail::kLanes;
+    n_blocks_ = n_in / tr.block_size;
+    block_bytes_ = tr.block_bytes;
+    block_size_ = tr.block_size;
+    data_.resize(static_cast<std::size_t>(n_panels_) * n_blocks_ * panel_block_bytes());  // zeroed: padding rows are 0
+    const std::size_t row_bytes = static_cast<std::size_t>(n_blocks_) * block_bytes_;
+    long row = 0;
+    for (const Part& p : parts)
+      for (long r = 0; r < p.n_out; ++r, ++row)
+        for (long b = 0; b < n_blocks_; ++b)
+          detail::scatter_block(t, p.rows + r * row_bytes + b * block_bytes_, static_cast<int>(row % detail::kLanes),
+                                mutable_panel_block(row / detail::kLanes, b));
+  }
+
+  /// One part: W's n_out rows of n_in values of type t.
+  QuantMatrix(WeightType t, long n_out, long n_in, const unsigned char* rows, const std::string& name = "matrix")
+      : QuantMatrix(t, n_in, {Part{rows, n_out}}, name) {}
+
+  WeightType type() const { return type_; }
+  long n_out() const { return n_out_; }                                 ///< N: output columns
+  long n_in() const { return n_in_; }                                   ///< K: reduction length
+  long n_out_padded() const { return n_panels_ * detail::kLanes; }      ///< N rounded up to 16
+  long n_panels() const { return n_panels_; }
+  long n_blocks() const { return n_blocks_; }                           ///< blocks per row
+  long block_size() const { return block_size_; }                       ///< values per block
+  std::size_t panel_block_bytes() const { return static_cast<std::size_t>(detail::kLanes) * block_bytes_; }
+  std::uint64_t bytes() const { return data_.size(); }                  ///< repacked bytes held
+  /// Panel p's block b: the 16 rows' blocks over k in [b * block_size, (b+1) * block_size).
+  const unsigned char* panel_block(long p, long b) const {
+    return data_.data() + (static_cast<std::size_t>(p) * n_blocks_ + b) * panel_block_bytes();
+  }
+
+  /// Row n in ggml's bytes (weight_row_bytes(type, n_in) of them), e.g. to write it back to a file.
+  void row_bytes(long n, unsigned char* out) const {
+    for (long b = 0; b < n_blocks_; ++b)
+      detail::gather_block(type_, panel_block(n / detail::kLanes, b), static_cast<int>(n % detail::kLanes),
+                           out + b * block_bytes_);
+  }
+  /// Row n dequantized exactly as ggml does (n_in floats).
+  void dequantize_row(long n, float* out) const {
+    std::vector<unsigned char> row(static_cast<std::size_t>(n_blocks_) * block_bytes_);
+    row_bytes(n, row.data());
+    detail::dequantize_row(type_, row.data(), out, n_in_);
+  }
+
+ private:
+  unsigned char* mutable_panel_block(long p, long b) {
+    return data_.data() + (static_cast<std::size_t>(p) * n_blocks_ + b) * panel_block_bytes();
+  }
+
+  WeightType type_ = WeightType::kQ8_0;
+  long n_out_ = 0, n_in_ = 0, n_panels_ = 0, n_blocks_ = 0;
+  std::uint32_t block_bytes_ = 0, block_size_ = 0;
+  detail::AlignedBuffer<unsigned char> data_;  // (n_panels, n_blocks, panel block)
+};
+
+namespace detail {
+
+// ---- Portable dequantization of panel blocks -----------------------------------
+
+/// out (block_size x 16, k-major: out[k * 16 + j] = w[16p + j][k0 + k]) = panel
+/// block pb dequantized, through detail/quant.hpp's scalar code.
+template <class T>
+inline void dequantize_panel_block_portable(WeightType t, const unsigned char* pb, T* out) {
+  const auto tr = weight_type_traits(t);
+  unsigned char block[256];
+  float vals[256];
+  for (int j = 0; j < kLanes; ++j) {
+    gather_block(t, pb, j, block);
+    dequantize_row(t, block, vals, tr.block_size);
+    for (std::uint32_t k = 0; k < tr.block_size; ++k) out[k * kLanes + j] = static_cast<T>(vals[k]);
+  }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12 reports its own intrinsics' undefined-source idiom as maybe-uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// ---- AVX-512 decoders ------------------------------------------------------------
+// Each decoder produces, for one panel block, the 16-lane weight vector of one
+// k at a time: begin(pb, s) loads sub-block s's scales, weight(kk) gives k =
+// s * kSub + kk. They read the panel block at the offsets of quant_layout().
+
+inline __m512 qk_f16x16(const unsigned char* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512i qk_u8x16(const unsigned char* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m512i qk_i8x16(const unsigned char* p) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+/// Floats 0..15: vpermps with it turns the low 4 bits of each lane into that float.
+inline __m512 qk_iota16() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+struct DecodeQ8_0 {
+  static constexpr int kBlock = 32, kSub = 32;
+  const unsigned char* q;
+  __m512 d;
+  void begin(const unsigned char* pb, int) {
+    d = qk_f16x16(pb);
+    q = pb + 32;
+  }
+  template <int kk>
+  __m512 weight() const { return _mm512_mul_ps(_mm512_cvtepi32_ps(qk_i8x16(q + 16 * kk)), d); }
+};
+
+/// The 4-bit code of value kk (0..31) of a group of 32 from its 4 code words
+/// (kNibbles* layout), as 16 lanes of int32.
+template <int kk>
+inline __m512 qk_nibble_float(const unsigned char* words) {
+  const __m512i v = _mm512_loadu_si512(words + 64 * (kk / 8));
+  return _mm512_permutexvar_ps(kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8)), qk_iota16());
+}
+template <int kk>
+inline __m512i qk_nibble(const unsigned char* words) {
+  const __m512i v = _mm512_loadu_si512(words + 64 * (kk / 8));
+  if constexpr (kk % 8 == 7) return _mm512_srli_epi32(v, 28);
+  return _mm512_and_si512(_mm512_srli_epi32(v, 4 * (kk % 8)), _mm512_set1_epi32(15));
+}
+
+/// The 5-bit index of value kk (0..31): its nibble in bits 0..3, bit kk of the
+/// high-bit word hw in bit 4, anything above (vpermt2ps reads 5 bits only).
+template <int kk>
+inline __m512i qk_five_bit_index(const unsigned char* words, __m512i hw) {
+  const __m512i lo = _mm512_srli_epi32(_mm512_loadu_si512(words + 64 * (kk / 8)), 4 * (kk % 8));
+  __m512i hi;
+  if constexpr (kk >= 4)
+    hi = _mm512_srli_epi32(hw, kk - 4);
+  else
+    hi = _mm512_slli_epi32(hw, 4 - kk);
+  // bits 0..3 from lo, the rest from hi: (c ? a : b) with c = 15
+  return _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
+}
+
+/// q4_0 / q4_1: one group of 32. q4_0: (code - 8) d = fma(code, d, -8 d); q4_1: fma(code, d, m); exact.
+template <bool kMin>
+struct DecodeQ4 {
+  static constexpr int kBlock = 32, kSub = 32;
+  const unsigned char* q;
+  __m512 d, m;
+  void begin(const unsigned char* pb, int) {
+    d = qk_f16x16(pb);
+    m = kMin ? qk_f16x16(pb + 32) : _mm512_mul_ps(d, _mm512_set1_ps(-8.f));
+    q = pb + (kMin ? 64 : 32);
+  }
+  template <int kk>
+  __m512 weight() const { return _mm512_fmadd_ps(qk_nibble_float<kk>(q), d, m); }
+};
+
+/// q5_0 / q5_1: code = nibble | bit kk of the row's qh << 4, looked up in a
+/// 32-float table (q5_0: code - 16, then * d; q5_1: code, then fma with d and m).
+template <bool kMin>
+struct DecodeQ5 {
+  static constexpr int kBlock = 32, kSub = 32;
+  const unsigned char* q;
+  __m512 d, m;
+  __m512i qh;
+  void begin(const unsigned char* pb, int) {
+    d = qk_f16x16(pb);
+    m = kMin ? qk_f16x16(pb + 32) : _mm512_setzero_ps();
+    qh = _mm512_loadu_si512(pb + (kMin ? 64 : 32));
+    q = pb + (kMin ? 128 : 96);
+  }
+  template <int kk>
+  __m512 weight() const {
+    const float o = kMin ? 0.f : -16.f;
+    const __m512 lo = _mm512_add_ps(qk_iota16(), _mm512_set1_ps(o)), hi = _mm512_add_ps(qk_iota16(), _mm512_set1_ps(o + 16));
+    const __m512 c = _mm512_permutex2var_ps(lo, qk_five_bit_index<kk>(q, qh), hi);
+    if constexpr (kMin) return _mm512_fmadd_ps(c, d, m);
+    return _mm512_mul_ps(c, d);
+  }
+};
+
+/// q2_K: 16 sub-blocks of 16, sub-block s = code word s; y = fma(code, dl, -ml), exact.
+struct DecodeQ2_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  __m512i words;
+  __m512 dl, nml;
+  void begin(const unsigned char* pb, int s) {
+    const __m512i sc = qk_u8x16(pb + 64 + 16 * s);
+    dl = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
+    const __m512 ml = _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
+    nml = _mm512_sub_ps(_mm512_setzero_ps(), ml);
+    words = _mm512_loadu_si512(pb + 320 + 64 * s);
+  }
+  template <int kk>
+  __m512 weight() const {
+    // vpermps reads the low 4 bits: the 2-bit code and 2 bits of the next one, so the table repeats 0..3.
+    const __m512 table = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+    const __m512 c = _mm512_permutexvar_ps(kk == 0 ? words : _mm512_srli_epi32(words, 2 * kk), table);
+    return _mm512_fmadd_ps(c, dl, nml);
+  }
+};
+
+/// q3_K: 16 sub-blocks of 16, y = dl * code with code = 2-bit - (high bit ? 0 : 4) in [-4, 4):
+/// the 2-bit code and the high bit form a 3-bit index into a table of the codes.
+struct DecodeQ3_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  __m512i lw, hw;
+  __m512 dl;
+  void begin(const unsigned char* pb, int s) {
+    const unsigned char* sc = pb + 32;
+    const __m512i lo = s < 8 ? _mm512_and_si512(qk_u8x16(sc + 16 * s), _mm512_set1_epi32(15))
+                             : _mm512_srli_epi32(qk_u8x16(sc + 16 * (s - 8)), 4);
+    const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(qk_u8x16(sc + 16 * (8 + s % 4)), _mm_cvtsi32_si128(2 * (s / 4))),
+                                        _mm512_set1_epi32(3));
+    const __m512i v = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+    dl = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(v));
+    lw = _mm512_loadu_si512(pb + 736 + 64 * s);
+    // high bits of values 16 s .. 16 s + 15: word s / 2, from bit 16 (s % 2)
+    hw = _mm512_srl_epi32(_mm512_loadu_si512(pb + 224 + 64 * (s / 2)), _mm_cvtsi32_si128(16 * (s % 2)));
+  }
+  template <int kk>
+  __m512 weight() const {
+    const __m512 table = _mm512_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3);
+    const __m512i lo = kk == 0 ? lw : _mm512_srli_epi32(lw, 2 * kk);
+    __m512i hi;
+    if constexpr (kk >= 2)
+      hi = _mm512_srli_epi32(hw, kk - 2);
+    else
+      hi = _mm512_slli_epi32(hw, 2 - kk);
+    // bits 0..1 from lo, bit 2 (and above, ignored but for bit 3, which the table repeats over) from hi
+    const __m512i idx = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(3), 0xE4);
+    return _mm512_mul_ps(_mm512_permutexvar_ps(idx, table), dl);
+  }
+};
+
+/// q4_K / q5_K's 6-bit scale and min of sub-block s for 16 rows.
+inline void qk_k4_scale_min(const unsigned char* sc, int s, __m512i& scale, __m512i& min) {
+  const __m512i m63 = _mm512_set1_epi32(63);
+  if (s < 4) {
+    scale = _mm512_and_si512(qk_u8x16(sc + 16 * s), m63);
+    min = _mm512_and_si512(qk_u8x16(sc + 16 * (s + 4)), m63);
+  } else {
+    const __m512i b = qk_u8x16(sc + 16 * (s + 4));
+    scale = _mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32(15)),
+                            _mm512_slli_epi32(_mm512_srli_epi32(qk_u8x16(sc + 16 * (s - 4)), 6), 4));
+    min = _mm512_or_si512(_mm512_srli_epi32(b, 4), _mm512_slli_epi32(_mm512_srli_epi32(qk_u8x16(sc + 16 * s), 6), 4));
+  }
+}
+
+/// q4_K (kHigh = false) and q5_K (true): 8 sub-blocks of 32, y = fma(code, d sc, -(dmin m)).
+template <bool kFive>
+struct DecodeQK4 {
+  static constexpr int kBlock = 256, kSub = 32;
+  const unsigned char* q;
+  __m512 d1, nm1;
+  __m512i hw;
+  void begin(const unsigned char* pb, int s) {
+    __m512i sc, mn;
+    qk_k4_scale_min(pb + 64, s, sc, mn);
+    d1 = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(sc));
+    nm1 = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(mn)));
+    q = pb + (kFive ? 768 : 256) + 256 * s;
+    if constexpr (kFive) hw = _mm512_loadu_si512(pb + 256 + 64 * s);
+  }
+  template <int kk>
+  __m512 weight() const {
+    if constexpr (!kFive) {
+      return _mm512_fmadd_ps(qk_nibble_float<kk>(q), d1, nm1);
+    } else {
+      const __m512 c = _mm512_permutex2var_ps(qk_iota16(), qk_five_bit_index<kk>(q, hw),
+                                              _mm512_add_ps(qk_iota16(), _mm512_set1_ps(16.f)));
+      return _mm512_fmadd_ps(c, d1, nm1);
+    }
+  }
+};
+
+/// q6_K: 16 sub-blocks of 16, y = (d sc) (code - 32) = fma(code, d sc, -32 d sc), exact.
+/// Value 16 s + kk: low 4 bits in low word 2 s + kk / 8, high 2 bits in high word s.
+struct DecodeQ6_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  const unsigned char* ql;
+  __m512i hw;
+  __m512 ds, n32ds;
+  void begin(const unsigned char* pb, int s) {
+    ds = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(qk_i8x16(pb + 32 + 16 * s)));
+    n32ds = _mm512_mul_ps(ds, _mm512_set1_ps(-32.f));
+    ql = pb + 288 + 128 * s;
+    hw = _mm512_loadu_si512(pb + 2336 + 64 * s);
+  }
+  template <int kk>
+  __m512 weight() const {
+    const __m512i v = _mm512_loadu_si512(ql + 64 * (kk / 8));
+    const __m512i lo = kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8));
+    // the 2 high bits at bits 4..5 with nothing above: to the top, then down
+    const __m512i hi = _mm512_srli_epi32(kk == 15 ? hw : _mm512_slli_epi32(hw, 30 - 2 * kk), 26);
+    const __m512i code = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), ds, n32ds);
+  }
+};
+
+/// Calls f(std::integral_constant<int, i>) for i = 0 .. N-1 (compile-time k inside a sub-block).
+template <int N, class F, int... I>
+inline void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+inline void static_for(F&& f) {
+  static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
+}
+
+/// out (Dec::kBlock x 16) = panel block pb dequantized.
+template <class Dec>
+inline void dequantize_panel_block_avx512(const unsigned char* pb, float* out) {
+  for (int s = 0; s < Dec::kBlock / Dec::kSub; ++s) {
+    Dec dec;
+    dec.begin(pb, s);
+    static_for<Dec::kSub>([&](auto kk) {
+      _mm512_storeu_ps(out + (s * Dec::kSub + kk) * kLanes, dec.template weight<kk>());
+    });
+  }
+}
+
+/// Calls f(Dec{}) with the decoder of type t.
+template <class F>
+inline void with_decoder(WeightType t, F&& f) {
+  switch (t) {
+    case WeightType::kQ8_0: return f(DecodeQ8_0{});
+    case WeightType::kQ4_0: return f(DecodeQ4<false>{});
+    case WeightType::kQ4_1: return f(DecodeQ4<true>{});
+    case WeightType::kQ5_0: return f(DecodeQ5<false>{});
+    case WeightType::kQ5_1: return f(DecodeQ5<true>{});
+    case WeightType::kQ2_K: return f(DecodeQ2_K{});
+    case WeightType::kQ3_K: return f(DecodeQ3_K{});
+    case WeightType::kQ4_K: return f(DecodeQK4<false>{});
+    case WeightType::kQ5_K: return f(DecodeQK4<true>{});
+    case WeightType::kQ6_K: return f(DecodeQ6_K{});
+    default: KVD_ASSERT(false);
+  }
+}
+
+/// Small-M register tile (AVX-512, float): MR rows x NP panels over all of k,
+/// weights dequantized in registers. y rows get all 16 NP columns.
+template <class Dec, int MR, int NP>
+inline void quant_tile_fused(const float* x, long ldx, const QuantMatrix& w, long p0, float* y, long ldy) {
+  __m512 acc[MR][NP];
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(4) for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+  const long nb = w.n_blocks();
+  const std::size_t pbb = w.panel_block_bytes();
+  constexpr int kSubs = Dec::kBlock / Dec::kSub;
+  for (long b = 0; b < nb; ++b) {
+    const unsigned char* pb[NP];
+    KVD_UNROLL(4) for (int p = 0; p < NP; ++p) pb[p] = w.panel_block(p0 + p, b);
+    const float* xb = x + b * Dec::kBlock;
+    for (int s = 0; s < kSubs; ++s) {
+      Dec dec[NP];
+      KVD_UNROLL(4) for (int p = 0; p < NP; ++p) {
+        dec[p].begin(pb[p], s);
+        // Two blocks ahead in each panel stream, a share per sub-block (never faults).
+        const std::size_t line0 = pbb * s / kSubs / 64, line1 = (pbb * (s + 1) / kSubs + 63) / 64;
+        for (std::size_t l = line0; l < line1; ++l) prefetch_read_at(pb[p], 2 * pbb + 64 * l);
+      }
+      static_for<Dec::kSub>([&](auto kk) {
+        __m512 wv[NP];
+        KVD_UNROLL(4) for (int p = 0; p < NP; ++p) wv[p] = dec[p].template weight<kk>();
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+          const __m512 xv = _mm512_set1_ps(xb[r * ldx + s * Dec::kSub + kk]);
+          KVD_UNROLL(4) for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_fmadd_ps(xv, wv[p], acc[r][p]);
+        }
+      });
+    }
+  }
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(4) for (int p = 0; p < NP; ++p) _mm512_storeu_ps(y + r * ldy + (p0 + p) * kLanes, acc[r][p]);
+}
+
+/// Most rows of the fused small-M path.
+inline constexpr long kQuantFusedMaxM = 8;
+/// Panels per fused tile for m rows (register budget: m * NP accumulators, 2 NP scale vectors).
+constexpr int quant_fused_panels(int m) { return m <= 3 ? 4 : m == 4 ? 3 : 2; }
+
+template <class Dec, int MR, int NP = quant_fused_panels(MR)>
+inline void quant_tile_fused_np(int np, const float* x, long ldx, const QuantMatrix& w, long p0, float* y, long ldy) {
+  if constexpr (NP >= 1) {
+    if (np == NP) return quant_tile_fused<Dec, MR, NP>(x, ldx, w, p0, y, ldy);
+    return quant_tile_fused_np<Dec, MR, NP - 1>(np, x, ldx, w, p0, y, ldy);
+  }
+}
+
+template <class Dec, int MR = static_cast<int>(kQuantFusedMaxM)>
+inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const QuantMatrix& w, long p0, float* y,
+                                 long ldy) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return quant_tile_fused_np<Dec, MR>(np, x, ldx, w, p0, y, ldy);
+    return quant_tile_fused_any<Dec, MR - 1>(mr, np, x, ldx, w, p0, y, ldy);
+  }
+}
+
+/// Small M (<= kQuantFusedMaxM), AVX-512: one row tile; threads take contiguous ranges of column tiles.
+inline void matmul_quant_fused(const float* x, long ldx, long M, const QuantMatrix& w, float* y, long ldy,
+                               bool parallel) {
+  const int mr = static_cast<int>(M);
+  const int np_max = quant_fused_panels(mr);
+  const long P = w.n_panels(), n_ctiles = (P + np_max - 1) / np_max;
+  with_decoder(w.type(), [&](auto dec) {
+    using Dec = decltype(dec);
+#if defined(_OPENMP)
+#pragma omp parallel if (parallel)
+#endif
+    {
+      int t = 0, nt = 1;
+      this_thread(t, nt);
+      long c0, c1;
+      split_range(n_ctiles, t, nt, c0, c1);
+      for (long c = c0; c < c1; ++c) {
+        const long p0 = c * np_max;
+        const int np = static_cast<int>(std::min<long>(np_max, P - p0));
+        quant_tile_fused_any<Dec>(mr, np, x, ldx, w, p0, y, ldy);
+      }
+    }
+  });
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // AVX-512
+
+/// How a panel block becomes floats: kPortable (scalar, detail/quant.hpp) or
+/// kAvx512 (the decoders above). Both give the same bits.
+enum class QuantDequant { kPortable, kAvx512 };
+
+/// The k block of the buffered paths: 256 values, a whole number of blocks of every type.
+inline constexpr long kQuantKc = 256;
+
+/// out (kc x 16 per panel, panels kc * 16 apart) = panels [p0, p0 + np) over k in [k0, k0 + kc) dequantized.
+template <class T>
+inline void dequantize_panels(const QuantMatrix& w, long p0, int np, long k0, long kc, T* out, QuantDequant how) {
+  const long bs = w.block_size();
+  for (int p = 0; p < np; ++p)
+    for (long k = k0; k < k0 + kc; k += bs) {
+      const unsigned char* pb = w.panel_block(p0 + p, k / bs);
+      T* o = out + (p * kc + (k - k0)) * kLanes;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+      if constexpr (std::is_same_v<T, float>) {
+        if (how == QuantDequant::kAvx512) {
+          with_decoder(w.type(), [&](auto dec) { dequantize_panel_block_avx512<decltype(dec)>(pb, o); });
+          continue;
+        }
+      }
+#endif
+      (void)how;
+      dequantize_panel_block_portable<T>(w.type(), pb, o);
+    }
+}
+
+/// Buffered small M: per column tile and k block of kQuantKc, the tile's panels
+/// are dequantized into a per-thread buffer and every row tile runs kernels.hpp's
+/// micro-kernel over it, continuing each output's chain where the last k block left it.
+template <class T, class V>
+void matmul_quant_small(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy, bool parallel,
+                        QuantDequant how) {
+  const long K = w.n_in(), P = w.n_panels();
+  const long n_rtiles = M <= kLargeRows<V> ? 1 : (M + kSmallRows<V> - 1) / kSmallRows<V>;
+  const int mr_max = static_cast<int>((M + n_rtiles - 1) / n_rtiles);
+  const int np_max = small_panels<V>(mr_max);
+  const long n_ctiles = (P + np_max - 1) / np_max;
+#if defined(_OPENMP)
+#pragma omp parallel if (parallel)
+#endif
+  {
+    int t = 0, nt = 1;
+    this_thread(t, nt);
+    static thread_local AlignedBuffer<T> wbuf;
+    wbuf.reserve(static_cast<std::size_t>(kMaxTilePanels) * kQuantKc * kLanes);
+    long c0, c1;
+    split_range(n_ctiles, t, nt, c0, c1);
+    for (long c = c0; c < c1; ++c) {
+      const long p0 = c * np_max;
+      const int np = static_cast<int>(std::min<long>(np_max, P - p0));
+      for (long k0 = 0; k0 < K; k0 += kQuantKc) {
+        const long kc = std::min(kQuantKc, K - k0);
+        dequantize_panels(w, p0, np, k0, kc, wbuf.data(), how);
+        for (long m0 = 0; m0 < M; m0 += mr_max) {
+          const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
+          matmul_tile_any<T, V, 0>(mr, np, x + m0 * ldx + k0, ldx, wbuf.data(), kc * kLanes, kc,
+                                   y + m0 * ldy + p0 * kLanes, ldy, k0 == 0);
+        }
+      }
+    }
+  }
+}
+
+/// Buffered large M (prefill): kernels.hpp's matmul_large blocking (k blocks of
+/// kMatmulKc = kQuantKc, row blocks of up to kMatmulMc packed rows, 14 x 2-panel
+/// tiles), with each k block of a panel tile dequantized into a per-thread
+/// buffer once per row block.
+template <class T, class V>
+void matmul_quant_large(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy, bool parallel,
+                        QuantDequant how) {
+  static_assert(kMatmulKc == kQuantKc, "the packed-row stride assumes k blocks of kMatmulKc");
+  constexpr int MR = kLargeRows<V>, NP = kLargePanels<V>;
+  const long K = w.n_in(), P = w.n_panels();
+  const long n_ctiles = (P + NP - 1) / NP;
+#if defined(_OPENMP)
+#pragma omp parallel if (parallel)
+#endif
+  {
+    int t = 0, nt = 1;
+    this_thread(t, nt);
+    long c0 = 0, c1 = n_ctiles, m_begin = 0, m_end = M;
+    if (M >= 4L * MR * nt || n_ctiles < 2L * nt)
+      split_range(M, t, nt, m_begin, m_end);
+    else
+      split_range(n_ctiles, t, nt, c0, c1);
+    T* xp = matmul_pack_buffer<T>();
+    static thread_local AlignedBuffer<T> wbuf;
+    wbuf.reserve(static_cast<std::size_t>(NP) * kQuantKc * kLanes);
+    const long n_mblocks = (m_end - m_begin + kMatmulMc - 1) / kMatmulMc;
+    for (long k0 = 0; k0 < K; k0 += kQuantKc) {
+      const long kc = std::min(kQuantKc, K - k0);
+      for (long ib = 0; ib < n_mblocks; ++ib) {
+        long mb, me;
+        split_range(m_end - m_begin, static_cast<int>(ib), static_cast<int>(n_mblocks), mb, me);
+        mb += m_begin;
+        me += m_begin;
+        for (long r = mb; r < me; ++r) std::copy(x + r * ldx + k0, x + r * ldx + k0 + kc, xp + (r - mb) * kPackStride);
+        const long n_rtiles = (me - mb + MR - 1) / MR;
+        for (long c = c0; c < c1; ++c) {
+          const long p0 = c * NP;
+          const int np = static_cast<int>(std::min<long>(NP, P - p0));
+          dequantize_panels(w, p0, np, k0, kc, wbuf.data(), how);
+          for (long i = 0; i < n_rtiles; ++i) {
+            long r0, r1;
+            split_range(me - mb, static_cast<int>(i), static_cast<int>(n_rtiles), r0, r1);
+            matmul_tile_any<T, V, kPackStride>(static_cast<int>(r1 - r0), np, xp + r0 * kPackStride, kPackStride,
+                                               wbuf.data(), kc * kLanes, kc, y + (mb + r0) * ldy + p0 * kLanes, ldy,
+                                               k0 == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+/// Which path a quantized product takes (the tests force each one; all give the same bits).
+enum class QuantPath { kAuto, kFused, kSmall, kLarge };
+
+/// matmul_quant() with an explicit float vector V, dequantizer and path.
+/// kFused needs AVX-512, T = float and M <= kQuantFusedMaxM (else it falls back to kAuto).
+template <class T, class V>
+void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy,
+                       QuantPath path = QuantPath::kAuto, QuantDequant how = QuantDequant::kAvx512) {
+  KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= w.n_in());
+  if (M <= 0) return;
+  const bool parallel = M * w.n_out_padded() * w.n_in() >= kMatmulParallelThreshold;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+  if constexpr (std::is_same_v<T, float>) {
+    if ((path == QuantPath::kAuto || path == QuantPath::kFused) && M <= kQuantFusedMaxM)
+      return matmul_quant_fused(x, ldx, M, w, y, ldy, parallel);
+  }
+#endif
+  if (path == QuantPath::kSmall || ((path == QuantPath::kAuto || path == QuantPath::kFused) && M <= kSmallMaxM<V>))
+    return matmul_quant_small<T, V>(x, ldx, M, w, y, ldy, parallel, how);
+  matmul_quant_large<T, V>(x, ldx, M, w, y, ldy, parallel, how);
+}
+
+}  // namespace detail
+
+/// y (M x Npad, row stride ldy) = x (M x K, row stride ldx) * W^T for a quantized W.
+/// Bit-identical to matmul() with a float PackedMatrix of W's dequantized values
+/// (so to every M, tiling and thread count); writes all n_out_padded() columns
+/// (padding columns get 0). Allocates nothing for M <= 8 on AVX-512; other
+/// paths use per-thread buffers allocated at their first use on each thread.
+/// Preconditions (asserted): x and y do not overlap; ldx >= K; ldy >= n_out_padded().
+template <class T>
+void matmul(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy) {
+  detail::matmul_quant_with<T, detail::Vec16<T>>(x, ldx, M, w, y, ldy);
+}
+
+}  // namespace kvd

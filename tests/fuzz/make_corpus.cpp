@@ -1,0 +1,322 @@
+// Writes the seed corpora of the fuzz targets with kvdecode's own writers:
+//   kvdecode-fuzz-make-corpus <dir>   ->  <dir>/<target>/<seed>
+// Small valid files of each format and nearly valid ones (truncated, one field
+// off), so that every target starts past its magic and its first checks.
+// No file from ../shared is copied: the formats are written from scratch here.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "kvdecode/detail/quant.hpp"
+#include "kvdecode/kvdecode.hpp"
+
+namespace fs = std::filesystem;
+using Bytes = std::vector<unsigned char>;
+
+namespace {
+
+fs::path g_root;
+
+Bytes read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void put(const std::string& target, const std::string& name, const Bytes& b) {
+  const fs::path dir = g_root / target;
+  fs::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  if (!out) throw std::runtime_error("cannot write " + (dir / name).string());
+}
+
+Bytes truncated(Bytes b, std::size_t n) {
+  b.resize(b.size() > n ? b.size() - n : 0);
+  return b;
+}
+
+kvd::ModelConfig tiny(bool shared, int n_kv_heads = 2) {
+  kvd::ModelConfig c;
+  c.vocab_size = 16; c.d_model = 8; c.n_layers = 1; c.n_heads = 2; c.n_kv_heads = n_kv_heads; c.head_dim = 4;
+  c.hidden_dim = 12; c.max_seq_len = 8; c.shared_classifier = shared;
+  return c;
+}
+
+void checkpoints(const fs::path& tmp) {
+  int i = 0;
+  for (auto fmt : {kvd::CheckpointFormat::kLlama2cLegacy, kvd::CheckpointFormat::kLlama2cV1})
+    for (bool shared : {true, false})
+      for (int hk : {2, 1}) {
+        const auto w = kvd::ModelWeights<float>::random(tiny(shared, hk), 11 + i);
+        const fs::path p = tmp / "ckpt.bin";
+        kvd::save_checkpoint(w, p.string(), fmt);
+        const Bytes b = read_all(p);
+        const std::string name = std::string(fmt == kvd::CheckpointFormat::kLlama2cV1 ? "v1" : "legacy") +
+                                 (shared ? "-shared" : "-separate") + (hk == 1 ? "-mqa" : "-mha");
+        put("checkpoint", name, b);
+        if (i == 0) {
+          put("checkpoint", name + "-truncated", truncated(b, 4));
+          Bytes longer = b;
+          longer.insert(longer.end(), {0, 0, 0, 0});
+          put("checkpoint", name + "-extra", longer);
+        }
+        if (i == 4) {
+          put("checkpoint", name + "-header-only", Bytes(b.begin(), b.begin() + 256));
+          Bytes bad = b;
+          bad[4] = 2;  // version 2
+          put("checkpoint", name + "-version2", bad);
+        }
+        ++i;
+      }
+}
+
+// llama2.c tokenizer.bin: i32 max_token_length, then per piece f32 score, i32 length, bytes.
+void tokenizers() {
+  std::vector<std::string> pieces = {"<unk>", "\n<s>\n", "\n</s>\n"};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    pieces.push_back(buf);
+  }
+  for (const char* p : {" ", "e", "l", "o", "H", "w", "r", "d", "ll", "He", "llo", "Hello", " w", " wor", " world",
+                        "or", "ld", "!", "\xC3\xA9", "caf", "\xE4\xB8\xAD", " 1", "2", "3", "45"})
+    pieces.push_back(p);
+  auto write = [&](const std::vector<std::string>& ps, int max_len) {
+    Bytes b(4);
+    kvd::detail::store_i32_le(b.data(), max_len);
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      const std::size_t at = b.size();
+      b.resize(at + 8 + ps[i].size());
+      const float score = i < 259 ? 0.0f : -static_cast<float>(ps.size() - i);
+      std::memcpy(b.data() + at, &score, 4);
+      kvd::detail::store_i32_le(b.data() + at + 4, static_cast<std::int32_t>(ps[i].size()));
+      std::memcpy(b.data() + at + 8, ps[i].data(), ps[i].size());
+    }
+    return b;
+  };
+  const Bytes full = write(pieces, 6);
+  put("tokenizer-bin", "bytes-and-merges", full);
+  put("tokenizer-bin", "three-pieces", write({"<unk>", "<s>", "</s>"}, 5));
+  put("tokenizer-bin", "truncated", truncated(full, 3));
+  Bytes neg = write({"<unk>", "<s>", "</s>", "a"}, 5);
+  kvd::detail::store_i32_le(neg.data() + 4 + (8 + 5) + (8 + 3) + (8 + 4) + 4, -1);  // length of piece 3 ("a")
+  put("tokenizer-bin", "negative-length", neg);
+}
+
+template <class S>
+void cache_file(const fs::path& tmp, const std::string& name, kvd::ModelConfig c, int length, int capacity) {
+  kvd::KVCache<float, S> cache(c, capacity);
+  std::vector<float> k(static_cast<std::size_t>(c.n_layers) * c.kv_dim()), v(k.size());
+  for (int pos = 0; pos < length; ++pos) {
+    for (std::size_t i = 0; i < k.size(); ++i) { k[i] = 0.25f * pos + 0.01f * i; v[i] = -k[i]; }
+    cache.append(k.data(), v.data());
+  }
+  const fs::path p = tmp / "cache.kvdc";
+  kvd::save_cache(cache, p.string(), kvd::config_fingerprint(c));
+  put("cache-file", name, read_all(p));
+}
+
+void cache_files(const fs::path& tmp) {
+  kvd::ModelConfig c = tiny(true);
+  cache_file<float>(tmp, "f32-3of8", c, 3, 8);
+  cache_file<float>(tmp, "f32-empty", c, 0, 8);
+  cache_file<double>(tmp, "f64-2of4", c, 2, 4);
+  cache_file<Eigen::bfloat16>(tmp, "bf16-5of8", c, 5, 8);
+  cache_file<Eigen::half>(tmp, "f16-1of1", c, 1, 1);
+  c.sliding_window = 3;
+  c.max_seq_len = 40;
+  cache_file<float>(tmp, "f32-window3-20of40", c, 20, 40);
+  Bytes b = read_all(tmp / "cache.kvdc");
+  put("cache-file", "window-truncated", truncated(b, 9));
+}
+
+void ggufs() {
+  // Every metadata type, and tensors of several weight types.
+  kvd::GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", "fuzz seed");
+  w.set_u32("general.alignment", 32);
+  w.set_u8("u8", 7);
+  w.set_i32("i32", -5);
+  w.set_u64("u64", 1ull << 40);
+  w.set_i64("i64", -(1ll << 40));
+  w.set_f32("f32", 1.5f);
+  w.set_f64("f64", -2.25);
+  w.set_bool("bool", true);
+  w.set_string_array("strings", {"a", "", "\xE4\xB8\xAD"});
+  w.set_f32_array("floats", {0.5f, -1.0f});
+  w.set_i32_array("ints", {1, -2, 3});
+  w.set_u32_array("uints", {4, 5});
+  std::vector<float> x(256);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.01f * static_cast<float>(i) - 1.0f;
+  for (auto t : {kvd::WeightType::kF32, kvd::WeightType::kF16, kvd::WeightType::kBF16, kvd::WeightType::kQ8_0,
+                 kvd::WeightType::kQ4_0, kvd::WeightType::kQ5_1, kvd::WeightType::kQ4_K, kvd::WeightType::kQ6_K}) {
+    const std::uint64_t n = 256, bytes = kvd::weight_row_bytes(t, n);
+    Bytes q(bytes);
+    kvd::detail::quantize_row(t, x.data(), q.data(), static_cast<std::int64_t>(n));
+    w.add_tensor(std::string("t.") + kvd::weight_type_name(t), t, {n}, q.data(), bytes);
+  }
+  std::vector<float> m(32 * 2 * 3);
+  w.add_tensor("t.3d", kvd::WeightType::kF32, {32, 2, 3}, m.data(), m.size() * 4);
+  const Bytes all = w.bytes();
+  put("gguf", "every-type", all);
+  put("gguf", "every-type-truncated", truncated(all, 100));
+  kvd::GGUFWriter e;
+  put("gguf", "empty", e.bytes());
+  Bytes v2 = e.bytes();
+  v2[4] = 2;
+  put("gguf", "empty-v2", v2);
+}
+
+// safetensors: u64 header length, a JSON header padded with spaces to 8 bytes, the data.
+Bytes safetensors_file(const std::string& json_body, const Bytes& data) {
+  std::string h = json_body;
+  while (h.size() % 8 != 0) h += ' ';
+  Bytes b(8);
+  kvd::detail::store_u64_le(b.data(), h.size());
+  b.insert(b.end(), h.begin(), h.end());
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
+void safetensors() {
+  Bytes data(24 + 8 + 8);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 37 + 11);
+  const std::string three =
+      R"({"__metadata__":{"format":"pt"},"model.embed_tokens.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+      R"("model.norm.weight":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]},)"
+      R"("lm_head.weight":{"dtype":"F16","shape":[2,2],"data_offsets":[32,40]}})";
+  put("safetensors", "three-tensors", safetensors_file(three, data));
+  put("safetensors", "empty", safetensors_file("{}", {}));
+  put("safetensors", "scalar", safetensors_file(R"({"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})", Bytes(4, 0)));
+  put("safetensors", "overlapping",
+      safetensors_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                       Bytes(12, 0)));
+  put("safetensors", "shape-disagrees", safetensors_file(R"({"a":{"dtype":"F16","shape":[3,3],"data_offsets":[0,16]}})", Bytes(16, 0)));
+  put("safetensors", "unsupported-dtype", safetensors_file(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", Bytes(8, 0)));
+  put("safetensors", "truncated", truncated(safetensors_file(three, data), 5));
+}
+
+// tokenizer.json: a byte-level BPE (GPT-2 style) and a SentencePiece-style BPE with byte fallback.
+void tokenizer_jsons() {
+  const std::string byte_level = R"({"version":"1.0","added_tokens":[{"id":6,"content":"<|endoftext|>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
+"normalizer":null,
+"pre_tokenizer":{"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"'s|'t| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]},
+"post_processor":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":false,"use_regex":true},
+"decoder":{"type":"ByteLevel","add_prefix_space":true,"trim_offsets":true,"use_regex":true},
+"model":{"type":"BPE","dropout":null,"unk_token":null,"continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":false,"byte_fallback":false,"ignore_merges":false,
+"vocab":{"H":0,"e":1,"l":2,"o":3,"\u0120":4,"He":5,"<|endoftext|>":6,"ll":7,"Hell":8,"Hello":9,"w":10,"\u0120w":11},
+"merges":["H e","l l","He ll","Hell o","\u0120 w"]}})";
+  put("tokenizer-json", "byte-level-bpe", Bytes(byte_level.begin(), byte_level.end()));
+  std::string spm = R"({"version":"1.0","added_tokens":[{"id":0,"content":"<unk>","special":true},{"id":1,"content":"<s>","special":true},{"id":2,"content":"</s>","special":true}],
+"normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"\u2581"},{"type":"Replace","pattern":{"String":" "},"content":"\u2581"}]},
+"pre_tokenizer":null,
+"post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}},{"Sequence":{"id":"A","type_id":0}}],"pair":[],"special_tokens":{"<s>":{"id":"<s>","ids":[1],"tokens":["<s>"]}}},
+"decoder":{"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"\u2581"},"content":" "},{"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]},
+"model":{"type":"BPE","dropout":null,"unk_token":"<unk>","continuing_subword_prefix":null,"end_of_word_suffix":null,"fuse_unk":true,"byte_fallback":true,"ignore_merges":false,
+"vocab":{"<unk>":0,"<s>":1,"</s>":2)";
+  int id = 3;
+  for (int b = 0; b < 256; ++b) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, ",\"<0x%02X>\":%d", b, id++);
+    spm += buf;
+  }
+  const char* pieces[] = {"\u2581", "H", "e", "l", "o", "w", "r", "d", "He", "ll", "llo", "Hello", "\u2581Hello", "\u2581w", "or", "ld", "\u2581wor", "\u2581world"};
+  for (const char* p : pieces) spm += std::string(",\"") + p + "\":" + std::to_string(id++);
+  spm += R"(},"merges":["H e","l l","ll o","He llo","\u2581 Hello","\u2581 w","o r","l d","\u2581w or","\u2581wor ld"]}})";
+  put("tokenizer-json", "spm-byte-fallback", Bytes(spm.begin(), spm.end()));
+  const std::string tiny = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})";
+  put("tokenizer-json", "tiny", Bytes(tiny.begin(), tiny.end()));
+  const std::string bad_merge = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a c"]}})";
+  put("tokenizer-json", "merge-names-unknown-token", Bytes(bad_merge.begin(), bad_merge.end()));
+  put("tokenizer-json", "truncated", truncated(Bytes(byte_level.begin(), byte_level.end()), 40));
+}
+
+// A GGUF holding only a vocabulary, as llama.cpp's vocab files do: SentencePiece
+// ("llama") and byte-level BPE ("gpt2").
+void gguf_vocabs() {
+  {
+    kvd::GGUFWriter w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("tokenizer.ggml.model", "llama");
+    std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+    std::vector<float> scores = {0, 0, 0};
+    std::vector<std::int32_t> types = {2, 3, 3};
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      tokens.push_back(buf); scores.push_back(0); types.push_back(6);
+    }
+    const char* pieces[] = {"\u2581", "H", "e", "l", "o", "\u2581H", "ll", "\u2581He", "llo", "\u2581Hello"};
+    float sc = -1;
+    for (const char* p : pieces) { tokens.push_back(p); scores.push_back(sc); sc -= 1; types.push_back(1); }
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_f32_array("tokenizer.ggml.scores", scores);
+    w.set_i32_array("tokenizer.ggml.token_type", types);
+    w.set_u32("tokenizer.ggml.bos_token_id", 1);
+    w.set_u32("tokenizer.ggml.eos_token_id", 2);
+    w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+    w.set_bool("tokenizer.ggml.add_bos_token", true);
+    put("gguf", "vocab-spm", w.bytes());
+  }
+  {
+    kvd::GGUFWriter w;
+    w.set_string("general.architecture", "gpt2");
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.pre", "gpt-2");
+    std::vector<std::string> tokens;
+    for (int c = 33; c < 127; ++c) tokens.push_back(std::string(1, static_cast<char>(c)));
+    for (const char* p : {"\u0120", "He", "ll", "Hell", "Hello", "\u0120w", "<|endoftext|>"}) tokens.push_back(p);
+    std::vector<std::int32_t> types(tokens.size(), 1);
+    types.back() = 3;
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_i32_array("tokenizer.ggml.token_type", types);
+    w.set_string_array("tokenizer.ggml.merges", {"H e", "l l", "He ll", "Hell o", "\u0120 w"});
+    w.set_u32("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(tokens.size() - 1));
+    w.set_u32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(tokens.size() - 1));
+    put("gguf", "vocab-bpe", w.bytes());
+  }
+}
+
+// Texts for the encoder targets: ASCII, valid multi-byte UTF-8, invalid UTF-8, spaces.
+void texts() {
+  auto text = [](const std::string& name, const std::string& t) { put("tokenizer-encode", name, Bytes(t.begin(), t.end())); };
+  text("ascii", "Hello world!");
+  text("story", "Once upon a time, there was a little girl named Lily.\n");
+  text("utf8", "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80");
+  text("invalid-utf8", std::string("\xff\xfe\xc3\x28 \xe2\x82 \x00 \t\n  ", 14));
+  text("spaces", "   leading and  double  spaces ");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s <corpus dir>   (writes <dir>/<target>/<seed>)\n", argv[0]);
+    return 2;
+  }
+  try {
+    g_root = argv[1];
+    const fs::path tmp = fs::temp_directory_path() / ("kvdecode-make-corpus-" + std::to_string(::getpid()));
+    fs::create_directories(tmp);
+    checkpoints(tmp);
+    tokenizers();
+    cache_files(tmp);
+    ggufs();
+    gguf_vocabs();
+    safetensors();
+    tokenizer_jsons();
+    texts();
+    fs::remove_all(tmp);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvdecode-fuzz-make-corpus: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

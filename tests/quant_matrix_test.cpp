@@ -1,0 +1,219 @@
+// QuantMatrix: the product with a quantized matrix equals, bit for bit, a plain
+// scalar fma loop over ggml's dequantized weights and the float kernels on
+// them, on every path (fused in-register, buffered small, buffered large),
+// every vector implementation, every M from 1 to 40 and 1 or 2 threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kvdecode/kernels.hpp"
+#include "kvdecode/quant_matrix.hpp"
+
+namespace kvd {
+namespace {
+
+const WeightType kTypes[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
+                             WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
+                             WeightType::kQ5_K, WeightType::kQ6_K};
+
+/// n_out rows of n_in values quantized to t (ggml bytes, rows consecutive), and their dequantized floats.
+struct QuantRows {
+  std::vector<unsigned char> bytes;
+  std::vector<float> w;  // (n_out, n_in)
+};
+
+QuantRows make_rows(WeightType t, long n_out, long n_in, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  std::vector<float> src(static_cast<std::size_t>(n_out * n_in));
+  for (auto& v : src) v = nd(rng);
+  // Some rows with an offset (exercises the mins) and one zero row.
+  for (long k = 0; k < n_in; ++k) src[static_cast<std::size_t>(n_in + k)] += 0.1f;
+  for (long k = 0; k < n_in; ++k) src[static_cast<std::size_t>(2 * n_in + k)] = 0.f;
+  const std::size_t rb = weight_row_bytes(t, static_cast<std::uint64_t>(n_in));
+  QuantRows q;
+  q.bytes.resize(rb * static_cast<std::size_t>(n_out));
+  q.w.resize(src.size());
+  for (long r = 0; r < n_out; ++r) {
+    detail::quantize_row(t, src.data() + r * n_in, q.bytes.data() + r * rb, n_in);
+    detail::dequantize_row(t, q.bytes.data() + r * rb, q.w.data() + r * n_in, n_in);
+  }
+  return q;
+}
+
+std::vector<float> activations(long M, long K, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(static_cast<std::size_t>(M * K));
+  for (auto& v : x) v = nd(rng);
+  return x;
+}
+
+/// The reduction-order rule, written out: one fma per k in increasing k from +0.
+template <class T>
+std::vector<T> scalar_product(const std::vector<T>& x, long M, const std::vector<float>& w, long N, long K, long ldy) {
+  std::vector<T> y(static_cast<std::size_t>(M * ldy), T(0));
+  for (long m = 0; m < M; ++m)
+    for (long n = 0; n < N; ++n) {
+      T acc = 0;
+      for (long k = 0; k < K; ++k) acc = std::fma(x[m * K + k], static_cast<T>(w[n * K + k]), acc);
+      y[m * ldy + n] = acc;
+    }
+  return y;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+class QuantMatrixTypes : public ::testing::TestWithParam<WeightType> {};
+
+TEST_P(QuantMatrixTypes, EveryPathEveryMEveryThreadCountGivesTheScalarLoopsBits) {
+  const WeightType t = GetParam();
+  const long N = 200, K = 768;  // 13 panels (the last one padded), 3 super-blocks of 256
+  const auto q = make_rows(t, N, K, 5);
+  const QuantMatrix qm(t, N, K, q.bytes.data(), "w");
+  RowMatrix<float> wf(N, K);
+  std::memcpy(wf.data(), q.w.data(), q.w.size() * sizeof(float));
+  const PackedMatrix<float> pf({&wf});
+  const long ldy = qm.n_out_padded();
+  ASSERT_EQ(pf.n_out_padded(), ldy);
+  const int saved_threads = num_threads();
+  for (long M = 1; M <= 40; ++M) {
+    const auto x = activations(M, K, static_cast<unsigned>(100 + M));
+    const auto want = scalar_product(x, M, q.w, N, K, ldy);
+    std::vector<float> fl(static_cast<std::size_t>(M * ldy));
+    matmul(x.data(), K, M, pf, fl.data(), ldy);
+    ASSERT_TRUE(same_bits(fl, want)) << "float kernels on the dequantized weights, M " << M;
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      auto run = [&](auto path_tag, detail::QuantPath path, detail::QuantDequant how) {
+        using V = decltype(path_tag);
+        std::vector<float> y(static_cast<std::size_t>(M * ldy), -1.f);
+        detail::matmul_quant_with<float, V>(x.data(), K, M, qm, y.data(), ldy, path, how);
+        return y;
+      };
+      using detail::QuantDequant;
+      using detail::QuantPath;
+      const std::string where = weight_type_name(t) + " M " + std::to_string(M) + " threads " + std::to_string(threads);
+      std::vector<float> y(static_cast<std::size_t>(M * ldy));
+      matmul(x.data(), K, M, qm, y.data(), ldy);
+      ASSERT_TRUE(same_bits(y, want)) << "matmul(), " << where;
+      ASSERT_TRUE(same_bits(run(detail::Vec16<float>{}, QuantPath::kFused, QuantDequant::kAvx512), want)) << "fused, " << where;
+      ASSERT_TRUE(same_bits(run(detail::Vec16<float>{}, QuantPath::kSmall, QuantDequant::kAvx512), want)) << "small, " << where;
+      ASSERT_TRUE(same_bits(run(detail::Vec16<float>{}, QuantPath::kLarge, QuantDequant::kAvx512), want)) << "large, " << where;
+      // The scalar paths (slow) on a spread of M: tile edges of every vector implementation.
+      if (M <= 3 || M == 7 || M == 8 || M == 9 || M == 14 || M == 16 || M == 17 || M == 29 || M == 40) {
+        ASSERT_TRUE(same_bits(run(detail::Vec16<float>{}, QuantPath::kSmall, QuantDequant::kPortable), want))
+            << "small portable dequantization, " << where;
+        ASSERT_TRUE(same_bits(run(detail::PortableVec16<float>{}, QuantPath::kLarge, QuantDequant::kPortable), want))
+            << "portable large, " << where;
+        ASSERT_TRUE(same_bits(run(detail::PortableVec16<float>{}, QuantPath::kSmall, QuantDequant::kPortable), want))
+            << "portable small, " << where;
+#if defined(__AVX2__) && defined(__FMA__)
+        ASSERT_TRUE(same_bits(run(detail::Avx2Vec16<float>{}, QuantPath::kAuto, QuantDequant::kPortable), want))
+            << "avx2, " << where;
+#endif
+      }
+#if defined(__AVX2__) && defined(__FMA__)
+      ASSERT_TRUE(same_bits(run(detail::Avx2Vec16<float>{}, QuantPath::kLarge, QuantDequant::kAvx512), want))
+          << "avx2 large, " << where;
+#endif
+    }
+  }
+  set_num_threads(saved_threads);
+}
+
+TEST_P(QuantMatrixTypes, RowsReadBackAsStoredAndDequantizeAsGgml) {
+  const WeightType t = GetParam();
+  const long N = 37, K = 512;
+  const auto q = make_rows(t, N, K, 6);
+  const QuantMatrix qm(t, N, K, q.bytes.data());
+  const std::size_t rb = weight_row_bytes(t, K);
+  EXPECT_EQ(qm.n_panels(), 3);
+  EXPECT_EQ(qm.bytes(), 3 * 16 * rb);
+  std::vector<unsigned char> row(rb);
+  std::vector<float> w(K);
+  for (long n = 0; n < N; ++n) {
+    qm.row_bytes(n, row.data());
+    ASSERT_EQ(std::memcmp(row.data(), q.bytes.data() + n * rb, rb), 0) << n;
+    qm.dequantize_row(n, w.data());
+    ASSERT_EQ(std::memcmp(w.data(), q.w.data() + n * K, K * sizeof(float)), 0) << n;
+  }
+  // The padding rows are zero bytes, which dequantize to 0.
+  qm.dequantize_row(40, w.data());
+  for (float v : w) ASSERT_EQ(v, 0.f);
+}
+
+TEST_P(QuantMatrixTypes, DoubleComputeMatchesTheDoubleScalarLoop) {
+  const WeightType t = GetParam();
+  const long N = 48, K = 256;
+  const auto q = make_rows(t, N, K, 7);
+  const QuantMatrix qm(t, N, K, q.bytes.data());
+  for (long M : {1L, 5L, 17L, 33L}) {
+    const auto xf = activations(M, K, 9);
+    const std::vector<double> x(xf.begin(), xf.end());
+    const auto want = scalar_product(x, M, q.w, N, K, N);
+    std::vector<double> y(static_cast<std::size_t>(M * N));
+    matmul(x.data(), K, M, qm, y.data(), N);
+    ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(double)), 0) << weight_type_name(t) << " M " << M;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBlockTypes, QuantMatrixTypes, ::testing::ValuesIn(kTypes),
+                         [](const auto& info) { return weight_type_name(info.param); });
+
+TEST(QuantMatrix, StackedPartsEqualOneMatrixOfAllRows) {
+  const WeightType t = WeightType::kQ4_K;
+  const long K = 256;
+  const auto a = make_rows(t, 20, K, 1), b = make_rows(t, 12, K, 2);
+  const QuantMatrix stacked(t, K, {{a.bytes.data(), 20}, {b.bytes.data(), 12}});
+  std::vector<unsigned char> all(a.bytes);
+  all.insert(all.end(), b.bytes.begin(), b.bytes.end());
+  const QuantMatrix one(t, 32, K, all.data());
+  ASSERT_EQ(stacked.bytes(), one.bytes());
+  for (long p = 0; p < one.n_panels(); ++p)
+    ASSERT_EQ(std::memcmp(stacked.panel_block(p, 0), one.panel_block(p, 0), one.panel_block_bytes()), 0);
+}
+
+TEST(QuantMatrix, RepackedBytesAreTheFilesBytes) {
+  // TinyLlama-1.1B's shapes: every n_out is a multiple of 16, so nothing is added.
+  for (WeightType t : {WeightType::kQ4_K, WeightType::kQ6_K, WeightType::kQ8_0}) {
+    const long n_out = 256, n_in = 2048;
+    std::vector<unsigned char> rows(weight_row_bytes(t, n_in) * n_out, 0);
+    const QuantMatrix qm(t, n_out, n_in, rows.data());
+    EXPECT_EQ(qm.bytes(), rows.size()) << weight_type_name(t);
+  }
+}
+
+TEST(QuantMatrix, UnsupportedTypeIsRefusedNamingTensorAndType) {
+  std::vector<unsigned char> rows(4096);
+  try {
+    QuantMatrix qm(WeightType::kIQ4_NL, 4, 256, rows.data(), "blk.3.ffn_down.weight");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("blk.3.ffn_down.weight"), std::string::npos) << m;
+    EXPECT_NE(m.find("iq4_nl"), std::string::npos) << m;
+  }
+  EXPECT_THROW(QuantMatrix(WeightType::kF16, 4, 256, rows.data(), "x"), ConfigError);
+}
+
+TEST(QuantMatrix, RowLengthNotAMultipleOfTheBlockIsRefused) {
+  std::vector<unsigned char> rows(4096);
+  try {
+    QuantMatrix qm(WeightType::kQ4_K, 2, 200, rows.data(), "blk.0.attn_q.weight");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("blk.0.attn_q.weight"), std::string::npos) << m;
+    EXPECT_NE(m.find("256"), std::string::npos) << m;
+  }
+  EXPECT_THROW(QuantMatrix(WeightType::kQ8_0, 2, 48, rows.data()), ConfigError);
+}
+
+}  // namespace
+}  // namespace kvd
