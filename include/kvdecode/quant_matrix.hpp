@@ -701,7 +701,7 @@ void matmul_quant_small(const T* x, long ldx, long M, const QuantMatrix& w, T* y
         dequantize_panels(w, p0, np, k0, kc, wbuf.data(), how);
         for (long m0 = 0; m0 < M; m0 += mr_max) {
           const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
-          matmul_tile_any<T, V, 0>(mr, np, x + m0 * ldx + k0, ldx, wbuf.data(), kc * kLanes, kc,
+          matmul_tile_any<T, V, T, 0>(mr, np, x + m0 * ldx + k0, ldx, wbuf.data(), kc * kLanes, kc,
                                    y + m0 * ldy + p0 * kLanes, ldy, k0 == 0);
         }
       }
@@ -751,7 +751,7 @@ void matmul_quant_large(const T* x, long ldx, long M, const QuantMatrix& w, T* y
           for (long i = 0; i < n_rtiles; ++i) {
             long r0, r1;
             split_range(me - mb, static_cast<int>(i), static_cast<int>(n_rtiles), r0, r1);
-            matmul_tile_any<T, V, kPackStride>(static_cast<int>(r1 - r0), np, xp + r0 * kPackStride, kPackStride,
+            matmul_tile_any<T, V, T, kPackStride>(static_cast<int>(r1 - r0), np, xp + r0 * kPackStride, kPackStride,
                                                wbuf.data(), kc * kLanes, kc, y + (mb + r0) * ldy + p0 * kLanes, ldy,
                                                k0 == 0);
           }

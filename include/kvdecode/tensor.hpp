@@ -28,6 +28,7 @@
 
 #include "kvdecode/error.hpp"
 #include "kvdecode/weight_type.hpp"
+#include "kvdecode/detail/quant.hpp"
 
 namespace kvd {
 
@@ -109,13 +110,10 @@ bool convert_plain_row(WeightType t, const unsigned char* src, T* dst, long n) {
 }
 
 /// Block types: dequantises n values (a multiple of the block size) of type t at
-/// src into dst exactly as ggml does. Throws ConfigError naming a type that has
-/// no dequantisation.
+/// src into dst exactly as ggml does (detail/quant.hpp). Throws ConfigError
+/// naming a type that has no dequantisation.
 inline void dequantize_blocks_f32(WeightType t, const unsigned char* src, float* dst, long n) {
-  (void)src;
-  (void)dst;
-  (void)n;
-  throw ConfigError(detail::msg("weights of type ", weight_type_name(t), " are not supported"));
+  dequantize_row(t, src, dst, n);
 }
 
 }  // namespace detail
