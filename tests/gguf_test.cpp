@@ -407,7 +407,7 @@ TEST(GGUFReject, KeyCountTooLarge) {
 
 TEST(GGUFReject, ArrayCountTooLarge) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("test.floats");
+  const auto v = *parse(b).find("test.floats");  // copies: the parsed file is a temporary
   put_u64(b, v.file_offset + 4, 1000);  // 1000 f32 need 4000 bytes
   expect_format_error(b, {"key 'test.floats' array count", at(v.file_offset + 4), "count 1000", "4 bytes"});
 }
@@ -415,7 +415,7 @@ TEST(GGUFReject, ArrayCountTooLarge) {
 TEST(GGUFReject, StringArrayCountCountsEightBytesPerString) {
   Bytes b = Sample().bytes();
   const std::uint64_t left = b.size();
-  const auto& v = *parse(b).find("test.strings");
+  const auto v = *parse(b).find("test.strings");
   const std::uint64_t n = left / 8;  // fits as bytes, not as 8-byte string lengths
   put_u64(b, v.file_offset + 4, n);
   expect_format_error(b, {"key 'test.strings' array count", at(v.file_offset + 4), std::to_string(n), "8 bytes"});
@@ -423,21 +423,21 @@ TEST(GGUFReject, StringArrayCountCountsEightBytesPerString) {
 
 TEST(GGUFReject, KeyLengthTooLarge) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("llama.block_count");
+  const auto v = *parse(b).find("llama.block_count");
   put_u64(b, v.key_offset, 1ull << 50);
   expect_format_error(b, {"metadata key", at(v.key_offset), "string length " + std::to_string(1ull << 50)});
 }
 
 TEST(GGUFReject, StringValueLengthTooLarge) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("general.architecture");
+  const auto v = *parse(b).find("general.architecture");
   put_u64(b, v.file_offset, b.size());
   expect_format_error(b, {"key 'general.architecture'", at(v.file_offset), "string length " + std::to_string(b.size())});
 }
 
 TEST(GGUFReject, StringInArrayLengthTooLarge) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("test.strings");
+  const auto v = *parse(b).find("test.strings");
   const std::uint64_t first = v.file_offset + 4 + 8;
   put_u64(b, first, ~0ull);
   expect_format_error(b, {"key 'test.strings' array element", at(first), "string length " + std::to_string(~0ull)});
@@ -445,28 +445,28 @@ TEST(GGUFReject, StringInArrayLengthTooLarge) {
 
 TEST(GGUFReject, UnknownValueType) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("llama.block_count");
+  const auto v = *parse(b).find("llama.block_count");
   put_u32(b, v.file_offset - 4, 13);
   expect_format_error(b, {"key 'llama.block_count' value type", at(v.file_offset - 4), "13 is not a GGUF value type"});
 }
 
 TEST(GGUFReject, UnknownArrayElementType) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("test.ints");
+  const auto v = *parse(b).find("test.ints");
   put_u32(b, v.file_offset, 99);
   expect_format_error(b, {"key 'test.ints' array element type", at(v.file_offset), "99 is not a GGUF value type"});
 }
 
 TEST(GGUFReject, NestedArray) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("test.ints");
+  const auto v = *parse(b).find("test.ints");
   put_u32(b, v.file_offset, 9);
   expect_format_error(b, {"key 'test.ints' array element type", at(v.file_offset), "arrays of arrays are not supported"});
 }
 
 TEST(GGUFReject, BoolNotZeroOrOne) {
   Bytes b = Sample().bytes();
-  const auto& v = *parse(b).find("test.flag");
+  const auto v = *parse(b).find("test.flag");
   b[v.file_offset] = 2;
   expect_format_error(b, {"key 'test.flag'", at(v.file_offset), "bool value 2"});
 }
@@ -485,7 +485,7 @@ TEST(GGUFReject, DuplicateKey) {
 
 TEST(GGUFReject, DuplicateTensorName) {
   Bytes b = Sample().bytes();
-  const auto& t = parse(b).tensors()[1];  // "b"
+  const auto t = parse(b).tensors()[1];  // "b" (a copy: the parsed file is a temporary)
   b[t.info_offset + 8] = 'a';
   expect_format_error(b, {"tensor name", at(t.info_offset), "'a' appears twice"});
 }
@@ -552,21 +552,21 @@ TEST(GGUFReject, RowLengthNotMultipleOfBlock) {
 
 TEST(GGUFReject, AlignmentZero) {
   Bytes b = Sample().bytes(64);
-  const auto& v = *parse(b).find("general.alignment");
+  const auto v = *parse(b).find("general.alignment");
   put_u32(b, v.file_offset, 0);
   expect_format_error(b, {"key 'general.alignment'", at(v.file_offset), "value 0"});
 }
 
 TEST(GGUFReject, AlignmentNotPowerOfTwo) {
   Bytes b = Sample().bytes(64);
-  const auto& v = *parse(b).find("general.alignment");
+  const auto v = *parse(b).find("general.alignment");
   put_u32(b, v.file_offset, 48);
   expect_format_error(b, {"key 'general.alignment'", at(v.file_offset), "value 48 is not a power of two"});
 }
 
 TEST(GGUFReject, AlignmentNotU32) {
   Bytes b = Sample().bytes(64);
-  const auto& v = *parse(b).find("general.alignment");
+  const auto v = *parse(b).find("general.alignment");
   put_u32(b, v.file_offset - 4, static_cast<std::uint32_t>(GGUFType::kI32));
   expect_format_error(b, {"key 'general.alignment'", at(v.file_offset), "has type i32, expected u32"});
 }
