@@ -110,7 +110,7 @@ enum Program : unsigned {
 struct Params {
   // Model and input
   std::optional<std::string> model;        ///< --model: a model file
-  std::string tokenizer;                   ///< --tokenizer: llama2.c tokenizer.bin
+  std::string tokenizer;                   ///< --tokenizer: any format kvd::load_tokenizer reads
   std::optional<std::string> prompt;       ///< --prompt: text to encode
   std::optional<std::vector<int>> prompt_ids;  ///< --prompt-ids: exact ids
   int steps = 256;                         ///< --steps: new tokens to generate
@@ -186,7 +186,8 @@ inline std::vector<Option> all_options(Params& p) {
   // ---- model and input
   add({{"--model", "-m"}, "PATH", "model file: a llama2.c checkpoint (legacy or version-1 float32)", in,
        kGenerate | kCacheReport | kPlan | kTokenize, none, [&p](const S&, const S& v) { p.model = v; }});
-  add({{"--tokenizer"}, "PATH", "llama2.c tokenizer.bin (needed for --prompt and text output)", in, kGenerate, none,
+  add({{"--tokenizer"}, "PATH", "tokenizer for --prompt and text output: GGUF, tokenizer.json (any name) or its "
+       "folder, or llama2.c tokenizer.bin", in, kGenerate, none,
        [&p](const S&, const S& v) { p.tokenizer = v; }});
   add({{"--prompt", "-p"}, "TEXT", "prompt text, encoded with BOS prepended (default: just BOS)", in, kGenerate, none,
        [&p](const S&, const S& v) { p.prompt = v; }});
@@ -303,7 +304,7 @@ inline std::vector<Option> all_options(Params& p) {
   add({{"--no-bos"}, "", "do not add BOS (or EOS) even if the tokenizer adds them", tok, kTokenize, none,
        flag(p.no_bos)});
   add({{"--no-special"}, "", "tokenize special-token text such as <|im_start|> as plain text", tok,
-       kTokenize, none, flag(p.no_special)});
+       kGenerate | kTokenize, none, flag(p.no_special)});
   add({{"--bench"}, "", "measure encoding throughput (MB/s) on the --text or --cases input", tok, kTokenize, none,
        flag(p.bench)});
 

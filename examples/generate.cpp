@@ -4,7 +4,8 @@
 // stories15M's shape generates with and without the KV cache, checks that the
 // tokens and every logit are identical, and reports what the cache saved
 // (time per token and counted multiply-adds per step, both ways).
-// With --model and --tokenizer it runs a real llama2.c checkpoint.
+// With --model and --tokenizer it runs a real llama2.c checkpoint; --tokenizer
+// takes any format kvd::load_tokenizer reads (GGUF, tokenizer.json, tokenizer.bin).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "kvdecode/kvdecode.hpp"
 #include "kvdecode/sampler.hpp"
 #include "kvdecode/tokenizer.hpp"
+#include "kvdecode/tokenizer_loader.hpp"
 
 namespace {
 
@@ -78,14 +80,14 @@ struct Run {
 
 template <class S>
 Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o, bool use_cache,
-             bool keep_logits, const kvd::Tokenizer* tok, bool stream_text, bool progress) {
+             bool keep_logits, const kvd::TextTokenizer* tok, bool stream_text, bool progress) {
   Run run;
   const int V = model.config().vocab_size;
   kvd::KVCache<float, S> cache(model.config());
   kvd::GenerateOptions gopt;
   gopt.max_new_tokens = o.steps;
   gopt.use_cache = use_cache;
-  if (tok && !o.ignore_eos) gopt.stop_tokens = kvd::end_of_text_tokens(*tok);
+  if (tok && !o.ignore_eos) gopt.stop_tokens = tok->eog_ids();  // EOS, EOT and the vocabulary's end-of-turn tokens
   kvd::Sampler sampler(o.sampler);
   kvd::GenerateHooks<float> hooks;
   hooks.choose = [&](const float* l, int n, const std::vector<int>& hist) { return sampler.sample(l, n, hist); };
@@ -93,10 +95,12 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
     hooks.all_prompt_logits = true;
     hooks.on_logits = [&](int, const float* l, int n) { run.logits.insert(run.logits.end(), l, l + n); };
   }
-  std::unique_ptr<kvd::StreamDecoder> text;
+  std::unique_ptr<kvd::TokenStreamDecoder> text;
   if (stream_text && tok) {
-    text = std::make_unique<kvd::StreamDecoder>(*tok, prompt.back());  // prompt is never empty here
-    std::cout << tok->decode_all(prompt) << std::flush;
+    const std::string shown = tok->decode(prompt);
+    // Until some text is out, the first piece loses the dummy-prefix space.
+    text = std::make_unique<kvd::TokenStreamDecoder>(*tok, shown.empty());
+    std::cout << shown << std::flush;
   }
   const auto t0 = Clock::now();
   int produced = 0;
@@ -117,7 +121,7 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
 }
 
 Run run_dtype(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o, bool use_cache,
-              bool keep_logits, const kvd::Tokenizer* tok, bool stream_text, bool progress) {
+              bool keep_logits, const kvd::TextTokenizer* tok, bool stream_text, bool progress) {
   if (o.cache_dtype == "bf16")
     return run_once<Eigen::bfloat16>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress);
   if (o.cache_dtype == "f16")
@@ -219,15 +223,28 @@ int real_main(int argc, char** argv) {
   }
   const kvd::ModelConfig& c = model->config();
 
-  std::optional<kvd::Tokenizer> tok;
-  if (!o.tokenizer.empty()) tok.emplace(kvd::Tokenizer::load(o.tokenizer, c.vocab_size));
+  // Any tokenizer format; a llama2.c tokenizer.bin must hold exactly the model's vocab_size pieces.
+  std::unique_ptr<kvd::TextTokenizer> tok;
+  if (!o.tokenizer.empty()) {
+    if (kvd::detect_tokenizer_format(o.tokenizer) == kvd::TokenizerFormat::kLlama2c)
+      tok = std::make_unique<kvd::Llama2cTextTokenizer>(kvd::Tokenizer::load(o.tokenizer, c.vocab_size), o.tokenizer);
+    else
+      tok = kvd::load_tokenizer(o.tokenizer);
+    if (tok->vocab_size() > c.vocab_size)
+      throw kvd::FileError(kvd::detail::msg(o.tokenizer, ": the tokenizer has ", tok->vocab_size(),
+                                            " tokens, more than the model's vocab_size ", c.vocab_size));
+  }
 
   // The prompt.
   std::vector<int> prompt;
   if (o.prompt_ids) prompt = *o.prompt_ids;
-  else if (o.prompt) prompt = tok->encode(*o.prompt, true, false);
+  else if (o.prompt) prompt = tok->encode(*o.prompt, true, !o.no_special);
   else if (o.demo) prompt = {1, 403, 407, 261, 378, 1000, 2000, 3000};  // 8 fixed ids
   else prompt = {1};
+  if (prompt.empty()) {  // a tokenizer that adds no BOS, given empty text
+    if (!tok || tok->bos_id() < 0) usage_error("the prompt encodes to no tokens; give some text or --prompt-ids");
+    prompt = {tok->bos_id()};
+  }
   for (std::size_t i = 0; i < prompt.size(); ++i)
     if (prompt[i] >= c.vocab_size)
       usage_error("prompt id " + std::to_string(prompt[i]) + " at index " + std::to_string(i) +
@@ -244,15 +261,15 @@ int real_main(int argc, char** argv) {
 
   const bool compare = o.compare || o.demo;
   const bool keep_logits = compare || !o.dump_logits.empty();
-  const bool stream_text = tok.has_value() && !o.ids && !compare;
+  const bool stream_text = tok && !o.ids && !compare;
 
   if (progress && compare)
     std::cerr << "generating " << o.steps << " tokens after a " << prompt.size() << "-token prompt, with the KV cache...\n";
-  Run run = run_dtype(*model, prompt, o, !o.no_cache, keep_logits, tok ? &*tok : nullptr, stream_text, progress && compare);
+  Run run = run_dtype(*model, prompt, o, !o.no_cache, keep_logits, tok.get(), stream_text, progress && compare);
   std::optional<bool> identical;
   if (compare) {
     if (progress) std::cerr << "...and again without it (every step recomputes the whole sequence)\n";
-    Run ref = run_dtype(*model, prompt, o, false, true, tok ? &*tok : nullptr, false, progress);
+    Run ref = run_dtype(*model, prompt, o, false, true, tok.get(), false, progress);
     identical = report_comparison(c, run, ref, prompt.size());
   }
 
@@ -260,7 +277,7 @@ int real_main(int argc, char** argv) {
   if (tok) {
     std::vector<int> all = prompt;
     all.insert(all.end(), run.result.tokens.begin(), run.result.tokens.end());
-    text = tok->decode_all(all);
+    text = tok->decode(all);
     if (compare && !o.ids) std::cout << "\nText:\n" << text << "\n";
   }
   if (o.ids) {

@@ -407,7 +407,7 @@ TEST(GGUFReject, KeyCountTooLarge) {
 
 TEST(GGUFReject, ArrayCountTooLarge) {
   Bytes b = Sample().bytes();
-  const auto v = *parse(b).find("test.floats");  // copies: the parsed file is a temporary
+  const auto v = *parse(b).find("test.floats");
   put_u64(b, v.file_offset + 4, 1000);  // 1000 f32 need 4000 bytes
   expect_format_error(b, {"key 'test.floats' array count", at(v.file_offset + 4), "count 1000", "4 bytes"});
 }
@@ -485,7 +485,7 @@ TEST(GGUFReject, DuplicateKey) {
 
 TEST(GGUFReject, DuplicateTensorName) {
   Bytes b = Sample().bytes();
-  const auto t = parse(b).tensors()[1];  // "b" (a copy: the parsed file is a temporary)
+  const auto t = parse(b).tensors()[1];  // "b"
   b[t.info_offset + 8] = 'a';
   expect_format_error(b, {"tensor name", at(t.info_offset), "'a' appears twice"});
 }

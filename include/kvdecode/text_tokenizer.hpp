@@ -177,7 +177,9 @@ class Llama2cTextTokenizer : public TextTokenizer {
     unk_ = Tokenizer::kUnkId;
     add_bos_ = true;
     strip_leading_space_ = true;
-    eog_ = {eos_};
+    // llama2.c's models end a story by starting the next with BOS; run.c stops there.
+    eog_ = {eos_, bos_};
+    finish_eog();
   }
 
   /// parse_special has no effect: llama2.c has no special-token syntax.

@@ -71,6 +71,19 @@ if(at EQUAL -1)
   message(FATAL_ERROR "\"Once upon a time\" should be 5 prompt tokens: ${last}")
 endif()
 
+# --tokenizer takes other formats too: the vocabulary in stories260K's GGUF gives the same text.
+# (The JSON from "prompt_ids" on holds the ids and the text, without timings.)
+string(FIND "${OUT}" "\"prompt_ids\"" at)
+string(SUBSTRING "${OUT}" ${at} -1 TEXT_BIN)
+expect_rc(0 --model ${MODEL} --tokenizer ${SHARED}/models/gguf/stories260K-F32.gguf --prompt "Once upon a time"
+          --steps 20 --json --quiet)
+string(FIND "${OUT}" "\"prompt_ids\"" at)
+string(SUBSTRING "${OUT}" ${at} -1 TEXT_GGUF)
+if(NOT TEXT_GGUF STREQUAL TEXT_BIN)
+  message(FATAL_ERROR "--tokenizer stories260K-F32.gguf and tok512.bin disagree:\n${TEXT_GGUF}\n${TEXT_BIN}")
+endif()
+expect_rc(2 --model ${MODEL} --tokenizer ${SHARED}/models/tok512.bin --no-special --no-such-option)
+
 # --compare reports identity; --threads and a seed do not change sampled text.
 expect_rc(0 --model ${MODEL} --tokenizer ${SHARED}/models/tok512.bin --compare --steps 40 --quiet)
 string(FIND "${OUT}" "logits identical:  yes" at)
