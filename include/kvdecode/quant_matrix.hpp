@@ -37,6 +37,7 @@
 #include <initializer_list>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kvdecode/detail/quant.hpp"
@@ -49,9 +50,26 @@ namespace kvd {
 
 namespace detail {
 
-/// One field of a block: `count` elements of `width` bytes at byte `offset`.
+/// How a field is stored in a panel block.
+enum class QuantFieldKind {
+  kPlain,       ///< element e of the 16 rows side by side: (e, row) -> width bytes
+  kNibbles32,   ///< q4_0/q4_1/q5_x's 16 code bytes: 32 4-bit codes
+  kNibbles256,  ///< q4_K/q5_K's 128 code bytes: 256 4-bit codes
+  kHighBits256, ///< q5_K's qh, q3_K's hmask (32 bytes): 256 1-bit codes (value i: byte i % 32, bit i / 32)
+  kCrumbs256,   ///< q2_K/q3_K's 64 code bytes: 256 2-bit codes
+  kQ6Low256,    ///< q6_K's ql (128 bytes): the low 4 bits of 256 codes
+  kQ6High256    ///< q6_K's qh (64 bytes): the high 2 bits of 256 codes
+};
+
+/// One field of a block: `count` elements of `width` bytes at byte `offset` of
+/// ggml's block. Code fields (every kind but kPlain) are rewritten as 32-bit
+/// code words: word w of a row holds the b-bit codes of values (32/b) w + j at
+/// bits b j (b = 4, 1 or 2), and the 16 rows' words w are side by side. One
+/// 64-byte load then holds the codes of 32/b consecutive k for 16 outputs, and
+/// each code comes out with one shift. The bytes are the same in number.
 struct QuantField {
   int offset, width, count;
+  QuantFieldKind kind = QuantFieldKind::kPlain;
 };
 
 /// The fields of a block in the order the panel block stores them.
@@ -63,23 +81,76 @@ struct QuantLayout {
 /// Panel-block field order per type (offsets are ggml's, see detail/quant.hpp).
 /// The kernels below read the panel block at the offsets this order implies.
 inline QuantLayout quant_layout(WeightType t) {
+  using K = QuantFieldKind;
   switch (t) {
     case WeightType::kQ8_0: return {2, {{0, 2, 1}, {2, 1, 32}}};
-    case WeightType::kQ4_0: return {2, {{0, 2, 1}, {2, 1, 16}}};
-    case WeightType::kQ4_1: return {3, {{0, 2, 1}, {2, 2, 1}, {4, 1, 16}}};
-    case WeightType::kQ5_0: return {3, {{0, 2, 1}, {2, 4, 1}, {6, 1, 16}}};
-    case WeightType::kQ5_1: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 4, 1}, {8, 1, 16}}};
-    case WeightType::kQ2_K: return {4, {{80, 2, 1}, {82, 2, 1}, {0, 1, 16}, {16, 1, 64}}};
-    case WeightType::kQ3_K: return {4, {{108, 2, 1}, {96, 1, 12}, {0, 1, 32}, {32, 1, 64}}};
-    case WeightType::kQ4_K: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 128}}};
-    case WeightType::kQ5_K: return {5, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 32}, {48, 1, 128}}};
-    case WeightType::kQ6_K: return {4, {{208, 2, 1}, {192, 1, 16}, {0, 1, 128}, {128, 1, 64}}};
-    default: return {};
+    case WeightType::kQ4_0: return {2, {{0, 2, 1}, {2, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ4_1: return {3, {{0, 2, 1}, {2, 2, 1}, {4, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ5_0: return {3, {{0, 2, 1}, {2, 4, 1}, {6, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ5_1: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 4, 1}, {8, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ2_K: return {4, {{80, 2, 1}, {82, 2, 1}, {0, 1, 16}, {16, 1, 64, K::kCrumbs256}}};
+    case WeightType::kQ3_K:
+      return {4, {{108, 2, 1}, {96, 1, 12}, {0, 1, 32, K::kHighBits256}, {32, 1, 64, K::kCrumbs256}}};
+    case WeightType::kQ4_K: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 128, K::kNibbles256}}};
+    case WeightType::kQ5_K:
+      return {5, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 32, K::kHighBits256}, {48, 1, 128, K::kNibbles256}}};
+    case WeightType::kQ6_K:
+      return {4, {{208, 2, 1}, {192, 1, 16}, {0, 1, 128, K::kQ6Low256}, {128, 1, 64, K::kQ6High256}}};
+    default: return QuantLayout();
   }
 }
 
 /// True for the block types QuantMatrix holds.
 inline bool is_quant_block_type(WeightType t) { return quant_layout(t).n_fields > 0; }
+
+/// Bits per code of a code field.
+inline int code_bits(QuantFieldKind k) {
+  switch (k) {
+    case QuantFieldKind::kHighBits256: return 1;
+    case QuantFieldKind::kCrumbs256:
+    case QuantFieldKind::kQ6High256: return 2;
+    default: return 4;
+  }
+}
+
+/// Where value i's code sits in ggml's field bytes: byte index and bit shift.
+inline void code_position(QuantFieldKind k, int i, int& byte, int& shift) {
+  switch (k) {
+    case QuantFieldKind::kNibbles32: byte = i % 16, shift = i < 16 ? 0 : 4; return;
+    case QuantFieldKind::kNibbles256: byte = 32 * (i / 64) + i % 32, shift = (i % 64) < 32 ? 0 : 4; return;
+    case QuantFieldKind::kHighBits256: byte = i % 32, shift = i / 32; return;
+    case QuantFieldKind::kCrumbs256: byte = 32 * (i / 128) + i % 32, shift = 2 * ((i % 128) / 32); return;
+    case QuantFieldKind::kQ6Low256: {
+      const int h = i / 128, r = (i % 128) / 32;
+      byte = 64 * h + i % 32 + 32 * (r & 1), shift = r >= 2 ? 4 : 0;
+      return;
+    }
+    case QuantFieldKind::kQ6High256: byte = 32 * (i / 128) + i % 32, shift = 2 * ((i % 128) / 32); return;
+    default: byte = shift = 0;
+  }
+}
+
+/// A code field of ggml's bytes -> its code words (count * 8 / 32 of them), and back.
+inline void field_to_words(const QuantField& q, const unsigned char* field, std::uint32_t* words) {
+  const int b = code_bits(q.kind), n = q.count * 8 / b, per_word = 32 / b;
+  std::fill(words, words + q.count / 4, 0u);
+  for (int i = 0; i < n; ++i) {
+    int byte, shift;
+    code_position(q.kind, i, byte, shift);
+    const std::uint32_t code = (field[byte] >> shift) & ((1u << b) - 1);
+    words[i / per_word] |= code << (b * (i % per_word));
+  }
+}
+inline void words_to_field(const QuantField& q, const std::uint32_t* words, unsigned char* field) {
+  const int b = code_bits(q.kind), n = q.count * 8 / b, per_word = 32 / b;
+  std::memset(field, 0, static_cast<std::size_t>(q.count));
+  for (int i = 0; i < n; ++i) {
+    int byte, shift;
+    code_position(q.kind, i, byte, shift);
+    const std::uint32_t code = (words[i / per_word] >> (b * (i % per_word))) & ((1u << b) - 1);
+    field[byte] = static_cast<unsigned char>(field[byte] | code << shift);
+  }
+}
 
 /// Copies row r's block (ggml bytes) into its place in a panel block.
 inline void scatter_block(WeightType t, const unsigned char* block, int r, unsigned char* pb) {
@@ -87,8 +158,15 @@ inline void scatter_block(WeightType t, const unsigned char* block, int r, unsig
   long base = 0;
   for (int f = 0; f < l.n_fields; ++f) {
     const QuantField& q = l.fields[f];
-    for (int e = 0; e < q.count; ++e)
-      std::memcpy(pb + base + (e * kLanes + r) * q.width, block + q.offset + e * q.width, static_cast<std::size_t>(q.width));
+    if (q.kind == QuantFieldKind::kPlain) {
+      for (int e = 0; e < q.count; ++e)
+        std::memcpy(pb + base + (e * kLanes + r) * q.width, block + q.offset + e * q.width,
+                    static_cast<std::size_t>(q.width));
+    } else {
+      std::uint32_t words[32];
+      field_to_words(q, block + q.offset, words);
+      for (int w = 0; w < q.count / 4; ++w) std::memcpy(pb + base + (w * kLanes + r) * 4, &words[w], 4);
+    }
     base += static_cast<long>(kLanes) * q.width * q.count;
   }
 }
@@ -99,8 +177,15 @@ inline void gather_block(WeightType t, const unsigned char* pb, int r, unsigned 
   long base = 0;
   for (int f = 0; f < l.n_fields; ++f) {
     const QuantField& q = l.fields[f];
-    for (int e = 0; e < q.count; ++e)
-      std::memcpy(block + q.offset + e * q.width, pb + base + (e * kLanes + r) * q.width, static_cast<std::size_t>(q.width));
+    if (q.kind == QuantFieldKind::kPlain) {
+      for (int e = 0; e < q.count; ++e)
+        std::memcpy(block + q.offset + e * q.width, pb + base + (e * kLanes + r) * q.width,
+                    static_cast<std::size_t>(q.width));
+    } else {
+      std::uint32_t words[32];
+      for (int w = 0; w < q.count / 4; ++w) std::memcpy(&words[w], pb + base + (w * kLanes + r) * 4, 4);
+      words_to_field(q, words, block + q.offset);
+    }
     base += static_cast<long>(kLanes) * q.width * q.count;
   }
 }
@@ -242,81 +327,104 @@ struct DecodeQ8_0 {
     d = qk_f16x16(pb);
     q = pb + 32;
   }
-  __m512 weight(int kk) const { return _mm512_mul_ps(_mm512_cvtepi32_ps(qk_i8x16(q + 16 * kk)), d); }
+  template <int kk>
+  __m512 weight() const { return _mm512_mul_ps(_mm512_cvtepi32_ps(qk_i8x16(q + 16 * kk)), d); }
 };
 
-/// q4_0 / q4_1: sub-block 0 = low nibbles (k 0..15), 1 = high nibbles (k 16..31).
+/// The 4-bit code of value kk (0..31) of a group of 32 from its 4 code words
+/// (kNibbles* layout), as 16 lanes of int32.
+template <int kk>
+inline __m512 qk_nibble_float(const unsigned char* words) {
+  const __m512i v = _mm512_loadu_si512(words + 64 * (kk / 8));
+  return _mm512_permutexvar_ps(kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8)), qk_iota16());
+}
+template <int kk>
+inline __m512i qk_nibble(const unsigned char* words) {
+  const __m512i v = _mm512_loadu_si512(words + 64 * (kk / 8));
+  if constexpr (kk % 8 == 7) return _mm512_srli_epi32(v, 28);
+  return _mm512_and_si512(_mm512_srli_epi32(v, 4 * (kk % 8)), _mm512_set1_epi32(15));
+}
+
+/// The 5-bit index of value kk (0..31): its nibble in bits 0..3, bit kk of the
+/// high-bit word hw in bit 4, anything above (vpermt2ps reads 5 bits only).
+template <int kk>
+inline __m512i qk_five_bit_index(const unsigned char* words, __m512i hw) {
+  const __m512i lo = _mm512_srli_epi32(_mm512_loadu_si512(words + 64 * (kk / 8)), 4 * (kk % 8));
+  __m512i hi;
+  if constexpr (kk >= 4)
+    hi = _mm512_srli_epi32(hw, kk - 4);
+  else
+    hi = _mm512_slli_epi32(hw, 4 - kk);
+  // bits 0..3 from lo, the rest from hi: (c ? a : b) with c = 15
+  return _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
+}
+
+/// q4_0 / q4_1: one group of 32. q4_0: (code - 8) d = fma(code, d, -8 d); q4_1: fma(code, d, m); exact.
 template <bool kMin>
 struct DecodeQ4 {
-  static constexpr int kBlock = 32, kSub = 16;
+  static constexpr int kBlock = 32, kSub = 32;
   const unsigned char* q;
   __m512 d, m;
-  __m128i shift;
-  void begin(const unsigned char* pb, int s) {
+  void begin(const unsigned char* pb, int) {
     d = qk_f16x16(pb);
-    // q4_0: (code - 8) * d = fma(code, d, -8 d), exact; q4_1: fma(code, d, m).
     m = kMin ? qk_f16x16(pb + 32) : _mm512_mul_ps(d, _mm512_set1_ps(-8.f));
     q = pb + (kMin ? 64 : 32);
-    shift = _mm_cvtsi32_si128(4 * s);
   }
-  __m512 weight(int kk) const {
-    const __m512i idx = _mm512_srl_epi32(qk_u8x16(q + 16 * kk), shift);
-    return _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, qk_iota16()), d, m);
-  }
+  template <int kk>
+  __m512 weight() const { return _mm512_fmadd_ps(qk_nibble_float<kk>(q), d, m); }
 };
 
-/// q5_0 / q5_1: as q4 plus the fifth bit from the 32-bit qh of each row.
+/// q5_0 / q5_1: code = nibble | bit kk of the row's qh << 4, looked up in a
+/// 32-float table (q5_0: code - 16, then * d; q5_1: code, then fma with d and m).
 template <bool kMin>
 struct DecodeQ5 {
-  static constexpr int kBlock = 32, kSub = 16;
+  static constexpr int kBlock = 32, kSub = 32;
   const unsigned char* q;
   __m512 d, m;
   __m512i qh;
-  __m128i shift;
-  int s_;
-  void begin(const unsigned char* pb, int s) {
+  void begin(const unsigned char* pb, int) {
     d = qk_f16x16(pb);
-    m = kMin ? qk_f16x16(pb + 32) : _mm512_mul_ps(d, _mm512_set1_ps(-16.f));
+    m = kMin ? qk_f16x16(pb + 32) : _mm512_setzero_ps();
     qh = _mm512_loadu_si512(pb + (kMin ? 64 : 32));
     q = pb + (kMin ? 128 : 96);
-    shift = _mm_cvtsi32_si128(4 * s);
-    s_ = s;
   }
-  __m512 weight(int kk) const {
-    const __m512i nib = _mm512_and_si512(_mm512_srl_epi32(qk_u8x16(q + 16 * kk), shift), _mm512_set1_epi32(15));
-    const __mmask16 hb = _mm512_test_epi32_mask(qh, _mm512_set1_epi32(static_cast<int>(1u << (16 * s_ + kk))));
-    const __m512i code = _mm512_mask_add_epi32(nib, hb, nib, _mm512_set1_epi32(16));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), d, m);
+  template <int kk>
+  __m512 weight() const {
+    const float o = kMin ? 0.f : -16.f;
+    const __m512 lo = _mm512_add_ps(qk_iota16(), _mm512_set1_ps(o)), hi = _mm512_add_ps(qk_iota16(), _mm512_set1_ps(o + 16));
+    const __m512 c = _mm512_permutex2var_ps(lo, qk_five_bit_index<kk>(q, qh), hi);
+    if constexpr (kMin) return _mm512_fmadd_ps(c, d, m);
+    return _mm512_mul_ps(c, d);
   }
 };
 
-/// q2_K: 16 sub-blocks of 16; sub-block s = half s/8, shift 2 ((s/2) % 4), bytes 16 (s % 2) ..
+/// q2_K: 16 sub-blocks of 16, sub-block s = code word s; y = fma(code, dl, -ml), exact.
 struct DecodeQ2_K {
   static constexpr int kBlock = 256, kSub = 16;
-  const unsigned char* q;
+  __m512i words;
   __m512 dl, nml;
-  __m128i shift;
   void begin(const unsigned char* pb, int s) {
     const __m512i sc = qk_u8x16(pb + 64 + 16 * s);
     dl = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
     const __m512 ml = _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
     nml = _mm512_sub_ps(_mm512_setzero_ps(), ml);
-    q = pb + 320 + 16 * (32 * (s / 8) + 16 * (s % 2));
-    shift = _mm_cvtsi32_si128(2 * ((s / 2) % 4));
+    words = _mm512_loadu_si512(pb + 320 + 64 * s);
   }
-  __m512 weight(int kk) const {
-    const __m512i c = _mm512_and_si512(_mm512_srl_epi32(qk_u8x16(q + 16 * kk), shift), _mm512_set1_epi32(3));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), dl, nml);
+  template <int kk>
+  __m512 weight() const {
+    // vpermps reads the low 4 bits: the 2-bit code and 2 bits of the next one, so the table repeats 0..3.
+    const __m512 table = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+    const __m512 c = _mm512_permutexvar_ps(kk == 0 ? words : _mm512_srli_epi32(words, 2 * kk), table);
+    return _mm512_fmadd_ps(c, dl, nml);
   }
 };
 
-/// q3_K: y = dl * (2-bit - (high bit ? 0 : 4)) = fma(2-bit, dl, high bit ? 0 : -4 dl), exact.
+/// q3_K: 16 sub-blocks of 16, y = dl * code with code = 2-bit - (high bit ? 0 : 4) in [-4, 4):
+/// the 2-bit code and the high bit form a 3-bit index into a table of the codes.
 struct DecodeQ3_K {
   static constexpr int kBlock = 256, kSub = 16;
-  const unsigned char *q, *hm;
-  __m512 dl, n4dl;
-  __m128i shift;
-  __m128i hbit;
+  __m512i lw, hw;
+  __m512 dl;
   void begin(const unsigned char* pb, int s) {
     const unsigned char* sc = pb + 32;
     const __m512i lo = s < 8 ? _mm512_and_si512(qk_u8x16(sc + 16 * s), _mm512_set1_epi32(15))
@@ -325,18 +433,22 @@ struct DecodeQ3_K {
                                         _mm512_set1_epi32(3));
     const __m512i v = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
     dl = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(v));
-    n4dl = _mm512_mul_ps(dl, _mm512_set1_ps(-4.f));
-    const int h = s / 8, j = (s / 2) % 4, l0 = 16 * (s % 2);
-    q = pb + 736 + 16 * (32 * h + l0);
-    hm = pb + 224 + 16 * l0;
-    shift = _mm_cvtsi32_si128(2 * j);
-    hbit = _mm_set1_epi8(static_cast<char>(1 << (4 * h + j)));
+    lw = _mm512_loadu_si512(pb + 736 + 64 * s);
+    // high bits of values 16 s .. 16 s + 15: word s / 2, from bit 16 (s % 2)
+    hw = _mm512_srl_epi32(_mm512_loadu_si512(pb + 224 + 64 * (s / 2)), _mm_cvtsi32_si128(16 * (s % 2)));
   }
-  __m512 weight(int kk) const {
-    const __m512i c = _mm512_and_si512(_mm512_srl_epi32(qk_u8x16(q + 16 * kk), shift), _mm512_set1_epi32(3));
-    const __mmask16 high = _mm_test_epi8_mask(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hm + 16 * kk)), hbit);
-    const __m512 base = _mm512_maskz_mov_ps(static_cast<__mmask16>(~high), n4dl);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), dl, base);
+  template <int kk>
+  __m512 weight() const {
+    const __m512 table = _mm512_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3);
+    const __m512i lo = kk == 0 ? lw : _mm512_srli_epi32(lw, 2 * kk);
+    __m512i hi;
+    if constexpr (kk >= 2)
+      hi = _mm512_srli_epi32(hw, kk - 2);
+    else
+      hi = _mm512_slli_epi32(hw, 2 - kk);
+    // bits 0..1 from lo, bit 2 (and above, ignored but for bit 3, which the table repeats over) from hi
+    const __m512i idx = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(3), 0xE4);
+    return _mm512_mul_ps(_mm512_permutexvar_ps(idx, table), dl);
   }
 };
 
@@ -358,59 +470,62 @@ inline void qk_k4_scale_min(const unsigned char* sc, int s, __m512i& scale, __m5
 template <bool kFive>
 struct DecodeQK4 {
   static constexpr int kBlock = 256, kSub = 32;
-  const unsigned char *q, *qh;
+  const unsigned char* q;
   __m512 d1, nm1;
-  __m128i shift;
-  __m512i hbit;
+  __m512i hw;
   void begin(const unsigned char* pb, int s) {
     __m512i sc, mn;
     qk_k4_scale_min(pb + 64, s, sc, mn);
     d1 = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(sc));
     nm1 = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(mn)));
-    q = pb + (kFive ? 768 : 256) + 16 * 32 * (s / 2);
-    qh = pb + 256;
-    shift = _mm_cvtsi32_si128(4 * (s % 2));
-    hbit = _mm512_set1_epi32(1 << s);
+    q = pb + (kFive ? 768 : 256) + 256 * s;
+    if constexpr (kFive) hw = _mm512_loadu_si512(pb + 256 + 64 * s);
   }
-  __m512 weight(int kk) const {
-    const __m512i v = _mm512_srl_epi32(qk_u8x16(q + 16 * kk), shift);
+  template <int kk>
+  __m512 weight() const {
     if constexpr (!kFive) {
-      return _mm512_fmadd_ps(_mm512_permutexvar_ps(v, qk_iota16()), d1, nm1);
+      return _mm512_fmadd_ps(qk_nibble_float<kk>(q), d1, nm1);
     } else {
-      const __m512i nib = _mm512_and_si512(v, _mm512_set1_epi32(15));
-      const __mmask16 hb = _mm512_test_epi32_mask(qk_u8x16(qh + 16 * kk), hbit);
-      const __m512i code = _mm512_mask_add_epi32(nib, hb, nib, _mm512_set1_epi32(16));
-      return _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), d1, nm1);
+      const __m512 c = _mm512_permutex2var_ps(qk_iota16(), qk_five_bit_index<kk>(q, hw),
+                                              _mm512_add_ps(qk_iota16(), _mm512_set1_ps(16.f)));
+      return _mm512_fmadd_ps(c, d1, nm1);
     }
   }
 };
 
 /// q6_K: 16 sub-blocks of 16, y = (d sc) (code - 32) = fma(code, d sc, -32 d sc), exact.
-/// The 6-bit code is put together in bytes (16 rows in one xmm) before widening.
+/// Value 16 s + kk: low 4 bits in low word 2 s + kk / 8, high 2 bits in high word s.
 struct DecodeQ6_K {
   static constexpr int kBlock = 256, kSub = 16;
-  const unsigned char *ql, *qh;
+  const unsigned char* ql;
+  __m512i hw;
   __m512 ds, n32ds;
-  __m128i lshift, hshift;
   void begin(const unsigned char* pb, int s) {
     ds = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(qk_i8x16(pb + 32 + 16 * s)));
     n32ds = _mm512_mul_ps(ds, _mm512_set1_ps(-32.f));
-    const int h = s / 8, r = (s % 8) / 2, l0 = 16 * (s % 2);
-    ql = pb + 288 + 16 * (64 * h + 32 * (r & 1) + l0);
-    qh = pb + 2336 + 16 * (32 * h + l0);
-    lshift = _mm_cvtsi32_si128(r >= 2 ? 4 : 0);
-    hshift = _mm_cvtsi32_si128(2 * r);
+    ql = pb + 288 + 128 * s;
+    hw = _mm512_loadu_si512(pb + 2336 + 64 * s);
   }
-  __m512 weight(int kk) const {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * kk));
-    const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16 * kk));
-    // 16-bit shifts move bits across byte boundaries; the masks keep each byte's own.
-    const __m128i low = _mm_and_si128(_mm_srl_epi16(lo, lshift), _mm_set1_epi8(0x0F));
-    const __m128i top = _mm_and_si128(_mm_slli_epi16(_mm_srl_epi16(hi, hshift), 4), _mm_set1_epi8(0x30));
-    const __m512i code = _mm512_cvtepu8_epi32(_mm_or_si128(low, top));
+  template <int kk>
+  __m512 weight() const {
+    const __m512i v = _mm512_loadu_si512(ql + 64 * (kk / 8));
+    const __m512i lo = kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8));
+    // the 2 high bits at bits 4..5 with nothing above: to the top, then down
+    const __m512i hi = _mm512_srli_epi32(kk == 15 ? hw : _mm512_slli_epi32(hw, 30 - 2 * kk), 26);
+    const __m512i code = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), ds, n32ds);
   }
 };
+
+/// Calls f(std::integral_constant<int, i>) for i = 0 .. N-1 (compile-time k inside a sub-block).
+template <int N, class F, int... I>
+inline void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+inline void static_for(F&& f) {
+  static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
+}
 
 /// out (Dec::kBlock x 16) = panel block pb dequantized.
 template <class Dec>
@@ -418,8 +533,9 @@ inline void dequantize_panel_block_avx512(const unsigned char* pb, float* out) {
   for (int s = 0; s < Dec::kBlock / Dec::kSub; ++s) {
     Dec dec;
     dec.begin(pb, s);
-    KVD_UNROLL(32) for (int kk = 0; kk < Dec::kSub; ++kk)
-      _mm512_storeu_ps(out + (s * Dec::kSub + kk) * kLanes, dec.weight(kk));
+    static_for<Dec::kSub>([&](auto kk) {
+      _mm512_storeu_ps(out + (s * Dec::kSub + kk) * kLanes, dec.template weight<kk>());
+    });
   }
 }
 
@@ -463,14 +579,14 @@ inline void quant_tile_fused(const float* x, long ldx, const QuantMatrix& w, lon
         const std::size_t line0 = pbb * s / kSubs / 64, line1 = (pbb * (s + 1) / kSubs + 63) / 64;
         for (std::size_t l = line0; l < line1; ++l) prefetch_read_at(pb[p], 2 * pbb + 64 * l);
       }
-      KVD_UNROLL(32) for (int kk = 0; kk < Dec::kSub; ++kk) {
+      static_for<Dec::kSub>([&](auto kk) {
         __m512 wv[NP];
-        KVD_UNROLL(4) for (int p = 0; p < NP; ++p) wv[p] = dec[p].weight(kk);
+        KVD_UNROLL(4) for (int p = 0; p < NP; ++p) wv[p] = dec[p].template weight<kk>();
         KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
           const __m512 xv = _mm512_set1_ps(xb[r * ldx + s * Dec::kSub + kk]);
           KVD_UNROLL(4) for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_fmadd_ps(xv, wv[p], acc[r][p]);
         }
-      }
+      });
     }
   }
   KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
