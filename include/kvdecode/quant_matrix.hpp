@@ -190,6 +190,36 @@ inline void gather_block(WeightType t, const unsigned char* pb, int r, unsigned 
   }
 }
 
+/// The kernels' view of panel blocks: n_panels panels of n_blocks blocks of
+/// type t over k, panel p's block b at data + (p * n_blocks + b) * 16 * block
+/// bytes. QuantMatrix holds one; a PackedMatrix segment of a block type is one.
+struct QuantPanels {
+  WeightType t = WeightType::kQ8_0;
+  const unsigned char* data = nullptr;
+  long panels = 0, K = 0;
+
+  WeightType type() const { return t; }
+  long n_panels() const { return panels; }
+  long n_in() const { return K; }
+  long n_out_padded() const { return panels * kLanes; }
+  long block_size() const { return weight_type_traits(t).block_size; }
+  long n_blocks() const { return K / block_size(); }
+  std::size_t panel_block_bytes() const { return static_cast<std::size_t>(kLanes) * weight_type_traits(t).block_bytes; }
+  std::size_t panel_bytes() const { return panel_block_bytes() * static_cast<std::size_t>(n_blocks()); }
+  const unsigned char* panel_block(long p, long b) const {
+    return data + (static_cast<std::size_t>(p) * n_blocks() + b) * panel_block_bytes();
+  }
+};
+
+/// Writes one row (ggml bytes, n_in values of type t) as lane j of panel `panel`
+/// (panel_bytes() bytes, n_in / block size panel blocks). The panel's other lanes are untouched.
+inline void pack_quant_row(WeightType t, long n_in, const unsigned char* row, int j, unsigned char* panel) {
+  const auto tr = weight_type_traits(t);
+  const long nb = n_in / tr.block_size;
+  for (long b = 0; b < nb; ++b)
+    scatter_block(t, row + b * tr.block_bytes, j, panel + b * static_cast<std::size_t>(kLanes) * tr.block_bytes);
+}
+
 }  // namespace detail
 
 /// A weight matrix W (n_out x n_in, y = W x) of one ggml block type, repacked
@@ -250,6 +280,9 @@ class QuantMatrix {
   const unsigned char* panel_block(long p, long b) const {
     return data_.data() + (static_cast<std::size_t>(p) * n_blocks_ + b) * panel_block_bytes();
   }
+
+  /// The kernels' view of the panels.
+  detail::QuantPanels panels() const { return {type_, data_.data(), n_panels_, n_in_}; }
 
   /// Row n in ggml's bytes (weight_row_bytes(type, n_in) of them), e.g. to write it back to a file.
   void row_bytes(long n, unsigned char* out) const {
@@ -560,7 +593,7 @@ inline void with_decoder(WeightType t, F&& f) {
 /// Small-M register tile (AVX-512, float): MR rows x NP panels over all of k,
 /// weights dequantized in registers. y rows get all 16 NP columns.
 template <class Dec, int MR, int NP>
-inline void quant_tile_fused(const float* x, long ldx, const QuantMatrix& w, long p0, float* y, long ldy) {
+inline void quant_tile_fused(const float* x, long ldx, const QuantPanels& w, long p0, float* y, long ldy) {
   __m512 acc[MR][NP];
   KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
     KVD_UNROLL(4) for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -599,7 +632,7 @@ inline constexpr long kQuantFusedMaxM = 8;
 constexpr int quant_fused_panels(int m) { return m <= 3 ? 4 : m == 4 ? 3 : 2; }
 
 template <class Dec, int MR, int NP = quant_fused_panels(MR)>
-inline void quant_tile_fused_np(int np, const float* x, long ldx, const QuantMatrix& w, long p0, float* y, long ldy) {
+inline void quant_tile_fused_np(int np, const float* x, long ldx, const QuantPanels& w, long p0, float* y, long ldy) {
   if constexpr (NP >= 1) {
     if (np == NP) return quant_tile_fused<Dec, MR, NP>(x, ldx, w, p0, y, ldy);
     return quant_tile_fused_np<Dec, MR, NP - 1>(np, x, ldx, w, p0, y, ldy);
@@ -607,7 +640,7 @@ inline void quant_tile_fused_np(int np, const float* x, long ldx, const QuantMat
 }
 
 template <class Dec, int MR = static_cast<int>(kQuantFusedMaxM)>
-inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const QuantMatrix& w, long p0, float* y,
+inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const QuantPanels& w, long p0, float* y,
                                  long ldy) {
   if constexpr (MR >= 1) {
     if (mr == MR) return quant_tile_fused_np<Dec, MR>(np, x, ldx, w, p0, y, ldy);
@@ -616,7 +649,7 @@ inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const
 }
 
 /// Small M (<= kQuantFusedMaxM), AVX-512: one row tile; threads take contiguous ranges of column tiles.
-inline void matmul_quant_fused(const float* x, long ldx, long M, const QuantMatrix& w, float* y, long ldy,
+inline void matmul_quant_fused(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy,
                                bool parallel) {
   const int mr = static_cast<int>(M);
   const int np_max = quant_fused_panels(mr);
@@ -653,7 +686,7 @@ inline constexpr long kQuantKc = 256;
 
 /// out (kc x 16 per panel, panels kc * 16 apart) = panels [p0, p0 + np) over k in [k0, k0 + kc) dequantized.
 template <class T>
-inline void dequantize_panels(const QuantMatrix& w, long p0, int np, long k0, long kc, T* out, QuantDequant how) {
+inline void dequantize_panels(const QuantPanels& w, long p0, int np, long k0, long kc, T* out, QuantDequant how) {
   const long bs = w.block_size();
   for (int p = 0; p < np; ++p)
     for (long k = k0; k < k0 + kc; k += bs) {
@@ -676,7 +709,7 @@ inline void dequantize_panels(const QuantMatrix& w, long p0, int np, long k0, lo
 /// are dequantized into a per-thread buffer and every row tile runs kernels.hpp's
 /// micro-kernel over it, continuing each output's chain where the last k block left it.
 template <class T, class V>
-void matmul_quant_small(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy, bool parallel,
+void matmul_quant_small(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy, bool parallel,
                         QuantDequant how) {
   const long K = w.n_in(), P = w.n_panels();
   const long n_rtiles = M <= kLargeRows<V> ? 1 : (M + kSmallRows<V> - 1) / kSmallRows<V>;
@@ -714,7 +747,7 @@ void matmul_quant_small(const T* x, long ldx, long M, const QuantMatrix& w, T* y
 /// tiles), with each k block of a panel tile dequantized into a per-thread
 /// buffer once per row block.
 template <class T, class V>
-void matmul_quant_large(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy, bool parallel,
+void matmul_quant_large(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy, bool parallel,
                         QuantDequant how) {
   static_assert(kMatmulKc == kQuantKc, "the packed-row stride assumes k blocks of kMatmulKc");
   constexpr int MR = kLargeRows<V>, NP = kLargePanels<V>;
@@ -767,7 +800,7 @@ enum class QuantPath { kAuto, kFused, kSmall, kLarge };
 /// matmul_quant() with an explicit float vector V, dequantizer and path.
 /// kFused needs AVX-512, T = float and M <= kQuantFusedMaxM (else it falls back to kAuto).
 template <class T, class V>
-void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy,
+void matmul_quant_with(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy,
                        QuantPath path = QuantPath::kAuto, QuantDequant how = QuantDequant::kAvx512) {
   KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= w.n_in());
   if (M <= 0) return;
@@ -783,6 +816,13 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y,
   matmul_quant_large<T, V>(x, ldx, M, w, y, ldy, parallel, how);
 }
 
+/// The same for a QuantMatrix.
+template <class T, class V>
+void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy,
+                       QuantPath path = QuantPath::kAuto, QuantDequant how = QuantDequant::kAvx512) {
+  matmul_quant_with<T, V>(x, ldx, M, w.panels(), y, ldy, path, how);
+}
+
 }  // namespace detail
 
 /// y (M x Npad, row stride ldy) = x (M x K, row stride ldx) * W^T for a quantized W.
@@ -793,7 +833,7 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y,
 /// Preconditions (asserted): x and y do not overlap; ldx >= K; ldy >= n_out_padded().
 template <class T>
 void matmul(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy) {
-  detail::matmul_quant_with<T, detail::Vec16<T>>(x, ldx, M, w, y, ldy);
+  detail::matmul_quant_with<T, detail::Vec16<T>>(x, ldx, M, w.panels(), y, ldy);
 }
 
 }  // namespace kvd
