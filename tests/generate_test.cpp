@@ -174,26 +174,6 @@ TEST(GenerateStops, StopRuleMatchesListedTokensOnly) {
   EXPECT_FALSE(is_stop_token({}, 0));
 }
 
-// A stand-in vocabulary with chosen special ids (the real Tokenizer's are fixed at 1 and 2).
-struct SpecialIds {
-  int eos, bos;
-  int eos_id() const { return eos; }
-  int bos_id() const { return bos; }
-};
-
-TEST(GenerateStops, EndOfTextIsEosThenBosWithoutDuplicatesOrAbsentIds) {
-  EXPECT_EQ(end_of_text_tokens(SpecialIds{2, 1}), (std::vector<int>{2, 1}));
-  EXPECT_EQ(end_of_text_tokens(SpecialIds{7, 7}), (std::vector<int>{7}));
-  EXPECT_EQ(end_of_text_tokens(SpecialIds{-1, 1}), (std::vector<int>{1}));
-  EXPECT_TRUE(end_of_text_tokens(SpecialIds{-1, -1}).empty());
-}
-
-TEST(GenerateStops, EndOfTextOfTheLlama2cTokenizer) {
-  REQUIRE_SHARED();
-  const Tokenizer tok = Tokenizer::load(kvd_test::shared_dir() + "/models/tok512.bin", 512);
-  EXPECT_EQ(end_of_text_tokens(tok), (std::vector<int>{2, 1}));  // </s>, <s>
-}
-
 TEST(Argmax, FirstOfEqualMaximaAndTheSameAsGreedySampling) {
   const float a[] = {0.5f, 3.0f, -1.0f, 3.0f, 2.0f};
   EXPECT_EQ(argmax(a, 5), 1);

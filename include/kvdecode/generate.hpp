@@ -70,19 +70,6 @@ inline bool is_stop_token(const std::vector<int>& stop_tokens, int token) {
   return false;
 }
 
-/// The stop tokens that end a text: the tokenizer's EOS and BOS ids (llama2.c's
-/// models end a story by starting the next one with BOS, and its run.c stops
-/// there), EOS first, without duplicates; negative ids (a vocabulary without that
-/// token) are left out. `Tok` is any tokenizer with eos_id() and bos_id(). Never throws
-/// unless those do.
-template <class Tok>
-std::vector<int> end_of_text_tokens(const Tok& tok) {
-  std::vector<int> ids;
-  for (int id : {static_cast<int>(tok.eos_id()), static_cast<int>(tok.bos_id())})
-    if (id >= 0 && !is_stop_token(ids, id)) ids.push_back(id);
-  return ids;
-}
-
 /// Runs the loop. With the cache: prefill(prompt) into `cache` (which must be
 /// empty or hold a prefix the prompt continues), then decode steps. Without it:
 /// forward_reference over the whole sequence at each step, rounding K and V

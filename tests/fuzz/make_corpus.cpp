@@ -284,6 +284,69 @@ void gguf_vocabs() {
   }
 }
 
+// A tiny llama model in GGUF, with a byte-level BPE vocabulary: D=32, L=1, H=4,
+// Hk=2, Dh=8, F=64, context 16; matrices of type `mt`, the embedding f16.
+void gguf_model(kvd::WeightType mt, const std::string& name) {
+  kvd::GGUFWriter w;
+  std::vector<std::string> tokens;
+  for (int c = 33; c < 127; ++c) tokens.push_back(std::string(1, static_cast<char>(c)));
+  for (const char* p : {"\u0120", "He", "ll", "Hell", "Hello", "\u0120w", "<|endoftext|>"}) tokens.push_back(p);
+  const std::uint64_t V = tokens.size(), D = 32, H = 4, Hk = 2, Dh = 8, F = 64;
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", "fuzz-tiny-llama");
+  w.set_u32("llama.context_length", 16);
+  w.set_u32("llama.embedding_length", static_cast<std::uint32_t>(D));
+  w.set_u32("llama.block_count", 1);
+  w.set_u32("llama.feed_forward_length", static_cast<std::uint32_t>(F));
+  w.set_u32("llama.attention.head_count", static_cast<std::uint32_t>(H));
+  w.set_u32("llama.attention.head_count_kv", static_cast<std::uint32_t>(Hk));
+  w.set_u32("llama.rope.dimension_count", static_cast<std::uint32_t>(Dh));
+  w.set_f32("llama.rope.freq_base", 10000.0f);
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_u32("llama.vocab_size", static_cast<std::uint32_t>(V));
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "gpt-2");
+  std::vector<std::int32_t> types(tokens.size(), 1);
+  types.back() = 3;
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_string_array("tokenizer.ggml.merges", {"H e", "l l", "He ll", "Hell o", "\u0120 w"});
+  w.set_u32("tokenizer.ggml.bos_token_id", static_cast<std::uint32_t>(V - 1));
+  w.set_u32("tokenizer.ggml.eos_token_id", static_cast<std::uint32_t>(V - 1));
+  std::uint64_t seed = 12345;
+  auto values = [&](std::uint64_t n, float scale) {
+    std::vector<float> v(n);
+    for (auto& x : v) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      x = scale * (static_cast<float>((seed >> 40) % 2001) / 1000.0f - 1.0f);
+    }
+    return v;
+  };
+  auto tensor = [&](const std::string& name, kvd::WeightType t, std::uint64_t cols, std::uint64_t rows, float scale) {
+    const std::vector<float> x = values(cols * rows, scale);
+    const std::uint64_t row_bytes = kvd::weight_row_bytes(t, cols);
+    Bytes q(row_bytes * rows);
+    for (std::uint64_t r = 0; r < rows; ++r)
+      kvd::detail::quantize_row(t, x.data() + r * cols, q.data() + r * row_bytes, static_cast<std::int64_t>(cols));
+    std::vector<std::uint64_t> ne = {cols};
+    if (rows > 1) ne.push_back(rows);
+    w.add_tensor(name, t, ne, q.data(), q.size());
+  };
+  using WT = kvd::WeightType;
+  tensor("token_embd.weight", WT::kF16, D, V, 0.5f);
+  tensor("blk.0.attn_norm.weight", WT::kF32, D, 1, 1.0f);
+  tensor("blk.0.attn_q.weight", mt, D, H * Dh, 0.2f);
+  tensor("blk.0.attn_k.weight", mt, D, Hk * Dh, 0.2f);
+  tensor("blk.0.attn_v.weight", mt, D, Hk * Dh, 0.2f);
+  tensor("blk.0.attn_output.weight", mt, H * Dh, D, 0.2f);
+  tensor("blk.0.ffn_norm.weight", WT::kF32, D, 1, 1.0f);
+  tensor("blk.0.ffn_gate.weight", mt, D, F, 0.2f);
+  tensor("blk.0.ffn_up.weight", mt, D, F, 0.2f);
+  tensor("blk.0.ffn_down.weight", mt, F, D, 0.2f);
+  tensor("output_norm.weight", WT::kF32, D, 1, 1.0f);
+  put("gguf", name, w.bytes());
+}
+
 // Texts for the encoder targets: ASCII, valid multi-byte UTF-8, invalid UTF-8, spaces.
 void texts() {
   auto text = [](const std::string& name, const std::string& t) { put("tokenizer-encode", name, Bytes(t.begin(), t.end())); };
@@ -310,6 +373,8 @@ int main(int argc, char** argv) {
     cache_files(tmp);
     ggufs();
     gguf_vocabs();
+    gguf_model(kvd::WeightType::kF16, "tiny-llama-f16");
+    gguf_model(kvd::WeightType::kQ8_0, "tiny-llama-q8_0");
     safetensors();
     tokenizer_jsons();
     texts();
