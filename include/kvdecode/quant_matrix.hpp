@@ -515,6 +515,18 @@ inline void dequantize_panels(const QuantPanels& w, long p0, int np, long k0, lo
     }
 }
 
+/// Runs kernels.hpp's float micro-kernel (matmul_tile_any) over a dequantized
+/// buffer. Written against both forms of its template signature (with and
+/// without the packed element type W), so this header builds on either.
+template <class T, class V, long kLda, class... A>
+inline auto quant_run_tile(int, A... a) -> decltype(matmul_tile_any<T, V, T, kLda>(a...)) {
+  return matmul_tile_any<T, V, T, kLda>(a...);
+}
+template <class T, class V, long kLda, class... A>
+inline void quant_run_tile(long, A... a) {
+  matmul_tile_any<T, V, kLda>(a...);
+}
+
 /// Buffered small M: per column tile and k block of kQuantKc, the tile's panels
 /// are dequantized into a per-thread buffer and every row tile runs kernels.hpp's
 /// micro-kernel over it, continuing each output's chain where the last k block left it.
@@ -544,8 +556,8 @@ void matmul_quant_small(const T* x, long ldx, long M, const QuantPanels& w, T* y
         dequantize_panels(w, p0, np, k0, kc, wbuf.data(), how);
         for (long m0 = 0; m0 < M; m0 += mr_max) {
           const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
-          matmul_tile_any<T, V, 0>(mr, np, x + m0 * ldx + k0, ldx, wbuf.data(), kc * kLanes, kc,
-                                   y + m0 * ldy + p0 * kLanes, ldy, k0 == 0);
+          quant_run_tile<T, V, 0>(0, mr, np, x + m0 * ldx + k0, ldx, static_cast<const T*>(wbuf.data()), kc * kLanes,
+                                  kc, y + m0 * ldy + p0 * kLanes, ldy, k0 == 0, false);
         }
       }
     }
@@ -594,9 +606,9 @@ void matmul_quant_large(const T* x, long ldx, long M, const QuantPanels& w, T* y
           for (long i = 0; i < n_rtiles; ++i) {
             long r0, r1;
             split_range(me - mb, static_cast<int>(i), static_cast<int>(n_rtiles), r0, r1);
-            matmul_tile_any<T, V, kPackStride>(static_cast<int>(r1 - r0), np, xp + r0 * kPackStride, kPackStride,
-                                               wbuf.data(), kc * kLanes, kc, y + (mb + r0) * ldy + p0 * kLanes, ldy,
-                                               k0 == 0);
+            quant_run_tile<T, V, kPackStride>(0, static_cast<int>(r1 - r0), np, static_cast<const T*>(xp + r0 * kPackStride),
+                                              kPackStride, static_cast<const T*>(wbuf.data()), kc * kLanes, kc,
+                                              y + (mb + r0) * ldy + p0 * kLanes, ldy, k0 == 0, false);
           }
         }
       }
