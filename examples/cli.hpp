@@ -114,6 +114,7 @@ struct Params {
   std::optional<std::string> prompt;       ///< --prompt: text to encode
   std::optional<std::vector<int>> prompt_ids;  ///< --prompt-ids: exact ids
   int steps = 256;                         ///< --steps: new tokens to generate
+  int ctx_size = 0;                        ///< --ctx-size (generate): longest sequence planned for; 0 = the model's
   // Sampling (seed is separate: cache-report seeds its random model with it)
   SamplerConfig sampler;
   std::uint64_t seed = 0;                  ///< --seed
@@ -184,11 +185,17 @@ inline std::vector<Option> all_options(Params& p) {
   const S models = "Models", shape = "Cache shape", plan = "Plan", meas = "Measurement";
 
   // ---- model and input
-  add({{"--model", "-m"}, "PATH", "model file: a llama2.c checkpoint (legacy or version-1 float32)", in,
+  add({{"--model", "-m"}, "PATH", "model file, told apart by content: GGUF (architectures llama, qwen2, qwen3; tensors in f32, f16, bf16, "
+       "q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K; its own vocabulary) or a llama2.c checkpoint (legacy or "
+       "version-1 float32)", in,
        kGenerate | kCacheReport | kPlan | kTokenize, none, [&p](const S&, const S& v) { p.model = v; }});
   add({{"--tokenizer"}, "PATH", "tokenizer for --prompt and text output: GGUF, tokenizer.json (any name) or its "
        "folder, or llama2.c tokenizer.bin", in, kGenerate, none,
        [&p](const S&, const S& v) { p.tokenizer = v; }});
+  add({{"--ctx-size", "-c"}, "N",
+       "longest sequence to plan for (RoPE table, KV cache); caps a GGUF file's context_length "
+       "(default: its context_length, at most 4096)", in, kGenerate, none,
+       [&p](const S& n, const S& v) { p.ctx_size = static_cast<int>(parse_positive(n, v, 1u << 20)); }});
   add({{"--prompt", "-p"}, "TEXT", "prompt text, encoded with BOS prepended (default: just BOS)", in, kGenerate, none,
        [&p](const S&, const S& v) { p.prompt = v; }});
   add({{"--prompt-ids"}, "CSV", "prompt token ids used exactly as given, e.g. 1,403,407", in, kGenerate, none,
@@ -483,6 +490,18 @@ inline std::string json_number(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.10g", v);
   return buf;
+}
+
+/// The process's peak resident memory in bytes (Linux VmHWM), 0 where unknown. Never throws.
+inline std::uint64_t peak_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  std::uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %llu kB", reinterpret_cast<unsigned long long*>(&kb)) == 1) break;
+  std::fclose(f);
+  return kb * 1024;
 }
 
 /// Runs body(); ArgumentError -> message and exit status 2, other kvd::Error -> 1.

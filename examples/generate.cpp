@@ -4,7 +4,7 @@
 // stories15M's shape generates with and without the KV cache, checks that the
 // tokens and every logit are identical, and reports what the cache saved
 // (time per token and counted multiply-adds per step, both ways).
-// With --model and --tokenizer it runs a real llama2.c checkpoint; --tokenizer
+// With --model it runs a GGUF file (its own vocabulary) or a llama2.c checkpoint; --tokenizer
 // takes any format kvd::load_tokenizer reads (GGUF, tokenizer.json, tokenizer.bin).
 #include <chrono>
 #include <cstdio>
@@ -44,6 +44,9 @@ Exit status: 0 success, 1 model file unusable or results not identical, 2 bad ar
 )";
 
 using Options = kvd::cli::Params;
+
+/// Context planned for a GGUF model without --ctx-size (files declare up to 128k).
+constexpr int kDefaultGGUFContext = 4096;
 
 [[noreturn]] void usage_error(const std::string& message) { throw kvd::ArgumentError(message); }
 
@@ -192,7 +195,7 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
      << ",\"decode_weight_gb_per_second\":" << weight_bytes * run.result.decode_tokens_per_second() / 1e9
      << ",\"kv_cache_bytes\":" << run.kv_bytes << ",\"kv_bytes_per_token\":" << c.kv_bytes_per_token(kvd::parse_dtype(o.cache_dtype))
      << ",\"cache\":" << (use_cache ? "true" : "false") << ",\"cache_dtype\":\"" << o.cache_dtype << "\""
-     << ",\"threads\":" << kvd::num_threads() << ",\"stop_reason\":\"" << kvd::stop_reason_name(run.result.stop) << "\"";
+     << ",\"peak_rss_bytes\":" << kvd::cli::peak_rss_bytes() << ",\"threads\":" << kvd::num_threads() << ",\"stop_reason\":\"" << kvd::stop_reason_name(run.result.stop) << "\"";
   if (identical) js << ",\"identical\":" << (*identical ? "true" : "false");
   js << ",\"prompt_ids\":[";
   for (std::size_t i = 0; i < prompt.size(); ++i) js << (i ? "," : "") << prompt[i];
@@ -217,6 +220,11 @@ int real_main(int argc, char** argv) {
     std::cout << "kvdecode " << kvd::kVersion << " demo: random-weight model of stories15M's shape ("
                             << c.summary() << "), float32, " << kvd::num_threads() << " thread(s), " << kvd::detail::kSimdName << "\n";
     model.emplace(kvd::ModelWeights<float>::random(c, 42));
+  } else if (kvd::is_gguf_file(*o.model)) {
+    // A GGUF file: config, weights (kept in their stored types, in place) and vocabulary.
+    kvd::GGUFLoadOptions lo;
+    lo.max_seq_len = o.ctx_size > 0 ? o.ctx_size : kDefaultGGUFContext;
+    model.emplace(kvd::load_gguf_model<float>(*o.model, lo));
   } else {
     model.emplace(kvd::load_checkpoint<float>(*o.model));
     if (progress) std::cerr << "loaded " << *o.model << " (" << model->config().summary() << ") in "
