@@ -61,6 +61,8 @@ Options parse(int argc, char** argv) {
   if (o.no_cache && o.compare) usage_error("--compare already runs without the cache; drop --no-cache");
   if (o.demo && o.model) usage_error("--demo uses a built-in model; drop --model");
   if (!o.demo && !o.model) usage_error("--model PATH is required (or run with no arguments for the demo)");
+  // A GGUF model carries its vocabulary; other models need --tokenizer for text.
+  if (o.model && o.tokenizer.empty() && kvd::is_gguf_file(*o.model)) o.tokenizer = *o.model;
   if (o.prompt && o.tokenizer.empty()) usage_error("--prompt needs --tokenizer to encode the text");
   try {
     o.sampler.validate();
@@ -223,7 +225,8 @@ int real_main(int argc, char** argv) {
   }
   const kvd::ModelConfig& c = model->config();
 
-  // Any tokenizer format; a llama2.c tokenizer.bin must hold exactly the model's vocab_size pieces.
+  // Any tokenizer format (by default a GGUF model's own vocabulary); a llama2.c
+  // tokenizer.bin must hold exactly the model's vocab_size pieces.
   std::unique_ptr<kvd::TextTokenizer> tok;
   if (!o.tokenizer.empty()) {
     if (kvd::detect_tokenizer_format(o.tokenizer) == kvd::TokenizerFormat::kLlama2c)

@@ -108,6 +108,14 @@ void expect_tensor_eq(const std::string& name, const M& a, const M& b) {
   EXPECT_EQ(first, -1) << name << ": first mismatch at flat index " << first << ", largest difference " << max_diff;
 }
 
+/// Exact comparison of two weight matrices: storage type, shape and every byte.
+void expect_tensor_eq(const std::string& name, const kvd::WeightMatrix& a, const kvd::WeightMatrix& b) {
+  ASSERT_EQ(a.type(), b.type()) << name;
+  ASSERT_EQ(a.rows(), b.rows()) << name;
+  ASSERT_EQ(a.cols(), b.cols()) << name;
+  EXPECT_EQ(a.bytes() ? std::memcmp(a.data(), b.data(), a.bytes()) : 0, 0) << name << ": bytes differ";
+}
+
 template <class T>
 void expect_weights_eq(const ModelWeights<T>& a, const ModelWeights<T>& b) {
   EXPECT_EQ(a.config, b.config) << a.config.summary() << " vs " << b.config.summary();

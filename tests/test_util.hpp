@@ -36,7 +36,54 @@ inline kvd::ModelConfig small_config(int n_heads, int n_kv_heads, int head_dim, 
 struct NamedConfig {
   const char* name;
   kvd::ModelConfig config;
+  /// How the random weights are stored: kF32 = the compute type; kF16/kBF16 = every
+  /// matrix rounded to that type (kvd_test::storage_mix: several types at once).
+  kvd::WeightType storage = kvd::WeightType::kF32;
+  bool mixed_storage = false;   ///< projections in f16, bf16 and dense at once (PackedMatrix segments)
+  bool rope_factors = false;    ///< attach RoPE frequency factors (Llama 3.1 rope_freqs)
 };
+
+/// c with q/k/v biases and RoPE on halves (the qwen2 options).
+inline kvd::ModelConfig qwen2_like(kvd::ModelConfig c) {
+  c.rope_style = kvd::RopeStyle::kHalves;
+  c.qkv_bias = true;
+  return c;
+}
+/// c with per-head q/k RMSNorm and RoPE on halves (the qwen3 options).
+inline kvd::ModelConfig qwen3_like(kvd::ModelConfig c) {
+  c.rope_style = kvd::RopeStyle::kHalves;
+  c.qk_norm = true;
+  return c;
+}
+
+/// Seeded random weights for a named shape, stored as the shape asks.
+template <class T>
+kvd::ModelWeights<T> make_weights(const NamedConfig& s, std::uint64_t seed) {
+  auto w = kvd::ModelWeights<T>::random(s.config, seed);
+  using kvd::WeightType;
+  if (s.mixed_storage) {
+    w.token_embedding = w.token_embedding.converted_to(WeightType::kF16);
+    for (auto& l : w.layers) {
+      l.wq = l.wq.converted_to(WeightType::kF16);
+      l.wk = l.wk.converted_to(WeightType::kF16);
+      l.wv = l.wv.converted_to(WeightType::kBF16);   // q|k|v: two segments
+      l.w1 = l.w1.converted_to(WeightType::kBF16);   // gate|up: bf16 then dense
+      l.w2 = l.w2.converted_to(WeightType::kF16);
+    }
+    if (!w.config.shared_classifier) w.classifier = w.classifier.converted_to(WeightType::kBF16);
+  } else if (s.storage != WeightType::kF32) {
+    auto conv = [&](kvd::WeightMatrix& m) { m = m.converted_to(s.storage); };
+    conv(w.token_embedding);
+    for (auto& l : w.layers)
+      for (kvd::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) conv(*m);
+    if (!w.config.shared_classifier) conv(w.classifier);
+  }
+  if (s.rope_factors) {
+    w.rope_freq_factors.resize(s.config.rotary_dim() / 2);
+    for (long i = 0; i < w.rope_freq_factors.size(); ++i) w.rope_freq_factors[i] = T(1) + T(i % 3) * T(1.5);
+  }
+  return w;
+}
 
 /// c with a sliding window of `window` positions.
 inline kvd::ModelConfig windowed(kvd::ModelConfig c, int window) {
@@ -69,29 +116,37 @@ std::string first_difference(const T* a, const T* b, long n) {
   EXPECT_TRUE(kvd_test::same_bits((a), (b), (n))) << kvd_test::first_difference((a), (b), (n))
 
 /// A plain double-precision implementation of the whole model, written without
-/// any of the library's kernels: textbook loops, full causal attention.
+/// any of the library's kernels: textbook loops, full causal attention. Covers
+/// every architecture option: q/k/v biases, per-head q/k RMSNorm, both RoPE
+/// pairings, partial rotary dims, RoPE frequency factors, sliding windows.
 /// Returns logits (n, V) for tokens at positions 0..n-1.
 inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<double>& w, const std::vector<int>& tokens) {
   const auto& c = w.config;
   const int n = static_cast<int>(tokens.size()), D = c.d_model, Dh = c.head_dim, H = c.n_heads, Hk = c.n_kv_heads;
-  const int F = c.hidden_dim, V = c.vocab_size;
+  const int F = c.hidden_dim, R = c.rotary_dim();
   using Vec = std::vector<double>;
-  auto matvec = [](const kvd::RowMatrix<double>& m, const Vec& x) {
+  using Mat = kvd::RowMatrix<double>;
+  auto matvec = [](const Mat& m, const Vec& x) {
     Vec y(m.rows(), 0.0);
     for (long i = 0; i < m.rows(); ++i) for (long j = 0; j < m.cols(); ++j) y[i] += m(i, j) * x[j];
     return y;
   };
-  auto rmsnorm = [&](const Vec& x, const kvd::Vector<double>& g) {
-    double ss = 0; for (double v : x) ss += v * v;
-    const double s = 1.0 / std::sqrt(ss / x.size() + c.norm_eps);
-    Vec y(x.size()); for (size_t i = 0; i < x.size(); ++i) y[i] = g[i] * x[i] * s;
-    return y;
+  auto add = [](Vec& y, const kvd::Vector<double>& b) { for (long i = 0; i < b.size(); ++i) y[i] += b[i]; };
+  auto rmsnorm = [&](const double* x, int len, const kvd::Vector<double>& g, double* y) {
+    double ss = 0; for (int i = 0; i < len; ++i) ss += x[i] * x[i];
+    const double s = 1.0 / std::sqrt(ss / len + c.norm_eps);
+    for (int i = 0; i < len; ++i) y[i] = g[i] * x[i] * s;
   };
+  auto norm = [&](const Vec& x, const kvd::Vector<double>& g) { Vec y(x.size()); rmsnorm(x.data(), static_cast<int>(x.size()), g, y.data()); return y; };
   auto rope = [&](Vec& v, int heads, int pos) {
     for (int h = 0; h < heads; ++h)
-      for (int i = 0; i < Dh / 2; ++i) {
-        const double a = pos * std::pow(c.rope_theta, -2.0 * i / Dh);
-        double& x0 = v[h * Dh + 2 * i]; double& x1 = v[h * Dh + 2 * i + 1];
+      for (int i = 0; i < R / 2; ++i) {
+        double freq = std::pow(c.rope_theta, -2.0 * i / R);
+        if (w.rope_freq_factors.size()) freq /= w.rope_freq_factors[i];
+        const double a = pos * freq;
+        const bool adjacent = c.rope_style == kvd::RopeStyle::kAdjacent;
+        double& x0 = v[h * Dh + (adjacent ? 2 * i : i)];
+        double& x1 = v[h * Dh + (adjacent ? 2 * i + 1 : i + R / 2)];
         const double y0 = x0 * std::cos(a) - x1 * std::sin(a), y1 = x0 * std::sin(a) + x1 * std::cos(a);
         x0 = y0; x1 = y1;
       }
@@ -100,10 +155,17 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
   for (int t = 0; t < n; ++t) for (int i = 0; i < D; ++i) x[t][i] = w.token_embedding(tokens[t], i);
   for (int l = 0; l < c.n_layers; ++l) {
     const auto& L = w.layers[l];
+    const Mat wq = L.wq.to_dense<double>(), wk = L.wk.to_dense<double>(), wv = L.wv.to_dense<double>();
+    const Mat wo = L.wo.to_dense<double>(), w1 = L.w1.to_dense<double>(), w2 = L.w2.to_dense<double>(), w3 = L.w3.to_dense<double>();
     std::vector<Vec> q(n), k(n), v(n);
     for (int t = 0; t < n; ++t) {
-      Vec xn = rmsnorm(x[t], L.attn_norm);
-      q[t] = matvec(L.wq, xn); k[t] = matvec(L.wk, xn); v[t] = matvec(L.wv, xn);
+      Vec xn = norm(x[t], L.attn_norm);
+      q[t] = matvec(wq, xn); k[t] = matvec(wk, xn); v[t] = matvec(wv, xn);
+      if (c.qkv_bias) { add(q[t], L.bq); add(k[t], L.bk); add(v[t], L.bv); }
+      if (c.qk_norm) {
+        for (int h = 0; h < H; ++h) rmsnorm(&q[t][h * Dh], Dh, L.q_norm, &q[t][h * Dh]);
+        for (int h = 0; h < Hk; ++h) rmsnorm(&k[t][h * Dh], Dh, L.k_norm, &k[t][h * Dh]);
+      }
       rope(q[t], H, t); rope(k[t], Hk, t);
     }
     for (int t = 0; t < n; ++t) {
@@ -119,18 +181,18 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
         double sum = 0; for (int u = first; u <= t; ++u) { s[u] = std::exp(s[u] - mx); sum += s[u]; }
         for (int u = first; u <= t; ++u) for (int j = 0; j < Dh; ++j) att[h * Dh + j] += s[u] / sum * v[u][kh * Dh + j];
       }
-      Vec o = matvec(L.wo, att);
+      Vec o = matvec(wo, att);
       for (int i = 0; i < D; ++i) x[t][i] += o[i];
-      Vec xn = rmsnorm(x[t], L.ffn_norm);
-      Vec g = matvec(L.w1, xn), u = matvec(L.w3, xn), hm(F);
+      Vec xn = norm(x[t], L.ffn_norm);
+      Vec g = matvec(w1, xn), u = matvec(w3, xn), hm(F);
       for (int i = 0; i < F; ++i) hm[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      Vec o2 = matvec(L.w2, hm);
+      Vec o2 = matvec(w2, hm);
       for (int i = 0; i < D; ++i) x[t][i] += o2[i];
     }
   }
+  const Mat out = w.output_matrix().to_dense<double>();
   std::vector<Vec> logits(n);
-  for (int t = 0; t < n; ++t) logits[t] = matvec(w.output_matrix(), rmsnorm(x[t], w.final_norm));
-  (void)V;
+  for (int t = 0; t < n; ++t) logits[t] = matvec(out, norm(x[t], w.final_norm));
   return logits;
 }
 

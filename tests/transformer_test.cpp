@@ -31,6 +31,17 @@ std::vector<Shape> shapes() {
       {"Window7_GQA_D40_S40", windowed(small_config(4, 2, 10, 40, 2, 48, 45, 40), 7)},
       // a window narrower than the 4-row prefill groups of the attention kernel, odd head count
       {"Window2_MHA_H3_Dh16_S36", windowed(small_config(3, 3, 16, 40, 2, 40, 30, 36), 2)},
+      // The architectures GGUF and Hugging Face models bring: qwen2 (biases, RoPE on
+      // halves), qwen3 (q/k norms, head_dim * n_heads != d_model), partial rotary
+      // dims with Llama 3.1 frequency factors, and 16-bit weight storage.
+      {"Qwen2_Bias_Halves_GQA", kvd_test::qwen2_like(small_config(4, 2, 10, 40, 2, 56, 61, 40))},
+      {"Qwen3_QKNorm_Dh16_D40", kvd_test::qwen3_like(small_config(4, 2, 16, 40, 2, 56, 61, 36))},
+      {"PartialRope_Factors", [] { auto c = small_config(4, 2, 10, 40, 2, 56, 61, 34); c.rope_dim = 6; return c; }(),
+       WeightType::kF32, false, true},
+      {"F16_GQA_D64_S70", small_config(8, 2, 16, 64, 2, 96, 130, 70), WeightType::kF16},
+      {"BF16_Qwen2_Window5", windowed(kvd_test::qwen2_like(small_config(4, 2, 10, 40, 2, 300, 45, 40)), 5), WeightType::kBF16},
+      {"MixedStorage_Untied", [] { auto c = small_config(4, 2, 10, 40, 2, 72, 50, 33); c.shared_classifier = false; return c; }(),
+       WeightType::kF32, true},
   };
 }
 
@@ -50,15 +61,16 @@ class ExactEquivalence : public ::testing::TestWithParam<Param> {
     set_num_threads(GetParam().threads);
   }
   void TearDown() override { set_num_threads(saved_threads_); }
-  const ModelConfig& config() const { return GetParam().shape.config; }
+  const Shape& shape() const { return GetParam().shape; }
   int saved_threads_ = 1;
 };
 
 // forward_reference(tokens[0..t]) at t equals row t of the reference over the whole sequence,
 // and prefill of the whole prompt with all logits equals the reference row by row.
 template <class T>
-void check_prefill_matches_reference(const ModelConfig& c) {
-  Transformer<T> model(ModelWeights<T>::random(c, 11));
+void check_prefill_matches_reference(const Shape& s) {
+  const ModelConfig& c = s.config;
+  Transformer<T> model(kvd_test::make_weights<T>(s, 11));
   const int n = c.max_seq_len, V = c.vocab_size;
   const auto tokens = make_tokens(n, V);
   const RowMatrix<T> ref = model.forward_reference(tokens);
@@ -75,8 +87,9 @@ void check_prefill_matches_reference(const ModelConfig& c) {
 
 // prefill(tokens[0..t]) alone, for every prompt length t from 1 to max_seq_len.
 template <class T>
-void check_prefill_every_length(const ModelConfig& c) {
-  Transformer<T> model(ModelWeights<T>::random(c, 12));
+void check_prefill_every_length(const Shape& s) {
+  const ModelConfig& c = s.config;
+  Transformer<T> model(kvd_test::make_weights<T>(s, 12));
   const int n = c.max_seq_len, V = c.vocab_size;
   const auto tokens = make_tokens(n, V, 3);
   const RowMatrix<T> ref = model.forward_reference(tokens);
@@ -90,8 +103,9 @@ void check_prefill_every_length(const ModelConfig& c) {
 
 // prefill(tokens[0..k]) then decode steps to the end, for every k.
 template <class T>
-void check_prefill_then_decode(const ModelConfig& c) {
-  Transformer<T> model(ModelWeights<T>::random(c, 13));
+void check_prefill_then_decode(const Shape& s) {
+  const ModelConfig& c = s.config;
+  Transformer<T> model(kvd_test::make_weights<T>(s, 13));
   const int n = c.max_seq_len, V = c.vocab_size;
   const auto tokens = make_tokens(n, V, 5);
   const RowMatrix<T> ref = model.forward_reference(tokens);
@@ -111,8 +125,9 @@ void check_prefill_then_decode(const ModelConfig& c) {
 
 // Random splits of the prompt into prefill chunks, each returning all its logits.
 template <class T>
-void check_chunked_prefill(const ModelConfig& c) {
-  Transformer<T> model(ModelWeights<T>::random(c, 14));
+void check_chunked_prefill(const Shape& s) {
+  const ModelConfig& c = s.config;
+  Transformer<T> model(kvd_test::make_weights<T>(s, 14));
   const int n = c.max_seq_len, V = c.vocab_size;
   const auto tokens = make_tokens(n, V, 9);
   const RowMatrix<T> ref = model.forward_reference(tokens);
@@ -134,8 +149,9 @@ void check_chunked_prefill(const ModelConfig& c) {
 
 // generate() with and without the cache: same tokens, same logits at every position.
 template <class T>
-void check_generate_same(const ModelConfig& c) {
-  Transformer<T> model(ModelWeights<T>::random(c, 15));
+void check_generate_same(const Shape& s) {
+  const ModelConfig& c = s.config;
+  Transformer<T> model(kvd_test::make_weights<T>(s, 15));
   const int V = c.vocab_size;
   const auto prompt = make_tokens(3, V, 4);
   GenerateOptions opt;
@@ -161,8 +177,9 @@ void check_generate_same(const ModelConfig& c) {
 
 // Several sequences of different lengths decoded in one batch == each decoded alone.
 template <class T>
-void check_decode_batch(const ModelConfig& c) {
-  Transformer<T> model(ModelWeights<T>::random(c, 16));
+void check_decode_batch(const Shape& s) {
+  const ModelConfig& c = s.config;
+  Transformer<T> model(kvd_test::make_weights<T>(s, 16));
   const int V = c.vocab_size, B = 4;
   std::vector<std::vector<int>> seqs;
   std::vector<KVCache<T>> alone, batched;
@@ -191,8 +208,9 @@ void check_decode_batch(const ModelConfig& c) {
 // The whole model against the double oracle: float within 1e-4 of the largest logit,
 // double within 1e-10.
 template <class T>
-void check_against_oracle(const ModelConfig& c, double tol) {
-  const auto weights = ModelWeights<T>::random(c, 17);
+void check_against_oracle(const Shape& s, double tol) {
+  const ModelConfig& c = s.config;
+  const auto weights = kvd_test::make_weights<T>(s, 17);
   const auto oracle = kvd_test::oracle_logits(weights.template cast<double>(), make_tokens(c.max_seq_len, c.vocab_size, 2));
   Transformer<T> model(weights.template cast<T>());
   KVCache<T> cache(c);
@@ -211,20 +229,20 @@ void check_against_oracle(const ModelConfig& c, double tol) {
 
 }  // namespace
 
-TEST_P(ExactEquivalence, PrefillMatchesReferenceFloat) { check_prefill_matches_reference<float>(config()); }
-TEST_P(ExactEquivalence, PrefillMatchesReferenceDouble) { check_prefill_matches_reference<double>(config()); }
-TEST_P(ExactEquivalence, PrefillEveryPromptLengthFloat) { check_prefill_every_length<float>(config()); }
-TEST_P(ExactEquivalence, PrefillEveryPromptLengthDouble) { check_prefill_every_length<double>(config()); }
-TEST_P(ExactEquivalence, PrefillThenDecodeEverySplitFloat) { check_prefill_then_decode<float>(config()); }
-TEST_P(ExactEquivalence, PrefillThenDecodeEverySplitDouble) { check_prefill_then_decode<double>(config()); }
-TEST_P(ExactEquivalence, ChunkedPrefillFloat) { check_chunked_prefill<float>(config()); }
-TEST_P(ExactEquivalence, ChunkedPrefillDouble) { check_chunked_prefill<double>(config()); }
-TEST_P(ExactEquivalence, GenerateCachedEqualsUncachedFloat) { check_generate_same<float>(config()); }
-TEST_P(ExactEquivalence, GenerateCachedEqualsUncachedDouble) { check_generate_same<double>(config()); }
-TEST_P(ExactEquivalence, DecodeBatchEqualsSingleFloat) { check_decode_batch<float>(config()); }
-TEST_P(ExactEquivalence, DecodeBatchEqualsSingleDouble) { check_decode_batch<double>(config()); }
-TEST_P(ExactEquivalence, FloatAgreesWithDoubleOracle) { check_against_oracle<float>(config(), 1e-4); }
-TEST_P(ExactEquivalence, DoubleAgreesWithDoubleOracle) { check_against_oracle<double>(config(), 1e-10); }
+TEST_P(ExactEquivalence, PrefillMatchesReferenceFloat) { check_prefill_matches_reference<float>(shape()); }
+TEST_P(ExactEquivalence, PrefillMatchesReferenceDouble) { check_prefill_matches_reference<double>(shape()); }
+TEST_P(ExactEquivalence, PrefillEveryPromptLengthFloat) { check_prefill_every_length<float>(shape()); }
+TEST_P(ExactEquivalence, PrefillEveryPromptLengthDouble) { check_prefill_every_length<double>(shape()); }
+TEST_P(ExactEquivalence, PrefillThenDecodeEverySplitFloat) { check_prefill_then_decode<float>(shape()); }
+TEST_P(ExactEquivalence, PrefillThenDecodeEverySplitDouble) { check_prefill_then_decode<double>(shape()); }
+TEST_P(ExactEquivalence, ChunkedPrefillFloat) { check_chunked_prefill<float>(shape()); }
+TEST_P(ExactEquivalence, ChunkedPrefillDouble) { check_chunked_prefill<double>(shape()); }
+TEST_P(ExactEquivalence, GenerateCachedEqualsUncachedFloat) { check_generate_same<float>(shape()); }
+TEST_P(ExactEquivalence, GenerateCachedEqualsUncachedDouble) { check_generate_same<double>(shape()); }
+TEST_P(ExactEquivalence, DecodeBatchEqualsSingleFloat) { check_decode_batch<float>(shape()); }
+TEST_P(ExactEquivalence, DecodeBatchEqualsSingleDouble) { check_decode_batch<double>(shape()); }
+TEST_P(ExactEquivalence, FloatAgreesWithDoubleOracle) { check_against_oracle<float>(shape(), 1e-4); }
+TEST_P(ExactEquivalence, DoubleAgreesWithDoubleOracle) { check_against_oracle<double>(shape(), 1e-10); }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ExactEquivalence,
                          ::testing::ValuesIn([] {

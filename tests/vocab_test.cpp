@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <random>
+#include <thread>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -286,6 +287,23 @@ TEST(LongInput, OneMegabyteWithoutSpacesEncodesAndDecodes) {
       EXPECT_EQ(tok->decode(ids), *text) << path;
     }
   }
+}
+
+TEST(Concurrency, EncodingFromSeveralThreadsGivesTheSameIds) {
+  SKIP_IF_MISSING(kVocab + "vocab-qwen3.gguf");
+  const auto tok = kvd::load_tokenizer(kVocab + "vocab-qwen3.gguf");
+  const auto cases = read_cases(kRef + "ggml-vocab-qwen2.gguf.inp");
+  std::vector<std::vector<int>> want;
+  for (const std::string& c : cases) want.push_back(tok->encode(c, false, false));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round)
+        for (std::size_t i = 0; i < cases.size(); ++i) mismatches[t] += tok->encode(cases[i], false, false) != want[i];
+    });
+  for (auto& th : threads) th.join();
+  for (int m : mismatches) EXPECT_EQ(m, 0);
 }
 
 // --- telling formats apart by content ---------------------------------------

@@ -366,14 +366,26 @@ inline OpenCheckpoint open_checkpoint(const std::string& path) {
 /// possibly const; the reader and the writer share this one order.
 template <class W, class TensorFn, class RopeFn>
 void visit_checkpoint_tensors(W& w, CheckpointFormat format, TensorFn&& tensor, RopeFn&& rope) {
+  using T = typename std::remove_const_t<W>::Scalar;
   auto& layers = w.layers;
+  // A vector's values, or a dense matrix's (f32/f64 storage of T; asserted).
+  auto values = [](auto& t) {
+    using U = std::remove_reference_t<decltype(t)>;
+    if constexpr (std::is_same_v<std::remove_const_t<U>, WeightMatrix>) {
+      if constexpr (std::is_const_v<U>) return reinterpret_cast<const T*>(t.data());
+      else return t.template mutable_dense<T>();
+    } else {
+      return t.data();
+    }
+  };
+  auto count = [](const auto& t) { return static_cast<std::uint64_t>(t.rows()) * static_cast<std::uint64_t>(t.cols()); };
   auto each_layer = [&](const char* name, auto member) {
     for (std::size_t l = 0; l < layers.size(); ++l) {
       auto& t = layers[l].*member;
-      tensor(name, static_cast<int>(l), t.data(), static_cast<std::uint64_t>(t.size()));
+      tensor(name, static_cast<int>(l), values(t), count(t));
     }
   };
-  auto whole = [&](const char* name, auto& t) { tensor(name, -1, t.data(), static_cast<std::uint64_t>(t.size())); };
+  auto whole = [&](const char* name, auto& t) { tensor(name, -1, values(t), count(t)); };
   using L = std::remove_const_t<std::remove_reference_t<decltype(layers[0])>>;
   if (format == CheckpointFormat::kLlama2cLegacy) {
     whole("token_embedding", w.token_embedding);  // (V, D)
@@ -410,21 +422,23 @@ ModelWeights<T> allocate_weights(const ModelConfig& c) {
   const long D = c.d_model, V = c.vocab_size, F = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
   ModelWeights<T> w;
   w.config = c;
-  w.token_embedding.resize(V, D);
+  constexpr WeightType dense = std::is_same_v<T, float> ? WeightType::kF32 : WeightType::kF64;
+  auto matrix = [](long rows, long cols) { return WeightMatrix::zeros(dense, rows, cols); };
+  w.token_embedding = matrix(V, D);
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
   for (auto& l : w.layers) {
     l.attn_norm.resize(D);
-    l.wq.resize(q, D);
-    l.wk.resize(kv, D);
-    l.wv.resize(kv, D);
-    l.wo.resize(D, q);
+    l.wq = matrix(q, D);
+    l.wk = matrix(kv, D);
+    l.wv = matrix(kv, D);
+    l.wo = matrix(D, q);
     l.ffn_norm.resize(D);
-    l.w1.resize(F, D);
-    l.w2.resize(D, F);
-    l.w3.resize(F, D);
+    l.w1 = matrix(F, D);
+    l.w2 = matrix(D, F);
+    l.w3 = matrix(F, D);
   }
   w.final_norm.resize(D);
-  if (!c.shared_classifier) w.classifier.resize(V, D);
+  if (!c.shared_classifier) w.classifier = matrix(V, D);
   return w;
 }
 

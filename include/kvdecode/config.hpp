@@ -22,6 +22,23 @@
 
 namespace kvd {
 
+/// Which dimensions of a head RoPE rotates together. Explicit values: frozen.
+enum class RopeStyle : std::uint8_t {
+  kAdjacent = 0,  ///< pairs (x[2i], x[2i+1]): llama2.c, GGUF `llama` (llama.cpp's "normal" RoPE)
+  kHalves = 1,    ///< pairs (x[i], x[i + n/2]): GPT-NeoX, Hugging Face rotate_half, GGUF qwen2/qwen3 ("NEOX")
+};
+
+namespace detail {
+/// The one sliding-window formula: the first position a query at `pos` may attend
+/// to, 0 without a window (sliding_window = 0), else max(0, pos - window + 1).
+inline int first_visible(int pos, int sliding_window) {
+  return sliding_window > 0 && pos - sliding_window + 1 > 0 ? pos - sliding_window + 1 : 0;
+}
+}  // namespace detail
+
+/// "adjacent" or "halves". Never fails.
+inline const char* rope_style_name(RopeStyle s) { return s == RopeStyle::kHalves ? "halves" : "adjacent"; }
+
 struct ModelConfig {
   int vocab_size = 512;
   int d_model = 64;
@@ -35,10 +52,15 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   bool shared_classifier = true;  ///< classifier weight is the token embedding (tied)
   int sliding_window = 0;         ///< attend to the last `sliding_window` positions only; 0 = off
+  RopeStyle rope_style = RopeStyle::kAdjacent;  ///< how RoPE pairs a head's dimensions
+  int rope_dim = 0;               ///< leading dimensions of each head that RoPE rotates; 0 = all (head_dim)
+  bool qkv_bias = false;          ///< q, k and v projections add a bias (qwen2)
+  bool qk_norm = false;           ///< per-head RMSNorm of q and k before RoPE (qwen3)
 
   int q_dim() const { return n_heads * head_dim; }            ///< H * Dh
   int kv_dim() const { return n_kv_heads * head_dim; }        ///< Hk * Dh
   int heads_per_kv() const { return n_heads / n_kv_heads; }   ///< query heads sharing one KV head
+  int rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }  ///< dims RoPE rotates per head
 
   /// Bytes the KV cache stores per token: 2 (K and V) * L * Hk * (bytes of one head vector of Dh values).
   /// For q8 each head vector is its own group run (34 bytes per 32 values, rounded up).
@@ -52,6 +74,8 @@ struct ModelConfig {
     const std::uint64_t D = d_model, V = vocab_size, L = n_layers, F = hidden_dim;
     const std::uint64_t q = q_dim(), kv = kv_dim();
     std::uint64_t per_layer = D /*attn norm*/ + D * q + 2 * D * kv + q * D + D /*ffn norm*/ + 3 * D * F;
+    if (qkv_bias) per_layer += q + 2 * kv;
+    if (qk_norm) per_layer += 2ull * static_cast<std::uint64_t>(head_dim);
     return V * D + L * per_layer + D + (shared_classifier ? 0 : V * D);
   }
 
@@ -76,6 +100,11 @@ struct ModelConfig {
       throw ConfigError(detail::msg("ModelConfig.rope_theta = ", rope_theta, " must be in (1, 1e12]"));
     if (!(norm_eps > 0.0) || norm_eps > 1.0)
       throw ConfigError(detail::msg("ModelConfig.norm_eps = ", norm_eps, " must be in (0, 1]"));
+    if (rope_dim < 0 || rope_dim > head_dim || rope_dim % 2 != 0)
+      throw ConfigError(detail::msg("ModelConfig.rope_dim = ", rope_dim, " must be even and in [0, head_dim = ", head_dim,
+                                    "] (0 = head_dim)"));
+    if (rope_style != RopeStyle::kAdjacent && rope_style != RopeStyle::kHalves)
+      throw ConfigError(detail::msg("ModelConfig.rope_style = ", static_cast<int>(rope_style), " is not a RoPE style"));
     if (sliding_window < 0)
       throw ConfigError(detail::msg("ModelConfig.sliding_window = ", sliding_window, " must be >= 0 (0 = off)"));
     // Limits that keep every buffer size far from integer overflow (2^31 elements per matrix).
@@ -119,14 +148,18 @@ struct ModelConfig {
   std::string summary() const {
     return detail::msg("D=", d_model, " L=", n_layers, " H=", n_heads, " Hk=", n_kv_heads, " Dh=", head_dim,
                        " F=", hidden_dim, " V=", vocab_size, " S=", max_seq_len,
-                       sliding_window ? detail::msg(" window=", sliding_window) : std::string());
+                       sliding_window ? detail::msg(" window=", sliding_window) : std::string(),
+                       rope_style == RopeStyle::kHalves ? " rope=halves" : "",
+                       rope_dim ? detail::msg(" rope_dim=", rope_dim) : std::string(), qkv_bias ? " qkv_bias" : "",
+                       qk_norm ? " qk_norm" : "");
   }
 
   bool operator==(const ModelConfig& o) const {
     return vocab_size == o.vocab_size && d_model == o.d_model && n_layers == o.n_layers && n_heads == o.n_heads &&
            n_kv_heads == o.n_kv_heads && head_dim == o.head_dim && hidden_dim == o.hidden_dim &&
            max_seq_len == o.max_seq_len && rope_theta == o.rope_theta && norm_eps == o.norm_eps &&
-           shared_classifier == o.shared_classifier && sliding_window == o.sliding_window;
+           shared_classifier == o.shared_classifier && sliding_window == o.sliding_window &&
+           rope_style == o.rope_style && rope_dim == o.rope_dim && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm;
   }
   bool operator!=(const ModelConfig& o) const { return !(*this == o); }
 };

@@ -138,49 +138,182 @@ inline void this_thread(int& t, int& nt) {
 
 }  // namespace detail
 
-/// A weight matrix W (n_out x n_in, y = W x) packed into 16-column panels for the kernels.
+namespace detail {
+/// Raw 16-bit weight elements inside packed panels (IEEE binary16, bfloat16).
+struct F16Bits { std::uint16_t bits; };
+struct BF16Bits { std::uint16_t bits; };
+
+/// 16 packed weights of element type W at p, as a vector of the compute type.
+/// Every conversion is exact, so the fma chain sees the stored values themselves.
+template <class V, class W, class T>
+inline V load_weights(const W* p) {
+  if constexpr (std::is_same_v<W, T>) return V::load(p);
+  else if constexpr (std::is_same_v<W, F16Bits>) return V::load_f16(reinterpret_cast<const std::uint16_t*>(p));
+  else return V::load_bf16(reinterpret_cast<const std::uint16_t*>(p));
+}
+}  // namespace detail
+
+/// A weight matrix W (n_out x n_in, y = W x) packed into 16-column panels for the
+/// kernels. The packed storage type is the matrix's own (PackedMatrix<float> may
+/// hold f32, f16 or bf16 panels); PackedMatrix<double> always holds double.
+///
+/// Several matrices with the same n_in may be stacked into one (their outputs
+/// concatenated, e.g. wq|wk|wv). Consecutive parts of one storage type share
+/// panels row by row; a part of another type starts a new *segment* on a fresh
+/// panel, so its first output column (part_col) is rounded up to 16. Callers
+/// find each part's columns with part_col(i).
+///
+/// Layout of a segment of element type W, panel p:
+///   element (k, j) = W[16p + j][k]      (K x 16, k-major, sizeof(W) bytes each)
+///
+/// Adding a storage type means: a packed element layout here (pack_segment) and
+/// a case in kvd::matmul's dispatch that runs the kernels with it.
 template <class T>
 class PackedMatrix {
  public:
+  /// A run of panels in one packed storage type.
+  struct Segment {
+    WeightType type = WeightType::kF32;  ///< packed element type (kF32/kF64 = T itself, kF16, kBF16)
+    long panel0 = 0, n_panels = 0;       ///< panels [panel0, panel0 + n_panels)
+    std::uint64_t byte0 = 0;             ///< offset of its first panel in the packed bytes
+    std::uint64_t panel_bytes = 0;       ///< bytes of one panel (K x 16 elements)
+  };
+
   PackedMatrix() = default;
 
-  /// Packs W (n_out x n_in, row-major). Several matrices with the same n_in may be
-  /// stacked into one (their outputs concatenated), e.g. wq|wk|wv.
+  /// Packs dense matrices of the compute type (tests, benchmarks, random models).
   /// Throws ConfigError if the matrices have different n_in.
   explicit PackedMatrix(std::initializer_list<const RowMatrix<T>*> parts) {
-    long n_out = 0;
-    n_in_ = parts.size() ? (*parts.begin())->cols() : 0;
-    for (const auto* p : parts) {
-      if (p->cols() != n_in_)
-        throw ConfigError(detail::msg("cannot stack matrices with ", p->cols(), " and ", n_in_, " input columns"));
-      n_out += p->rows();
-    }
-    n_out_ = n_out;
-    n_panels_ = detail::round_up_lanes(n_out_) / detail::kLanes;
-    data_.resize(static_cast<std::size_t>(n_panels_) * n_in_ * detail::kLanes);
-    long row = 0;
-    for (const auto* p : parts) {
-      for (long r = 0; r < p->rows(); ++r, ++row) {
-        T* panel = data_.data() + (row / detail::kLanes) * n_in_ * detail::kLanes;
-        const long j = row % detail::kLanes;
-        for (long k = 0; k < n_in_; ++k) panel[k * detail::kLanes + j] = (*p)(r, k);
-      }
+    std::vector<WeightMatrix> owned;
+    for (const auto* p : parts) owned.push_back(WeightMatrix::from_dense(*p));
+    std::vector<const WeightMatrix*> ptrs;
+    for (const auto& w : owned) ptrs.push_back(&w);
+    build(ptrs);
+  }
+
+  /// Packs weight matrices in their own storage types. Throws ConfigError if the
+  /// matrices have different n_in or a type cannot be computed with.
+  explicit PackedMatrix(std::initializer_list<const WeightMatrix*> parts) { build(std::vector<const WeightMatrix*>(parts)); }
+  explicit PackedMatrix(const std::vector<const WeightMatrix*>& parts) { build(parts); }
+
+  long n_out() const { return n_out_; }      ///< N: output rows of all parts
+  long n_in() const { return n_in_; }        ///< K: reduction length
+  long n_out_padded() const { return n_panels_ * detail::kLanes; }  ///< output columns written (16 per panel)
+  long n_panels() const { return n_panels_; }
+  long part_col(std::size_t i) const { return part_col_[i]; }  ///< first output column of part i
+  const std::vector<Segment>& segments() const { return segments_; }
+  /// The packed type of a single-segment matrix (the first segment's otherwise).
+  WeightType type() const { return segments_.empty() ? WeightType::kF32 : segments_[0].type; }
+  /// Panel p as elements of its segment's type W: (K x 16).
+  template <class W>
+  const W* panel_as(long p) const {
+    const Segment& s = segment_of(p);
+    return reinterpret_cast<const W*>(data_.data() + s.byte0 + static_cast<std::uint64_t>(p - s.panel0) * s.panel_bytes);
+  }
+  /// Panel p of a dense (compute-type) segment: (K x 16). Precondition (asserted): dense.
+  const T* panel(long p) const {
+    KVD_ASSERT(segment_of(p).type == kDense);
+    return panel_as<T>(p);
+  }
+  std::uint64_t bytes() const { return static_cast<std::uint64_t>(data_.size()); }
+
+  /// W[n][k] for output column n (as numbered by part_col), read back from the
+  /// packed layout (for tests and the reference).
+  T at(long n, long k) const {
+    const long p = n / detail::kLanes, j = n % detail::kLanes;
+    const std::uint64_t e = static_cast<std::uint64_t>(k) * detail::kLanes + j;
+    switch (segment_of(p).type) {
+      case WeightType::kF16: return static_cast<T>(detail::half_bits_to_float(panel_as<std::uint16_t>(p)[e]));
+      case WeightType::kBF16: return static_cast<T>(detail::bf16_bits_to_float(panel_as<std::uint16_t>(p)[e]));
+      default: return panel_as<T>(p)[e];
     }
   }
 
-  long n_out() const { return n_out_; }      ///< N: output columns
-  long n_in() const { return n_in_; }        ///< K: reduction length
-  long n_out_padded() const { return n_panels_ * detail::kLanes; }  ///< N rounded up to 16
-  long n_panels() const { return n_panels_; }
-  const T* panel(long p) const { return data_.data() + p * n_in_ * detail::kLanes; }  ///< (K x 16)
-  std::uint64_t bytes() const { return static_cast<std::uint64_t>(data_.size()) * sizeof(T); }
-
-  /// W[n][k], read back from the packed layout (for tests and the reference).
-  T at(long n, long k) const { return panel(n / detail::kLanes)[k * detail::kLanes + n % detail::kLanes]; }
-
  private:
+  static constexpr WeightType kDense = std::is_same_v<T, float> ? WeightType::kF32 : WeightType::kF64;
+
+  /// The packed element type a matrix of storage type t gets.
+  static WeightType packed_type(WeightType t) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (t == WeightType::kF16 || t == WeightType::kBF16) return t;
+    }
+    return kDense;  // everything else is converted exactly to T (block types dequantised)
+  }
+  static std::uint64_t element_bytes(WeightType packed) {
+    return packed == WeightType::kF16 || packed == WeightType::kBF16 ? 2 : sizeof(T);
+  }
+
+  const Segment& segment_of(long p) const {
+    std::size_t i = 0;
+    while (i + 1 < segments_.size() && p >= segments_[i + 1].panel0) ++i;
+    return segments_[i];
+  }
+
+  void build(const std::vector<const WeightMatrix*>& parts) {
+    n_in_ = parts.empty() ? 0 : parts[0]->cols();
+    for (const auto* p : parts)
+      if (p->cols() != n_in_)
+        throw ConfigError(detail::msg("cannot stack matrices with ", p->cols(), " and ", n_in_, " input columns"));
+    // Plan segments: maximal runs of parts with one packed type.
+    struct Run { WeightType type; std::size_t first, last; long rows; };
+    std::vector<Run> runs;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const WeightType t = packed_type(parts[i]->type());
+      if (runs.empty() || runs.back().type != t) runs.push_back({t, i, i, 0});
+      runs.back().last = i;
+      runs.back().rows += parts[i]->rows();
+    }
+    std::uint64_t total = 0;
+    long panels = 0;
+    n_out_ = 0;
+    part_col_.assign(parts.size(), 0);
+    segments_.clear();
+    for (const Run& r : runs) {
+      Segment s;
+      s.type = r.type;
+      s.panel0 = panels;
+      s.n_panels = detail::round_up_lanes(r.rows) / detail::kLanes;
+      s.panel_bytes = static_cast<std::uint64_t>(n_in_) * detail::kLanes * element_bytes(r.type);
+      s.byte0 = total;
+      long col = panels * detail::kLanes;
+      for (std::size_t i = r.first; i <= r.last; ++i) {
+        part_col_[i] = col;
+        col += parts[i]->rows();
+      }
+      total += s.panel_bytes * static_cast<std::uint64_t>(s.n_panels);
+      panels += s.n_panels;
+      n_out_ += r.rows;
+      segments_.push_back(s);
+    }
+    n_panels_ = panels;
+    data_.resize(static_cast<std::size_t>(total));
+    std::vector<T> row_buf(static_cast<std::size_t>(n_in_));  // one row converted to T
+    for (std::size_t si = 0; si < runs.size(); ++si) {
+      long row = 0;  // row inside the segment
+      for (std::size_t i = runs[si].first; i <= runs[si].last; ++i)
+        for (long r = 0; r < parts[i]->rows(); ++r, ++row) pack_row(segments_[si], *parts[i], r, row, row_buf);
+    }
+  }
+
+  // Writes row r of m as column `row` of segment s (panel row / 16, lane row % 16).
+  void pack_row(const Segment& s, const WeightMatrix& m, long r, long row, std::vector<T>& row_buf) {
+    unsigned char* panel = data_.data() + s.byte0 + static_cast<std::uint64_t>(row / detail::kLanes) * s.panel_bytes;
+    const long j = row % detail::kLanes, K = n_in_;
+    if (s.type == WeightType::kF16 || s.type == WeightType::kBF16) {  // 16-bit bits copied as they are
+      const unsigned char* src = m.row_data(r);
+      auto* dst = reinterpret_cast<std::uint16_t*>(panel);
+      for (long k = 0; k < K; ++k) std::memcpy(dst + k * detail::kLanes + j, src + 2 * k, 2);
+      return;
+    }
+    m.dequantize_row(r, row_buf.data());
+    T* dst = reinterpret_cast<T*>(panel);
+    for (long k = 0; k < K; ++k) dst[k * detail::kLanes + j] = row_buf[k];
+  }
+
   long n_out_ = 0, n_in_ = 0, n_panels_ = 0;
-  detail::AlignedBuffer<T> data_;  // (n_panels, K, 16)
+  std::vector<long> part_col_;
+  std::vector<Segment> segments_;
+  detail::AlignedBuffer<unsigned char> data_;  // segments' panels back to back
 };
 
 namespace detail {
@@ -224,8 +357,8 @@ constexpr int small_panels(int mr) {
 }
 
 /// Small-M tiles that stream weights from memory prefetch each panel this many
-/// k ahead (64 k = 4 KiB per stream; measured better than 16 or 256).
-inline constexpr long kPrefetchK = 64;
+/// bytes ahead (4 KiB per stream, 64 k of float; measured better than 1 or 16 KiB).
+inline constexpr std::size_t kPrefetchBytes = 4096;
 /// k block of the small-M path when it has more than one row tile.
 inline constexpr long kSmallKc = 128;
 
@@ -247,8 +380,8 @@ inline constexpr std::int64_t kMatmulParallelThreshold = 1 << 18;
 /// b[p * bstride + 16 k .. +16).
 /// `first` starts every accumulator at +0, otherwise at the value in y: a k
 /// block continues the same fma chain exactly where the previous one stored it.
-template <class T, class V, int MR, int NP, long kLda, bool kPrefetch = false>
-inline void matmul_tile(const T* a, long lda, const T* b, long bstride, long kc, T* y, long ldy, bool first) {
+template <class T, class V, class W, int MR, int NP, long kLda, bool kPrefetch = false>
+inline void matmul_tile(const T* a, long lda, const W* b, long bstride, long kc, T* y, long ldy, bool first) {
   if constexpr (kLda > 0) lda = kLda;
   V acc[MR][NP];
   if (first) {
@@ -260,10 +393,10 @@ inline void matmul_tile(const T* a, long lda, const T* b, long bstride, long kc,
   }
   for (long k = 0; k < kc; ++k) {
     V bv[NP];
-    KVD_UNROLL(8) for (int p = 0; p < NP; ++p) bv[p] = V::load(b + p * bstride + k * kLanes);
+    KVD_UNROLL(8) for (int p = 0; p < NP; ++p) bv[p] = load_weights<V, W, T>(b + p * bstride + k * kLanes);
     if constexpr (kPrefetch) {
       // (may point past the end of the weights: a prefetch never faults)
-      KVD_UNROLL(8) for (int p = 0; p < NP; ++p) prefetch_read_at(b + p * bstride + k * kLanes, kPrefetchK * kLanes * sizeof(T));
+      KVD_UNROLL(8) for (int p = 0; p < NP; ++p) prefetch_read_at(b + p * bstride + k * kLanes, kPrefetchBytes);
     }
     KVD_UNROLL(16) for (int r = 0; r < MR; ++r) {
       const V av = V::broadcast(a[r * lda + k]);
@@ -283,26 +416,34 @@ constexpr int max_tile_rows(int np) {
 
 // Runtime (mr, np) -> the matching compiled tile. Only shapes that fit the
 // register budget exist; callers never ask for others.
-template <class T, class V, long kLda, int NP, int MR = max_tile_rows<V, kLda>(NP)>
-inline void matmul_tile_rows(int mr, const T* a, long lda, const T* b, long bstride, long kc, T* y, long ldy,
+template <class T, class V, class W, long kLda, int NP, int MR = max_tile_rows<V, kLda>(NP)>
+inline void matmul_tile_rows(int mr, const T* a, long lda, const W* b, long bstride, long kc, T* y, long ldy,
                              bool first, bool prefetch) {
   if constexpr (MR >= 1) {
     if (mr == MR) {
-      if (kLda == 0 && prefetch) return matmul_tile<T, V, MR, NP, kLda, true>(a, lda, b, bstride, kc, y, ldy, first);
-      return matmul_tile<T, V, MR, NP, kLda>(a, lda, b, bstride, kc, y, ldy, first);
+      if (kLda == 0 && prefetch) return matmul_tile<T, V, W, MR, NP, kLda, true>(a, lda, b, bstride, kc, y, ldy, first);
+      return matmul_tile<T, V, W, MR, NP, kLda>(a, lda, b, bstride, kc, y, ldy, first);
     }
-    return matmul_tile_rows<T, V, kLda, NP, MR - 1>(mr, a, lda, b, bstride, kc, y, ldy, first, prefetch);
+    return matmul_tile_rows<T, V, W, kLda, NP, MR - 1>(mr, a, lda, b, bstride, kc, y, ldy, first, prefetch);
   }
 }
 
-template <class T, class V, long kLda, int NP = (kLda > 0 ? kLargePanels<V> : kMaxTilePanels)>
-inline void matmul_tile_any(int mr, int np, const T* a, long lda, const T* b, long bstride, long kc, T* y, long ldy,
+template <class T, class V, class W, long kLda, int NP = (kLda > 0 ? kLargePanels<V> : kMaxTilePanels)>
+inline void matmul_tile_any(int mr, int np, const T* a, long lda, const W* b, long bstride, long kc, T* y, long ldy,
                             bool first, bool prefetch = false) {
   if constexpr (NP >= 1) {
-    if (np == NP) return matmul_tile_rows<T, V, kLda, NP>(mr, a, lda, b, bstride, kc, y, ldy, first, prefetch);
-    return matmul_tile_any<T, V, kLda, NP - 1>(mr, np, a, lda, b, bstride, kc, y, ldy, first, prefetch);
+    if (np == NP) return matmul_tile_rows<T, V, W, kLda, NP>(mr, a, lda, b, bstride, kc, y, ldy, first, prefetch);
+    return matmul_tile_any<T, V, W, kLda, NP - 1>(mr, np, a, lda, b, bstride, kc, y, ldy, first, prefetch);
   }
 }
+
+/// The panels of one segment as the kernels see them: P panels of K x 16 elements of W.
+template <class W>
+struct PanelRange {
+  const W* data = nullptr;  // panel p starts at data + p * K * 16
+  long n_panels = 0, K = 0;
+  const W* panel(long p) const { return data + p * K * kLanes; }
+};
 
 // ---- Work split ------------------------------------------------------------
 
@@ -316,9 +457,9 @@ inline void split_range(long n, int t, int nt, long& begin, long& end) {
 /// takes a contiguous range of column tiles, so the threads stream disjoint
 /// contiguous parts of the packed weights, each byte once from memory; a second
 /// row tile, if any, rereads each k block of weights from L1.
-template <class T, class V>
-void matmul_small(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy, bool parallel) {
-  const long K = w.n_in(), P = w.n_panels(), bstride = K * kLanes;
+template <class T, class V, class W>
+void matmul_small(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy, bool parallel) {
+  const long K = w.K, P = w.n_panels, bstride = K * kLanes;
   const long n_rtiles = M <= kLargeRows<V> ? 1 : (M + kSmallRows<V> - 1) / kSmallRows<V>;
   const int mr_max = static_cast<int>((M + n_rtiles - 1) / n_rtiles);
   const int np_max = small_panels<V>(mr_max);
@@ -342,8 +483,8 @@ void matmul_small(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, 
         const long kc = std::min(kc_max, K - k0);
         for (long m0 = 0; m0 < M; m0 += mr_max) {
           const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
-          matmul_tile_any<T, V, 0>(mr, np, x + m0 * ldx + k0, ldx, w.panel(p0) + k0 * kLanes, bstride, kc,
-                                   y + m0 * ldy + p0 * kLanes, ldy, k0 == 0, m0 == 0);
+          matmul_tile_any<T, V, W, 0>(mr, np, x + m0 * ldx + k0, ldx, w.panel(p0) + k0 * kLanes, bstride, kc,
+                                      y + m0 * ldy + p0 * kLanes, ldy, k0 == 0, m0 == 0);
         }
       }
     }
@@ -365,10 +506,10 @@ inline T* matmul_pack_buffer() {
 /// 14 rather than 14 and a small remainder). With enough rows the threads split
 /// rows, so each packs only its own; otherwise they split column tiles. Either
 /// way every output's chain stays whole.
-template <class T, class V>
-void matmul_large(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy, bool parallel) {
+template <class T, class V, class W>
+void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy, bool parallel) {
   constexpr int MR = kLargeRows<V>, NP = kLargePanels<V>;
-  const long K = w.n_in(), P = w.n_panels(), bstride = K * kLanes;
+  const long K = w.K, P = w.n_panels, bstride = K * kLanes;
   const long n_ctiles = (P + NP - 1) / NP;
 #if defined(_OPENMP)
 #pragma omp parallel if (parallel)
@@ -398,7 +539,7 @@ void matmul_large(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, 
         for (long c = c0; c < c1; ++c) {
           const long p0 = c * NP;
           const int np = static_cast<int>(std::min<long>(NP, P - p0));
-          const T* b = w.panel(p0) + k0 * kLanes;
+          const W* b = w.panel(p0) + k0 * kLanes;
           for (long i = 0; i < n_rtiles; ++i) {
             long r0, r1;
             rows_of(i, r0, r1);
@@ -414,12 +555,12 @@ void matmul_large(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, 
               for (long j = pn; j < std::min(pn + NP, P); ++j) prefetch_read(y + (mb + q) * ldy + j * kLanes);
             if (c + 1 < c1) {
               const long lines = static_cast<long>(NP) * kc, l1 = lines * (i + 1) / n_rtiles;
-              const T* bn = w.panel(p0 + NP) + k0 * kLanes;
+              const W* bn = w.panel(p0 + NP) + k0 * kLanes;
               for (long l = lines * i / n_rtiles; l < l1; ++l)
                 if (p0 + NP + l % NP < P) prefetch_l2(bn + (l % NP) * bstride + (l / NP) * kLanes);
             }
-            matmul_tile_any<T, V, kPackStride>(static_cast<int>(r1 - r0), np, xp + r0 * kPackStride, kPackStride, b,
-                                               bstride, kc, y + (mb + r0) * ldy + p0 * kLanes, ldy, k0 == 0);
+            matmul_tile_any<T, V, W, kPackStride>(static_cast<int>(r1 - r0), np, xp + r0 * kPackStride, kPackStride, b,
+                                                  bstride, kc, y + (mb + r0) * ldy + p0 * kLanes, ldy, k0 == 0);
           }
         }
       }
@@ -427,26 +568,48 @@ void matmul_large(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, 
   }
 }
 
-/// matmul() with an explicit vector implementation V (Vec16<T> in the library;
-/// the tests also run PortableVec16<T> and Avx2Vec16<T> and compare bits).
-template <class T, class V>
-void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy) {
-  const long K = w.n_in();
-  KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= K);
+/// One segment's product with an explicit vector implementation V and packed
+/// element type W: y[:, 0 .. 16 * w.n_panels) for the segment's panels.
+template <class T, class V, class W>
+void matmul_panels(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy) {
+  const long K = w.K;
   if (M <= 0) return;
   if (K == 0) {
-    for (long m = 0; m < M; ++m) std::fill(y + m * ldy, y + m * ldy + w.n_out_padded(), T(0));
+    for (long m = 0; m < M; ++m) std::fill(y + m * ldy, y + m * ldy + w.n_panels * kLanes, T(0));
     return;
   }
-  const bool parallel = M * w.n_out_padded() * K >= kMatmulParallelThreshold;
+  const bool parallel = M * w.n_panels * kLanes * K >= kMatmulParallelThreshold;
   if (M <= kSmallMaxM<V>)
-    matmul_small<T, V>(x, ldx, M, w, y, ldy, parallel);
+    matmul_small<T, V, W>(x, ldx, M, w, y, ldy, parallel);
   else
-    matmul_large<T, V>(x, ldx, M, w, y, ldy, parallel);
+    matmul_large<T, V, W>(x, ldx, M, w, y, ldy, parallel);
+}
+
+/// matmul() with an explicit vector implementation V (Vec16<T> in the library;
+/// the tests also run PortableVec16<T> and Avx2Vec16<T> and compare bits).
+/// The one dispatch on storage type: each segment runs the kernels with its
+/// packed element type.
+template <class T, class V>
+void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy) {
+  KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= w.n_in());
+  for (const auto& s : w.segments()) {
+    T* ys = y + s.panel0 * kLanes;
+    const long K = w.n_in();
+    if constexpr (std::is_same_v<T, float>) {
+      if (s.type == WeightType::kF16) {
+        matmul_panels<T, V, F16Bits>(x, ldx, M, {w.template panel_as<F16Bits>(s.panel0), s.n_panels, K}, ys, ldy);
+        continue;
+      }
+      if (s.type == WeightType::kBF16) {
+        matmul_panels<T, V, BF16Bits>(x, ldx, M, {w.template panel_as<BF16Bits>(s.panel0), s.n_panels, K}, ys, ldy);
+        continue;
+      }
+    }
+    matmul_panels<T, V, T>(x, ldx, M, {w.template panel_as<T>(s.panel0), s.n_panels, K}, ys, ldy);
+  }
 }
 
 }  // namespace detail
-
 /// y (M x Npad, row stride ldy) = x (M x K, row stride ldx) * W^T.
 /// Writes all n_out_padded() columns of each row (the padding columns get 0s),
 /// so ldy must be >= w.n_out_padded(). Every y[m][n] follows the reduction-order

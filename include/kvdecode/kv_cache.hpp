@@ -150,7 +150,7 @@ class KVCache {
   int max_append() const { return max_append_; }  ///< most positions one call may append
   int sliding_window() const { return shape_.sliding_window; }
   /// Oldest position a future row can attend to (0 without a sliding window).
-  int first_position() const { return shape_.sliding_window > 0 ? std::max(0, length_ - shape_.sliding_window + 1) : 0; }
+  int first_position() const { return detail::first_visible(length_, shape_.sliding_window); }
   int stored_positions() const { return n_blocks_ * kBlock; }  ///< positions the allocation holds
   DType dtype() const { return DTypeOf<S>::value; }
 
@@ -172,7 +172,7 @@ class KVCache {
     if (length < 0 || length > length_)
       throw CacheFullError(detail::msg("cannot truncate cache to ", length, " positions: it holds ", length_));
     if (shape_.sliding_window > 0 && length > 0) {
-      const int oldest_needed = std::max(0, length - shape_.sliding_window + 1);
+      const int oldest_needed = detail::first_visible(length, shape_.sliding_window);
       if (oldest_resident() > oldest_needed)
         throw CacheFullError(detail::msg("cannot rewind this sliding-window cache to ", length,
                                          " positions: position ", oldest_needed, " was overwritten; the oldest kept is ",

@@ -14,9 +14,10 @@ class SwiGLU {
  public:
   SwiGLU() = default;
   SwiGLU(const ModelConfig& c, const LayerWeights<T>& w)
-      : d_model_(c.d_model), hidden_dim_(c.hidden_dim), w13_({&w.w1, &w.w3}), w2_({&w.w2}) {}
+      : d_model_(c.d_model), hidden_dim_(c.hidden_dim), w13_({&w.w1, &w.w3}), w2_({&w.w2}), up_col_(w13_.part_col(1)) {}
 
-  const PackedMatrix<T>& w13() const { return w13_; }  ///< (2F, D): gate rows then up rows
+  const PackedMatrix<T>& w13() const { return w13_; }  ///< (2F, D): gate rows then up rows (from up_col())
+  long up_col() const { return up_col_; }
   const PackedMatrix<T>& w2() const { return w2_; }    ///< (D, F)
 
   /// xn (M, ldx) -> out (M, ldo); uses ws.h13 and ws.hmid. Returns multiply-adds performed.
@@ -47,13 +48,14 @@ class SwiGLU {
 #endif
     for (long m = 0; m < M; ++m) {
       const T* g = h13 + m * ld13;
-      swiglu_array(g, g + hidden_dim_, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
+      swiglu_array(g, g + up_col_, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
     }
   }
 
   long d_model_ = 0, hidden_dim_ = 0;
   PackedMatrix<T> w13_;  // (2F, D)
   PackedMatrix<T> w2_;   // (D, F)
+  long up_col_ = 0;      // first column of the up projection in a w13 product row
 };
 
 }  // namespace kvd

@@ -64,46 +64,59 @@ class RMSNorm {
   T eps_ = T(1e-5);
 };
 
-/// Rotary position embedding as in llama2.c: within each head, the consecutive
-/// pair (x[2i], x[2i+1]) is rotated by angle pos * theta^(-2i/head_dim).
-/// The cos/sin table is computed once, in double, for every position < max_seq_len,
-/// so every path rotates with the same values.
+/// Rotary position embedding. Within each head, RoPE rotates the first
+/// rotary_dim dimensions in pairs (the rest pass through):
+///   RopeStyle::kAdjacent  pair i = (x[2i], x[2i+1])             llama2.c, GGUF llama
+///   RopeStyle::kHalves    pair i = (x[i], x[i + rotary_dim/2])   NeoX, HF, qwen2/qwen3
+/// by angle pos * theta^(-2i/rotary_dim) / factor[i] (factors from Llama 3.1's
+/// rope_freqs, 1 when absent). The cos/sin table is computed once, in double, for
+/// every position < max_seq_len, so every path rotates with the same values.
 template <class T>
 class RoPE {
  public:
   RoPE() = default;
-  RoPE(int head_dim, int max_seq_len, double theta) : head_dim_(head_dim), max_seq_len_(max_seq_len) {
-    const int half = head_dim / 2;
+  /// factors: rotary_dim/2 positive values, or empty for none.
+  RoPE(int head_dim, int max_seq_len, double theta, RopeStyle style = RopeStyle::kAdjacent, int rotary_dim = 0,
+       const Vector<T>& factors = Vector<T>())
+      : head_dim_(head_dim), rot_(rotary_dim > 0 ? rotary_dim : head_dim), max_seq_len_(max_seq_len), style_(style) {
+    const int half = rot_ / 2;
     table_.resize(static_cast<std::size_t>(max_seq_len) * half * 2);
-    for (int pos = 0; pos < max_seq_len; ++pos)
-      for (int i = 0; i < half; ++i) {
-        const double freq = std::pow(theta, -2.0 * i / head_dim);
+    for (int i = 0; i < half; ++i) {
+      double freq = std::pow(theta, -2.0 * i / rot_);
+      if (factors.size() == half) freq /= static_cast<double>(factors[i]);
+      for (int pos = 0; pos < max_seq_len; ++pos) {
         const double angle = pos * freq;
         table_[(static_cast<std::size_t>(pos) * half + i) * 2] = static_cast<T>(std::cos(angle));
         table_[(static_cast<std::size_t>(pos) * half + i) * 2 + 1] = static_cast<T>(std::sin(angle));
       }
+    }
   }
   int max_seq_len() const { return max_seq_len_; }
 
   /// Rotates n_heads consecutive heads of width head_dim in x at position pos (< max_seq_len).
   void apply(T* x, int n_heads, int pos) const {
     KVD_ASSERT(pos >= 0 && pos < max_seq_len_);
-    const int half = head_dim_ / 2;
-    const T* cs = table_.data() + static_cast<std::size_t>(pos) * half * 2;  // (head_dim/2, 2): cos, sin
+    const int half = rot_ / 2;
+    // pair i is (v[i * step], v[i * step + gap])
+    const int step = style_ == RopeStyle::kAdjacent ? 2 : 1, gap = style_ == RopeStyle::kAdjacent ? 1 : half;
+    const T* cs = table_.data() + static_cast<std::size_t>(pos) * half * 2;  // (rotary_dim/2, 2): cos, sin
     for (int h = 0; h < n_heads; ++h) {
       T* v = x + h * head_dim_;
       for (int i = 0; i < half; ++i) {
         const T c = cs[2 * i], s = cs[2 * i + 1];
-        const T x0 = v[2 * i], x1 = v[2 * i + 1];
-        v[2 * i] = std::fma(x0, c, -(x1 * s));
-        v[2 * i + 1] = std::fma(x0, s, x1 * c);
+        T& a = v[i * step];
+        T& b = v[i * step + gap];
+        const T x0 = a, x1 = b;
+        a = std::fma(x0, c, -(x1 * s));
+        b = std::fma(x0, s, x1 * c);
       }
     }
   }
 
  private:
-  int head_dim_ = 0, max_seq_len_ = 0;
-  std::vector<T> table_;  // (max_seq_len, head_dim/2, 2)
+  int head_dim_ = 0, rot_ = 0, max_seq_len_ = 0;
+  RopeStyle style_ = RopeStyle::kAdjacent;
+  std::vector<T> table_;  // (max_seq_len, rotary_dim/2, 2)
 };
 
 }  // namespace kvd

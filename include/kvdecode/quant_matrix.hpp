@@ -41,156 +41,13 @@
 #include <vector>
 
 #include "kvdecode/detail/quant.hpp"
+#include "kvdecode/detail/quant_layout.hpp"
 #include "kvdecode/detail/simd.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/weight_type.hpp"
 
 namespace kvd {
-
-namespace detail {
-
-/// How a field is stored in a panel block.
-enum class QuantFieldKind {
-  kPlain,       ///< element e of the 16 rows side by side: (e, row) -> width bytes
-  kNibbles32,   ///< q4_0/q4_1/q5_x's 16 code bytes: 32 4-bit codes
-  kNibbles256,  ///< q4_K/q5_K's 128 code bytes: 256 4-bit codes
-  kHighBits256, ///< q5_K's qh, q3_K's hmask (32 bytes): 256 1-bit codes (value i: byte i % 32, bit i / 32)
-  kCrumbs256,   ///< q2_K/q3_K's 64 code bytes: 256 2-bit codes
-  kQ6Low256,    ///< q6_K's ql (128 bytes): the low 4 bits of 256 codes
-  kQ6High256    ///< q6_K's qh (64 bytes): the high 2 bits of 256 codes
-};
-
-/// One field of a block: `count` elements of `width` bytes at byte `offset` of
-/// ggml's block. Code fields (every kind but kPlain) are rewritten as 32-bit
-/// code words: word w of a row holds the b-bit codes of values (32/b) w + j at
-/// bits b j (b = 4, 1 or 2), and the 16 rows' words w are side by side. One
-/// 64-byte load then holds the codes of 32/b consecutive k for 16 outputs, and
-/// each code comes out with one shift. The bytes are the same in number.
-struct QuantField {
-  int offset, width, count;
-  QuantFieldKind kind = QuantFieldKind::kPlain;
-};
-
-/// The fields of a block in the order the panel block stores them.
-struct QuantLayout {
-  int n_fields = 0;
-  QuantField fields[5] = {};
-};
-
-/// Panel-block field order per type (offsets are ggml's, see detail/quant.hpp).
-/// The kernels below read the panel block at the offsets this order implies.
-inline QuantLayout quant_layout(WeightType t) {
-  using K = QuantFieldKind;
-  switch (t) {
-    case WeightType::kQ8_0: return {2, {{0, 2, 1}, {2, 1, 32}}};
-    case WeightType::kQ4_0: return {2, {{0, 2, 1}, {2, 1, 16, K::kNibbles32}}};
-    case WeightType::kQ4_1: return {3, {{0, 2, 1}, {2, 2, 1}, {4, 1, 16, K::kNibbles32}}};
-    case WeightType::kQ5_0: return {3, {{0, 2, 1}, {2, 4, 1}, {6, 1, 16, K::kNibbles32}}};
-    case WeightType::kQ5_1: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 4, 1}, {8, 1, 16, K::kNibbles32}}};
-    case WeightType::kQ2_K: return {4, {{80, 2, 1}, {82, 2, 1}, {0, 1, 16}, {16, 1, 64, K::kCrumbs256}}};
-    case WeightType::kQ3_K:
-      return {4, {{108, 2, 1}, {96, 1, 12}, {0, 1, 32, K::kHighBits256}, {32, 1, 64, K::kCrumbs256}}};
-    case WeightType::kQ4_K: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 128, K::kNibbles256}}};
-    case WeightType::kQ5_K:
-      return {5, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 32, K::kHighBits256}, {48, 1, 128, K::kNibbles256}}};
-    case WeightType::kQ6_K:
-      return {4, {{208, 2, 1}, {192, 1, 16}, {0, 1, 128, K::kQ6Low256}, {128, 1, 64, K::kQ6High256}}};
-    default: return QuantLayout();
-  }
-}
-
-/// True for the block types QuantMatrix holds.
-inline bool is_quant_block_type(WeightType t) { return quant_layout(t).n_fields > 0; }
-
-/// Bits per code of a code field.
-inline int code_bits(QuantFieldKind k) {
-  switch (k) {
-    case QuantFieldKind::kHighBits256: return 1;
-    case QuantFieldKind::kCrumbs256:
-    case QuantFieldKind::kQ6High256: return 2;
-    default: return 4;
-  }
-}
-
-/// Where value i's code sits in ggml's field bytes: byte index and bit shift.
-inline void code_position(QuantFieldKind k, int i, int& byte, int& shift) {
-  switch (k) {
-    case QuantFieldKind::kNibbles32: byte = i % 16, shift = i < 16 ? 0 : 4; return;
-    case QuantFieldKind::kNibbles256: byte = 32 * (i / 64) + i % 32, shift = (i % 64) < 32 ? 0 : 4; return;
-    case QuantFieldKind::kHighBits256: byte = i % 32, shift = i / 32; return;
-    case QuantFieldKind::kCrumbs256: byte = 32 * (i / 128) + i % 32, shift = 2 * ((i % 128) / 32); return;
-    case QuantFieldKind::kQ6Low256: {
-      const int h = i / 128, r = (i % 128) / 32;
-      byte = 64 * h + i % 32 + 32 * (r & 1), shift = r >= 2 ? 4 : 0;
-      return;
-    }
-    case QuantFieldKind::kQ6High256: byte = 32 * (i / 128) + i % 32, shift = 2 * ((i % 128) / 32); return;
-    default: byte = shift = 0;
-  }
-}
-
-/// A code field of ggml's bytes -> its code words (count * 8 / 32 of them), and back.
-inline void field_to_words(const QuantField& q, const unsigned char* field, std::uint32_t* words) {
-  const int b = code_bits(q.kind), n = q.count * 8 / b, per_word = 32 / b;
-  std::fill(words, words + q.count / 4, 0u);
-  for (int i = 0; i < n; ++i) {
-    int byte, shift;
-    code_position(q.kind, i, byte, shift);
-    const std::uint32_t code = (field[byte] >> shift) & ((1u << b) - 1);
-    words[i / per_word] |= code << (b * (i % per_word));
-  }
-}
-inline void words_to_field(const QuantField& q, const std::uint32_t* words, unsigned char* field) {
-  const int b = code_bits(q.kind), n = q.count * 8 / b, per_word = 32 / b;
-  std::memset(field, 0, static_cast<std::size_t>(q.count));
-  for (int i = 0; i < n; ++i) {
-    int byte, shift;
-    code_position(q.kind, i, byte, shift);
-    const std::uint32_t code = (words[i / per_word] >> (b * (i % per_word))) & ((1u << b) - 1);
-    field[byte] = static_cast<unsigned char>(field[byte] | code << shift);
-  }
-}
-
-/// Copies row r's block (ggml bytes) into its place in a panel block.
-inline void scatter_block(WeightType t, const unsigned char* block, int r, unsigned char* pb) {
-  const QuantLayout l = quant_layout(t);
-  long base = 0;
-  for (int f = 0; f < l.n_fields; ++f) {
-    const QuantField& q = l.fields[f];
-    if (q.kind == QuantFieldKind::kPlain) {
-      for (int e = 0; e < q.count; ++e)
-        std::memcpy(pb + base + (e * kLanes + r) * q.width, block + q.offset + e * q.width,
-                    static_cast<std::size_t>(q.width));
-    } else {
-      std::uint32_t words[32];
-      field_to_words(q, block + q.offset, words);
-      for (int w = 0; w < q.count / 4; ++w) std::memcpy(pb + base + (w * kLanes + r) * 4, &words[w], 4);
-    }
-    base += static_cast<long>(kLanes) * q.width * q.count;
-  }
-}
-
-/// The inverse: row r's block (ggml bytes) out of a panel block.
-inline void gather_block(WeightType t, const unsigned char* pb, int r, unsigned char* block) {
-  const QuantLayout l = quant_layout(t);
-  long base = 0;
-  for (int f = 0; f < l.n_fields; ++f) {
-    const QuantField& q = l.fields[f];
-    if (q.kind == QuantFieldKind::kPlain) {
-      for (int e = 0; e < q.count; ++e)
-        std::memcpy(block + q.offset + e * q.width, pb + base + (e * kLanes + r) * q.width,
-                    static_cast<std::size_t>(q.width));
-    } else {
-      std::uint32_t words[32];
-      for (int w = 0; w < q.count / 4; ++w) std::memcpy(&words[w], pb + base + (w * kLanes + r) * 4, 4);
-      words_to_field(q, words, block + q.offset);
-    }
-    base += static_cast<long>(kLanes) * q.width * q.count;
-  }
-}
-
-}  // namespace detail
 
 /// A weight matrix W (n_out x n_in, y = W x) of one ggml block type, repacked
 /// into panel blocks (see the top of this file). Move-only.
@@ -251,6 +108,9 @@ class QuantMatrix {
     return data_.data() + (static_cast<std::size_t>(p) * n_blocks_ + b) * panel_block_bytes();
   }
 
+  /// The kernels' view of the panels.
+  detail::QuantPanels panels() const { return {type_, data_.data(), n_panels_, n_in_}; }
+
   /// Row n in ggml's bytes (weight_row_bytes(type, n_in) of them), e.g. to write it back to a file.
   void row_bytes(long n, unsigned char* out) const {
     for (long b = 0; b < n_blocks_; ++b)
@@ -276,23 +136,6 @@ class QuantMatrix {
 };
 
 namespace detail {
-
-// ---- Portable dequantization of panel blocks -----------------------------------
-
-/// out (block_size x 16, k-major: out[k * 16 + j] = w[16p + j][k0 + k]) = panel
-/// block pb dequantized, through detail/quant.hpp's scalar code.
-template <class T>
-inline void dequantize_panel_block_portable(WeightType t, const unsigned char* pb, T* out) {
-  const auto tr = weight_type_traits(t);
-  unsigned char block[256];
-  float vals[256];
-  for (int j = 0; j < kLanes; ++j) {
-    gather_block(t, pb, j, block);
-    dequantize_row(t, block, vals, tr.block_size);
-    for (std::uint32_t k = 0; k < tr.block_size; ++k) out[k * kLanes + j] = static_cast<T>(vals[k]);
-  }
-}
-
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12 reports its own intrinsics' undefined-source idiom as maybe-uninitialized.
@@ -560,7 +403,7 @@ inline void with_decoder(WeightType t, F&& f) {
 /// Small-M register tile (AVX-512, float): MR rows x NP panels over all of k,
 /// weights dequantized in registers. y rows get all 16 NP columns.
 template <class Dec, int MR, int NP>
-inline void quant_tile_fused(const float* x, long ldx, const QuantMatrix& w, long p0, float* y, long ldy) {
+inline void quant_tile_fused(const float* x, long ldx, const QuantPanels& w, long p0, float* y, long ldy) {
   __m512 acc[MR][NP];
   KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
     KVD_UNROLL(4) for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
@@ -599,7 +442,7 @@ inline constexpr long kQuantFusedMaxM = 8;
 constexpr int quant_fused_panels(int m) { return m <= 3 ? 4 : m == 4 ? 3 : 2; }
 
 template <class Dec, int MR, int NP = quant_fused_panels(MR)>
-inline void quant_tile_fused_np(int np, const float* x, long ldx, const QuantMatrix& w, long p0, float* y, long ldy) {
+inline void quant_tile_fused_np(int np, const float* x, long ldx, const QuantPanels& w, long p0, float* y, long ldy) {
   if constexpr (NP >= 1) {
     if (np == NP) return quant_tile_fused<Dec, MR, NP>(x, ldx, w, p0, y, ldy);
     return quant_tile_fused_np<Dec, MR, NP - 1>(np, x, ldx, w, p0, y, ldy);
@@ -607,7 +450,7 @@ inline void quant_tile_fused_np(int np, const float* x, long ldx, const QuantMat
 }
 
 template <class Dec, int MR = static_cast<int>(kQuantFusedMaxM)>
-inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const QuantMatrix& w, long p0, float* y,
+inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const QuantPanels& w, long p0, float* y,
                                  long ldy) {
   if constexpr (MR >= 1) {
     if (mr == MR) return quant_tile_fused_np<Dec, MR>(np, x, ldx, w, p0, y, ldy);
@@ -616,7 +459,7 @@ inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const
 }
 
 /// Small M (<= kQuantFusedMaxM), AVX-512: one row tile; threads take contiguous ranges of column tiles.
-inline void matmul_quant_fused(const float* x, long ldx, long M, const QuantMatrix& w, float* y, long ldy,
+inline void matmul_quant_fused(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy,
                                bool parallel) {
   const int mr = static_cast<int>(M);
   const int np_max = quant_fused_panels(mr);
@@ -653,7 +496,7 @@ inline constexpr long kQuantKc = 256;
 
 /// out (kc x 16 per panel, panels kc * 16 apart) = panels [p0, p0 + np) over k in [k0, k0 + kc) dequantized.
 template <class T>
-inline void dequantize_panels(const QuantMatrix& w, long p0, int np, long k0, long kc, T* out, QuantDequant how) {
+inline void dequantize_panels(const QuantPanels& w, long p0, int np, long k0, long kc, T* out, QuantDequant how) {
   const long bs = w.block_size();
   for (int p = 0; p < np; ++p)
     for (long k = k0; k < k0 + kc; k += bs) {
@@ -672,11 +515,23 @@ inline void dequantize_panels(const QuantMatrix& w, long p0, int np, long k0, lo
     }
 }
 
+/// Runs kernels.hpp's float micro-kernel (matmul_tile_any) over a dequantized
+/// buffer. Written against both forms of its template signature (with and
+/// without the packed element type W), so this header builds on either.
+template <class T, class V, long kLda, class... A>
+inline auto quant_run_tile(int, A... a) -> decltype(matmul_tile_any<T, V, T, kLda>(a...)) {
+  return matmul_tile_any<T, V, T, kLda>(a...);
+}
+template <class T, class V, long kLda, class... A>
+inline void quant_run_tile(long, A... a) {
+  matmul_tile_any<T, V, kLda>(a...);
+}
+
 /// Buffered small M: per column tile and k block of kQuantKc, the tile's panels
 /// are dequantized into a per-thread buffer and every row tile runs kernels.hpp's
 /// micro-kernel over it, continuing each output's chain where the last k block left it.
 template <class T, class V>
-void matmul_quant_small(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy, bool parallel,
+void matmul_quant_small(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy, bool parallel,
                         QuantDequant how) {
   const long K = w.n_in(), P = w.n_panels();
   const long n_rtiles = M <= kLargeRows<V> ? 1 : (M + kSmallRows<V> - 1) / kSmallRows<V>;
@@ -701,8 +556,8 @@ void matmul_quant_small(const T* x, long ldx, long M, const QuantMatrix& w, T* y
         dequantize_panels(w, p0, np, k0, kc, wbuf.data(), how);
         for (long m0 = 0; m0 < M; m0 += mr_max) {
           const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
-          matmul_tile_any<T, V, 0>(mr, np, x + m0 * ldx + k0, ldx, wbuf.data(), kc * kLanes, kc,
-                                   y + m0 * ldy + p0 * kLanes, ldy, k0 == 0);
+          quant_run_tile<T, V, 0>(0, mr, np, x + m0 * ldx + k0, ldx, static_cast<const T*>(wbuf.data()), kc * kLanes,
+                                  kc, y + m0 * ldy + p0 * kLanes, ldy, k0 == 0, false);
         }
       }
     }
@@ -714,7 +569,7 @@ void matmul_quant_small(const T* x, long ldx, long M, const QuantMatrix& w, T* y
 /// tiles), with each k block of a panel tile dequantized into a per-thread
 /// buffer once per row block.
 template <class T, class V>
-void matmul_quant_large(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy, bool parallel,
+void matmul_quant_large(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy, bool parallel,
                         QuantDequant how) {
   static_assert(kMatmulKc == kQuantKc, "the packed-row stride assumes k blocks of kMatmulKc");
   constexpr int MR = kLargeRows<V>, NP = kLargePanels<V>;
@@ -751,9 +606,9 @@ void matmul_quant_large(const T* x, long ldx, long M, const QuantMatrix& w, T* y
           for (long i = 0; i < n_rtiles; ++i) {
             long r0, r1;
             split_range(me - mb, static_cast<int>(i), static_cast<int>(n_rtiles), r0, r1);
-            matmul_tile_any<T, V, kPackStride>(static_cast<int>(r1 - r0), np, xp + r0 * kPackStride, kPackStride,
-                                               wbuf.data(), kc * kLanes, kc, y + (mb + r0) * ldy + p0 * kLanes, ldy,
-                                               k0 == 0);
+            quant_run_tile<T, V, kPackStride>(0, static_cast<int>(r1 - r0), np, static_cast<const T*>(xp + r0 * kPackStride),
+                                              kPackStride, static_cast<const T*>(wbuf.data()), kc * kLanes, kc,
+                                              y + (mb + r0) * ldy + p0 * kLanes, ldy, k0 == 0, false);
           }
         }
       }
@@ -767,7 +622,7 @@ enum class QuantPath { kAuto, kFused, kSmall, kLarge };
 /// matmul_quant() with an explicit float vector V, dequantizer and path.
 /// kFused needs AVX-512, T = float and M <= kQuantFusedMaxM (else it falls back to kAuto).
 template <class T, class V>
-void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy,
+void matmul_quant_with(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy,
                        QuantPath path = QuantPath::kAuto, QuantDequant how = QuantDequant::kAvx512) {
   KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= w.n_in());
   if (M <= 0) return;
@@ -783,6 +638,18 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y,
   matmul_quant_large<T, V>(x, ldx, M, w, y, ldy, parallel, how);
 }
 
+template <class T, class V>
+void matmul_quant_panels(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy) {
+  matmul_quant_with<T, V>(x, ldx, M, w, y, ldy);
+}
+
+/// The same for a QuantMatrix.
+template <class T, class V>
+void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy,
+                       QuantPath path = QuantPath::kAuto, QuantDequant how = QuantDequant::kAvx512) {
+  matmul_quant_with<T, V>(x, ldx, M, w.panels(), y, ldy, path, how);
+}
+
 }  // namespace detail
 
 /// y (M x Npad, row stride ldy) = x (M x K, row stride ldx) * W^T for a quantized W.
@@ -793,7 +660,7 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y,
 /// Preconditions (asserted): x and y do not overlap; ldx >= K; ldy >= n_out_padded().
 template <class T>
 void matmul(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy) {
-  detail::matmul_quant_with<T, detail::Vec16<T>>(x, ldx, M, w, y, ldy);
+  detail::matmul_quant_with<T, detail::Vec16<T>>(x, ldx, M, w.panels(), y, ldy);
 }
 
 }  // namespace kvd

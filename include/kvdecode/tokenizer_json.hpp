@@ -8,7 +8,8 @@
 // decoders Sequence, ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip;
 // added_tokens with special, lstrip and rstrip (they are matched in the raw text,
 // before normalization, whatever `normalized` says: every file we know sets it so
-// that this is the same thing). bos/eos/unk/pad tokens and add_bos_token /
+// that this is the same thing; `single_word` is not honoured, every token we
+// know leaves it false). bos/eos/unk/pad tokens and add_bos_token /
 // add_eos_token come from tokenizer_config.json; without add_bos_token, BOS is
 // added when the post_processor is a TemplateProcessing that starts with it.
 // Anything else (a Unigram or WordPiece model, an NFKC normalizer...) is refused

@@ -52,15 +52,23 @@ class Transformer {
   explicit Transformer(ModelWeights<T> weights) {
     weights.validate();
     config_ = weights.config;
-    rope_ = std::make_unique<RoPE<T>>(config_.head_dim, config_.max_seq_len, config_.rope_theta);
+    rope_ = std::make_unique<RoPE<T>>(config_.head_dim, config_.max_seq_len, config_.rope_theta, config_.rope_style,
+                                      config_.rotary_dim(), weights.rope_freq_factors);
     blocks_.reserve(config_.n_layers);
     for (int l = 0; l < config_.n_layers; ++l) {
       blocks_.emplace_back(config_, weights.layers[l], l, rope_.get());
+      weights.layers[l].release_pages();
       weights.layers[l] = LayerWeights<T>();  // the packed copy is all we keep
     }
     final_norm_ = RMSNorm<T>(weights.final_norm, config_.norm_eps);
     classifier_ = PackedMatrix<T>({&weights.output_matrix()});
-    embedding_ = std::move(weights.token_embedding);
+    weights.classifier.release_pages();
+    // Rows of the embedding are looked up one token at a time: a float model keeps
+    // it as stored (in place in a mapped file), a double model converts it once.
+    if constexpr (std::is_same_v<T, float>)
+      embedding_ = std::move(weights.token_embedding);
+    else
+      embedding_ = WeightMatrix::from_dense(weights.token_embedding.template to_dense<T>());
     ws_ = Workspace<T>(config_);
     ws_.reserve(1, 1, 1);
   }
@@ -73,12 +81,13 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   const std::vector<TransformerBlock<T>>& blocks() const { return blocks_; }
   const PackedMatrix<T>& classifier() const { return classifier_; }
-  const RowMatrix<T>& embedding() const { return embedding_; }  ///< (V, D)
+  const WeightMatrix& embedding() const { return embedding_; }  ///< (V, D)
 
-  /// Bytes of weights a decode step reads: every packed matrix, the embedding
+  /// Bytes of weights a decode step reads: every packed matrix, one embedding
   /// row and the norm vectors (what bounds decode speed).
   std::uint64_t weight_bytes_per_token() const {
-    std::uint64_t b = classifier_.bytes() + sizeof(T) * (config_.d_model * (2ull * config_.n_layers + 2));
+    std::uint64_t b = classifier_.bytes() + embedding_.row_bytes() +
+                      sizeof(T) * (config_.d_model * (2ull * config_.n_layers + 1));
     for (const auto& blk : blocks_)
       b += blk.attention().wqkv().bytes() + blk.attention().wo().bytes() + blk.mlp().w13().bytes() + blk.mlp().w2().bytes();
     return b;
@@ -111,8 +120,7 @@ class Transformer {
     }
     T* x = ws_.x.data();
     for (long m = 0; m < M; ++m) {
-      const T* e = embedding_.data() + static_cast<long>(rows[m].token) * config_.d_model;
-      std::copy(e, e + config_.d_model, x + m * ws_.ld_d);
+      embedding_.dequantize_row(rows[m].token, x + m * ws_.ld_d);
     }
     std::uint64_t macs = 0;
     for (const auto& blk : blocks_) macs += blk.forward(rows, M, caches, ws_);
@@ -207,7 +215,7 @@ class Transformer {
     for (std::size_t i = 0; i < tokens.size(); ++i) check_token(tokens[i], static_cast<long>(i));
     const long n = static_cast<long>(tokens.size());
     RowMatrix<T> x(n, config_.d_model);  // (n, D)
-    for (long i = 0; i < n; ++i) x.row(i) = embedding_.row(tokens[i]);
+    for (long i = 0; i < n; ++i) embedding_.dequantize_row(tokens[i], x.data() + i * x.cols());
     for (const auto& blk : blocks_) blk.template forward_reference<S>(x);
     const long first = all_logits ? 0 : n - 1, n_out = n - first;
     final_norm_.apply(x.data() + first * x.cols(), x.cols(), n_out, x.data() + first * x.cols(), x.cols());
@@ -280,7 +288,7 @@ class Transformer {
   std::vector<TransformerBlock<T>> blocks_;
   RMSNorm<T> final_norm_;
   PackedMatrix<T> classifier_;  // (V, D)
-  RowMatrix<T> embedding_;      // (V, D)
+  WeightMatrix embedding_;      // (V, D) in its storage type (f64 for a double model)
   Workspace<T> ws_;
   std::vector<Row> rows_;
   detail::AlignedBuffer<T> prefill_logits_;  // (n, ld_v) logits of a prefill split into chunks

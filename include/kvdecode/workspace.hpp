@@ -50,9 +50,11 @@ struct Workspace {
   explicit Workspace(const ModelConfig& c = ModelConfig()) {
     using detail::round_up_lanes;
     ld_d = round_up_lanes(c.d_model);
-    ld_qkv = round_up_lanes(c.q_dim() + 2L * c.kv_dim());
+    // q, k and v may each start a fresh panel when their storage types differ
+    // (PackedMatrix segments), so leave room for each to be padded to 16.
+    ld_qkv = round_up_lanes(c.q_dim()) + 2 * round_up_lanes(c.kv_dim());
     ld_q = round_up_lanes(c.q_dim());
-    ld_ff2 = round_up_lanes(2L * c.hidden_dim);
+    ld_ff2 = 2 * round_up_lanes(c.hidden_dim);  // gate | up, each possibly padded (see ld_qkv)
     ld_ff = round_up_lanes(c.hidden_dim);
     ld_v = round_up_lanes(c.vocab_size);
     ld_s = round_up_lanes(c.max_seq_len);

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
@@ -68,6 +69,34 @@ namespace kvd::detail {
 /// Number of lanes in every kernel vector, whatever the instruction set.
 inline constexpr int kLanes = 16;
 
+/// bfloat16 bits -> float: the bits are the top half of a float, so this is exact.
+inline float bf16_bits_to_float(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+/// IEEE binary16 bits -> float, exactly (every half value is a float), in plain
+/// integer arithmetic: normals, subnormals, infinities and NaNs (payload kept).
+inline float half_bits_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else if (exp != 0) {
+    u = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    u = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do { man <<= 1; ++e; } while ((man & 0x400u) == 0);
+    u = sign | static_cast<std::uint32_t>(112 - e) << 23 | ((man & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 /// Portable scalar lanes: an array of 16 values, each updated by std::fma.
 template <class T>
 struct PortableVec16 {
@@ -77,6 +106,9 @@ struct PortableVec16 {
   static PortableVec16 zero() { PortableVec16 r; for (auto& x : r.v) x = T(0); return r; }
   static PortableVec16 load(const T* p) { PortableVec16 r; for (int i = 0; i < kLanes; ++i) r.v[i] = p[i]; return r; }
   static PortableVec16 broadcast(T a) { PortableVec16 r; for (auto& x : r.v) x = a; return r; }
+  /// 16 IEEE binary16 / bfloat16 values (raw bits), converted exactly.
+  static PortableVec16 load_f16(const std::uint16_t* p) { PortableVec16 r; for (int i = 0; i < kLanes; ++i) r.v[i] = static_cast<T>(half_bits_to_float(p[i])); return r; }
+  static PortableVec16 load_bf16(const std::uint16_t* p) { PortableVec16 r; for (int i = 0; i < kLanes; ++i) r.v[i] = static_cast<T>(bf16_bits_to_float(p[i])); return r; }
   void store(T* p) const { for (int i = 0; i < kLanes; ++i) p[i] = v[i]; }
   /// this = a * b + this, one rounding per lane.
   void fma(const PortableVec16& a, const PortableVec16& b) {
@@ -97,6 +129,21 @@ struct Avx2Vec16<float> {
   static Avx2Vec16 zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
   static Avx2Vec16 load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
   static Avx2Vec16 broadcast(float a) { return {_mm256_set1_ps(a), _mm256_set1_ps(a)}; }
+  static Avx2Vec16 load_f16(const std::uint16_t* p) {
+#if defined(__F16C__)
+    return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+            _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
+#else
+    float t[kLanes];
+    for (int i = 0; i < kLanes; ++i) t[i] = half_bits_to_float(p[i]);
+    return load(t);
+#endif
+  }
+  static Avx2Vec16 load_bf16(const std::uint16_t* p) {
+    const __m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+    return {_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(b, 16))};
+  }
   void store(float* p) const { _mm256_storeu_ps(p, lo); _mm256_storeu_ps(p + 8, hi); }
   void fma(const Avx2Vec16& a, const Avx2Vec16& b) {
     lo = _mm256_fmadd_ps(a.lo, b.lo, lo);
@@ -137,6 +184,13 @@ struct Avx512Vec16<float> {
   static Avx512Vec16 zero() { return {_mm512_setzero_ps()}; }
   static Avx512Vec16 load(const float* p) { return {_mm512_loadu_ps(p)}; }
   static Avx512Vec16 broadcast(float a) { return {_mm512_set1_ps(a)}; }
+  static Avx512Vec16 load_f16(const std::uint16_t* p) {
+    return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+  }
+  static Avx512Vec16 load_bf16(const std::uint16_t* p) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(w, 16))};
+  }
   void store(float* p) const { _mm512_storeu_ps(p, v); }
   void fma(const Avx512Vec16& a, const Avx512Vec16& b) { v = _mm512_fmadd_ps(a.v, b.v, v); }
 };

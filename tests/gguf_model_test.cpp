@@ -1,0 +1,382 @@
+// GGUF models end to end: files written by llama.cpp's own converter and
+// quantizer (../shared/models/gguf) against reference logits computed outside
+// kvdecode (a float64 forward on ggml's own dequantisation; llama.cpp itself for
+// qwen2arch), the F32 GGUF against the llama2.c checkpoint of the same weights
+// (byte-identical logits), the exactness contract on a real GGUF model of each
+// RoPE style, and one test per way a model's metadata or tensors can be wrong.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kvdecode/checkpoint.hpp"
+#include "kvdecode/gguf_model.hpp"
+#include "test_util.hpp"
+
+using namespace kvd;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kShared = KVDECODE_SHARED_DIR;
+const std::string kGGUF = kShared + "/models/gguf/";
+const std::string kRef = kShared + "/reference/gguf/";
+
+#define SKIP_IF_MISSING(path) \
+  if (!fs::exists(path)) GTEST_SKIP() << "shared test file not found: " << (path) << " (needs ../shared beside the checkout)"
+
+std::vector<int> read_ids(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<int> ids;
+  std::string item;
+  while (std::getline(in, item, ',')) ids.push_back(std::stoi(item));
+  return ids;
+}
+
+std::vector<float> read_floats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), v.size() * 4);
+  return v;
+}
+
+/// Every position's logits for the reference prompt, through one prefill.
+RowMatrix<float> prompt_logits(Transformer<float>& model, const std::vector<int>& ids) {
+  KVCache<float> cache(model.config(), static_cast<int>(ids.size()));
+  return model.prefill(ids, cache, true);
+}
+
+// ---- Reference logits -------------------------------------------------------
+
+class GGUFReference : public ::testing::TestWithParam<const char*> {};
+
+// Every file's logits within 1e-4 of the largest reference logit, at every position.
+// (Files with block-type tensors join this list as their kernels land.)
+TEST_P(GGUFReference, LogitsMatchReference) {
+  const std::string name = GetParam();
+  SKIP_IF_MISSING(kGGUF + name + ".gguf");
+  Transformer<float> model(load_gguf_model<float>(kGGUF + name + ".gguf"));
+  const auto ids = read_ids(kRef + "prompt.ids");
+  const auto ref = read_floats(kRef + name + ".logits");
+  const int V = model.config().vocab_size;
+  ASSERT_EQ(ref.size(), ids.size() * V);
+  const RowMatrix<float> got = prompt_logits(model, ids);
+  double worst = 0;
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    double max_abs = 0, max_err = 0;
+    for (int v = 0; v < V; ++v) {
+      max_abs = std::max(max_abs, std::abs(double(ref[t * V + v])));
+      max_err = std::max(max_err, std::abs(double(ref[t * V + v]) - got(t, v)));
+    }
+    EXPECT_LE(max_err, 1e-4 * max_abs) << name << " position " << t;
+    worst = std::max(worst, max_err / max_abs);
+  }
+  std::cout << "  " << name << ": largest error " << worst << " of the largest logit\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedFiles, GGUFReference,
+                         ::testing::Values("stories260K-F32", "stories260K-F16", "stories260K-BF16", "rand256-F32",
+                                           "rand256-F16", "rand256-BF16", "qwen2arch-F32"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s;
+                         });
+
+// The F32 GGUF holds the same weights as the llama2.c checkpoint: same logits, bit for bit.
+TEST(GGUFModel, F32GGUFEqualsLlama2cCheckpoint) {
+  SKIP_IF_MISSING(kGGUF + "stories260K-F32.gguf");
+  SKIP_IF_MISSING(kShared + "/models/stories260K.bin");
+  Transformer<float> a(load_gguf_model<float>(kGGUF + "stories260K-F32.gguf"));
+  Transformer<float> b(load_checkpoint<float>(kShared + "/models/stories260K.bin"));
+  const auto ids = read_ids(kRef + "prompt.ids");
+  const RowMatrix<float> la = prompt_logits(a, ids), lb = prompt_logits(b, ids);
+  ASSERT_EQ(la.rows(), lb.rows());
+  for (long t = 0; t < la.rows(); ++t) EXPECT_ROW_BITS_EQ(la.row(t).data(), lb.row(t).data(), la.cols()) << "position " << t;
+}
+
+// 16-bit weights stay 16-bit in memory: half the packed bytes of the F32 model.
+TEST(GGUFModel, SixteenBitWeightsStaySixteenBit) {
+  SKIP_IF_MISSING(kGGUF + "rand256-F16.gguf");
+  Transformer<float> f32(load_gguf_model<float>(kGGUF + "rand256-F32.gguf"));
+  for (const char* name : {"rand256-F16", "rand256-BF16"}) {
+    Transformer<float> m(load_gguf_model<float>(kGGUF + std::string(name) + ".gguf"));
+    const auto& qkv = m.blocks()[0].attention().wqkv();
+    EXPECT_EQ(qkv.bytes() * 2, f32.blocks()[0].attention().wqkv().bytes()) << name;
+    EXPECT_EQ(m.classifier().bytes() * 2, f32.classifier().bytes()) << name;
+    EXPECT_LT(m.weight_bytes_per_token(), f32.weight_bytes_per_token() * 6 / 10) << name;
+  }
+}
+
+// A 16-bit model computes exactly what the f32 model holding the same (widened) weights computes.
+TEST(GGUFModel, F16EqualsF32ModelOfTheSameValues) {
+  SKIP_IF_MISSING(kGGUF + "rand256-F16.gguf");
+  auto w16 = load_gguf_model<float>(kGGUF + "rand256-F16.gguf");
+  auto w32 = w16;
+  w32.token_embedding = w32.token_embedding.converted_to(WeightType::kF32);
+  if (!w32.config.shared_classifier) w32.classifier = w32.classifier.converted_to(WeightType::kF32);
+  for (auto& l : w32.layers)
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) *m = m->converted_to(WeightType::kF32);
+  Transformer<float> a(std::move(w16)), b(std::move(w32));
+  const auto ids = read_ids(kRef + "prompt.ids");
+  const RowMatrix<float> la = prompt_logits(a, ids), lb = prompt_logits(b, ids);
+  for (long t = 0; t < la.rows(); ++t) EXPECT_ROW_BITS_EQ(la.row(t).data(), lb.row(t).data(), la.cols()) << "position " << t;
+}
+
+// The metadata becomes the config the file describes.
+TEST(GGUFModel, ConfigFromMetadata) {
+  SKIP_IF_MISSING(kGGUF + "qwen2arch-F32.gguf");
+  const GGUFModelInfo s = gguf_model_info(GGUFFile::open(kGGUF + "stories260K-F32.gguf"));
+  EXPECT_EQ(s.architecture, "llama");
+  EXPECT_EQ(s.config.d_model, 64);
+  EXPECT_EQ(s.config.n_layers, 5);
+  EXPECT_EQ(s.config.n_heads, 8);
+  EXPECT_EQ(s.config.n_kv_heads, 4);
+  EXPECT_EQ(s.config.vocab_size, 512);
+  EXPECT_EQ(s.config.hidden_dim, 172);
+  EXPECT_EQ(s.config.rope_style, RopeStyle::kAdjacent);
+  const GGUFModelInfo q = gguf_model_info(GGUFFile::open(kGGUF + "qwen2arch-F32.gguf"));
+  EXPECT_EQ(q.architecture, "qwen2");
+  EXPECT_EQ(q.config.rope_style, RopeStyle::kHalves);
+  EXPECT_TRUE(q.config.qkv_bias);
+  EXPECT_EQ(q.config.d_model, 128);
+  const GGUFModelInfo r = gguf_model_info(GGUFFile::open(kGGUF + "rand256-F16.gguf"));
+  EXPECT_FALSE(r.config.shared_classifier);
+  EXPECT_EQ(r.weight_bytes, r.bytes_by_type.size() == 2 ? r.bytes_by_type[0].second + r.bytes_by_type[1].second : 0);
+  // max_seq_len caps the file's context
+  GGUFLoadOptions o;
+  o.max_seq_len = 16;
+  EXPECT_EQ(gguf_model_info(GGUFFile::open(kGGUF + "rand256-F16.gguf"), o).config.max_seq_len, 16);
+}
+
+// ---- The exactness contract on real GGUF models -------------------------------
+
+class GGUFExactness : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+// reference == prefill == prefill + decode == chunked == batched, bit for bit, 1 and 2 threads.
+TEST_P(GGUFExactness, EveryPathIdentical) {
+  const std::string name = std::get<0>(GetParam());
+  SKIP_IF_MISSING(kGGUF + name + ".gguf");
+  const int saved = num_threads();
+  set_num_threads(std::get<1>(GetParam()));
+  GGUFLoadOptions o;
+  o.max_seq_len = 40;
+  Transformer<float> model(load_gguf_model<float>(kGGUF + name + ".gguf", o));
+  const ModelConfig& c = model.config();
+  const auto ids = read_ids(kRef + "prompt.ids");
+  const int n = static_cast<int>(ids.size()), V = c.vocab_size;
+  const RowMatrix<float> ref = model.forward_reference(ids);
+  {
+    KVCache<float> cache(c);
+    const RowMatrix<float> all = model.prefill(ids, cache, true);
+    for (int t = 0; t < n; ++t) EXPECT_ROW_BITS_EQ(all.row(t).data(), ref.row(t).data(), V) << "prefill row " << t;
+  }
+  for (int k : {1, 7, 16, 33}) {
+    KVCache<float> cache(c);
+    model.prefill(std::vector<int>(ids.begin(), ids.begin() + k), cache);
+    for (int t = k; t < n; ++t) {
+      auto row = model.decode_step(ids[t], cache);
+      ASSERT_TRUE(kvd_test::same_bits(row.row(0).data(), ref.row(t).data(), V)) << "prefill " << k << ", decode at " << t;
+    }
+  }
+  {
+    KVCache<float> cache(c);
+    int pos = 0;
+    for (int len : {3, 1, 13, 5, 18}) {
+      auto rows = model.prefill(std::vector<int>(ids.begin() + pos, ids.begin() + pos + len), cache, true);
+      for (int i = 0; i < len; ++i)
+        EXPECT_ROW_BITS_EQ(rows.row(i).data(), ref.row(pos + i).data(), V) << "chunk at " << pos << " row " << i;
+      pos += len;
+    }
+  }
+  {  // three sequences at different lengths, decoded together
+    std::vector<KVCache<float>> caches;
+    for (int len : {4, 9, 20}) {
+      caches.emplace_back(c);
+      model.prefill(std::vector<int>(ids.begin(), ids.begin() + len), caches.back());
+    }
+    std::vector<KVCache<float>*> ptrs;
+    for (auto& cc : caches) ptrs.push_back(&cc);
+    for (int step = 0; step < 5; ++step) {
+      std::vector<int> toks;
+      for (auto* p : ptrs) toks.push_back(ids[p->length()]);
+      std::vector<int> pos;
+      for (auto* p : ptrs) pos.push_back(p->length());
+      const RowMatrix<float> rows = model.decode_batch(toks, ptrs);
+      for (int b = 0; b < 3; ++b) EXPECT_ROW_BITS_EQ(rows.row(b).data(), ref.row(pos[b]).data(), V) << "batch row " << b;
+    }
+  }
+  {  // a paged cache
+    BlockPool<float> pool(c, 8);
+    PagedSequence<float> seq(pool);
+    model.prefill(std::vector<int>(ids.begin(), ids.begin() + 10), seq);
+    for (int t = 10; t < n; ++t) {
+      auto row = model.decode_step(ids[t], seq);
+      ASSERT_TRUE(kvd_test::same_bits(row.row(0).data(), ref.row(t).data(), V)) << "paged decode at " << t;
+    }
+  }
+  set_num_threads(saved);
+}
+
+INSTANTIATE_TEST_SUITE_P(RopeStyles, GGUFExactness,
+                         ::testing::Combine(::testing::Values("stories260K-F16", "rand256-BF16", "qwen2arch-F32"),
+                                            ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           std::string s = std::get<0>(info.param);
+                           for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s + "_threads" + std::to_string(std::get<1>(info.param));
+                         });
+
+// ---- Bad models: metadata and tensors that do not describe a runnable model ----
+
+/// A small valid llama GGUF written by our own writer (random weights), with hooks
+/// to break one thing.
+struct TinyGGUF {
+  std::string arch = "llama";
+  int d = 32, layers = 1, heads = 4, kv_heads = 2, ff = 48, vocab = 40, ctx = 16;
+  GGUFWriter w;
+  void build() {
+    const std::string a = arch + ".";
+    w.set_string("general.architecture", arch);
+    w.set_u32(a + "context_length", ctx);
+    w.set_u32(a + "embedding_length", d);
+    w.set_u32(a + "block_count", layers);
+    w.set_u32(a + "feed_forward_length", ff);
+    w.set_u32(a + "attention.head_count", heads);
+    w.set_u32(a + "attention.head_count_kv", kv_heads);
+    w.set_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f);
+    const int dh = d / heads;
+    auto t = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows) {
+      std::vector<float> v(cols * (rows ? rows : 1), 0.01f);
+      w.add_tensor(name, WeightType::kF32, rows ? std::vector<std::uint64_t>{cols, rows} : std::vector<std::uint64_t>{cols},
+                   v.data(), v.size() * 4);
+    };
+    t("token_embd.weight", d, vocab);
+    t("output_norm.weight", d, 0);
+    for (int l = 0; l < layers; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      t(p + "attn_norm.weight", d, 0);
+      t(p + "attn_q.weight", d, heads * dh);
+      t(p + "attn_k.weight", d, kv_heads * dh);
+      t(p + "attn_v.weight", d, kv_heads * dh);
+      t(p + "attn_output.weight", heads * dh, d);
+      t(p + "ffn_norm.weight", d, 0);
+      t(p + "ffn_gate.weight", d, ff);
+      t(p + "ffn_down.weight", ff, d);
+      if (!skip_up) t(p + "ffn_up.weight", d, ff);
+    }
+  }
+  bool skip_up = false;
+  std::string error() {
+    try {
+      Transformer<float> m(load_gguf_weights<float>(std::make_shared<const detail::GGUFOwner>(
+          GGUFFile::from_bytes(w.bytes(), "tiny.gguf"))));
+    } catch (const FormatError& e) {
+      return e.what();
+    } catch (const ConfigError& e) {
+      return std::string("ConfigError: ") + e.what();
+    }
+    return "";
+  }
+};
+
+TEST(GGUFModelBadInput, ValidTinyModelLoads) {
+  TinyGGUF g;
+  g.build();
+  EXPECT_EQ(g.error(), "");
+}
+
+TEST(GGUFModelBadInput, UnknownArchitectureNamed) {
+  TinyGGUF g;
+  g.arch = "mamba";
+  g.build();
+  const std::string e = g.error();
+  EXPECT_NE(e.find("'mamba'"), std::string::npos) << e;
+  EXPECT_NE(e.find("not supported"), std::string::npos) << e;
+}
+
+TEST(GGUFModelBadInput, MissingTensorNamed) {
+  TinyGGUF g;
+  g.skip_up = true;
+  g.build();
+  const std::string e = g.error();
+  EXPECT_NE(e.find("blk.0.ffn_up.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing"), std::string::npos) << e;
+}
+
+TEST(GGUFModelBadInput, TensorShapeMismatchNamed) {
+  TinyGGUF g;
+  g.build();
+  std::vector<float> v(32 * 9, 0.f);
+  g.w.add_tensor("output.weight", WeightType::kF32, {32, 9}, v.data(), v.size() * 4);  // vocab is 40
+  const std::string e = g.error();
+  EXPECT_NE(e.find("'output.weight'"), std::string::npos) << e;
+  EXPECT_NE(e.find("[32,9]"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected [32,40]"), std::string::npos) << e;
+}
+
+TEST(GGUFModelBadInput, MissingKeyNamed) {
+  TinyGGUF g;
+  g.build();
+  GGUFWriter w2;  // the same file without feed_forward_length
+  const GGUFFile parsed = GGUFFile::from_bytes(g.w.bytes(), "x");
+  for (const auto& kv : parsed.metadata())
+    if (kv.first != "llama.feed_forward_length") w2.set(kv.first, kv.second);
+  std::swap(g.w, w2);
+  const std::string e = g.error();
+  EXPECT_NE(e.find("llama.feed_forward_length"), std::string::npos) << e;
+}
+
+TEST(GGUFModelBadInput, ZeroOrHugeDimensionNamed) {
+  for (std::uint32_t bad : {0u, 1u << 21}) {
+    TinyGGUF g;
+    g.build();
+    g.w.set_u32("llama.block_count", bad);
+    const std::string e = g.error();
+    EXPECT_NE(e.find("llama.block_count"), std::string::npos) << e;
+    EXPECT_NE(e.find(std::to_string(bad)), std::string::npos) << e;
+  }
+}
+
+TEST(GGUFModelBadInput, HeadsNotDividingKvHeads) {
+  TinyGGUF g;
+  g.kv_heads = 3;
+  g.build();
+  const std::string e = g.error();
+  EXPECT_NE(e.find("n_kv_heads = 3"), std::string::npos) << e;
+}
+
+TEST(GGUFModelBadInput, UnsupportedTensorTypeNamed) {
+  TinyGGUF g;
+  g.d = 256;
+  g.heads = 8;
+  g.build();
+  std::vector<unsigned char> iq(40 * 66, 0);
+  g.w.add_tensor("output.weight", WeightType::kIQ2_XXS, {256, 40}, iq.data(), iq.size());
+  const std::string e = g.error();
+  EXPECT_NE(e.find("'output.weight'"), std::string::npos) << e;
+  EXPECT_NE(e.find("iq2_xxs"), std::string::npos) << e;
+}
+
+TEST(GGUFModelBadInput, UnsupportedRopeScalingNamed) {
+  TinyGGUF g;
+  g.build();
+  g.w.set_string("llama.rope.scaling.type", "yarn");
+  const std::string e = g.error();
+  EXPECT_NE(e.find("'yarn'"), std::string::npos) << e;
+}
+
+TEST(GGUFModelBadInput, ContextBeyondLimitAsksForSmallerContext) {
+  TinyGGUF g;
+  g.ctx = 1 << 22;
+  g.build();
+  const std::string e = g.error();
+  EXPECT_NE(e.find("context_length"), std::string::npos) << e;
+  EXPECT_NE(e.find(std::to_string(1 << 22)), std::string::npos) << e;
+}
+
+}  // namespace
