@@ -224,7 +224,8 @@ int real_main(int argc, char** argv) {
     model.emplace(kvd::ModelWeights<float>::random(c, 42));
   } else {
     if (kvd::is_hf_folder(*o.model)) model.emplace(kvd::load_hf_model<float>(*o.model));
-    else model.emplace(kvd::load_checkpoint<float>(*o.model));
+    else model.emplace(kvd::is_gguf_file(*o.model) ? kvd::load_gguf_model<float>(*o.model)
+                                                   : kvd::load_checkpoint<float>(*o.model));
     if (progress) std::cerr << "loaded " << *o.model << " (" << model->config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
                             << kvd::num_threads() << " thread(s)\n";
