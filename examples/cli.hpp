@@ -245,7 +245,8 @@ inline std::vector<Option> all_options(Params& p) {
        [&p](const S& n, const S& v) { p.kv_heads = static_cast<int>(parse_positive(n, v, kIntMax)); }});
   add({{"--head-dim"}, "N", "width of one head (Dh)", shape, kPlan, none,
        [&p](const S& n, const S& v) { p.head_dim = static_cast<int>(parse_positive(n, v, kIntMax)); }});
-  add({{"--weight-dtype"}, "T", "with --model: count weights stored as T (default: as the file holds them, f32)",
+  add({{"--weight-dtype"}, "T", "with --model: estimate the weights as stored as T from the parameter count (default: "
+       "the exact bytes of the file's tensors as stored)",
        shape, kPlan, none, [&p](const S& n, const S& v) { p.weight_dtype = parse_dtype_value(n, v); }});
   add({{"--dtype"}, "T", "cache element type: f32, f64, bf16, f16, q8 (also fp16, int8, ...)", plan, kPlan,
        [&p] { return S(dtype_name(p.dtype)); }, [&p](const S& n, const S& v) { p.dtype = parse_dtype_value(n, v); }});

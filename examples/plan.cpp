@@ -1,6 +1,6 @@
 // kvdecode-plan: how many sequences' KV caches fit on a card, and how fast
 // decode can go at best. Takes a cache shape (--layers/--kv-heads/--head-dim,
-// or --model to read it from a llama2.c checkpoint), a cache dtype, a context
+// or --model to read it from a GGUF file or a llama2.c checkpoint), a cache dtype, a context
 // length and a card (--memory-gb, or --gpu from the built-in table), and prints
 // the plan from kvd::plan_memory() plus the same plan for each cache dtype.
 //
@@ -22,6 +22,8 @@
 
 #include "cli.hpp"
 #include "kvdecode/checkpoint.hpp"
+#include "kvdecode/gguf.hpp"
+#include "kvdecode/gguf_model.hpp"
 #include "kvdecode/planner.hpp"
 
 namespace {
@@ -54,7 +56,8 @@ using Options = kvd::cli::Params;
 Options parse_args(int argc, char** argv, std::string& help) {
   Options o;
   kvd::cli::OptionTable table(kvd::cli::kPlan, o, kIntro, kOutro);
-  table.set_help("--model", "llama2.c checkpoint: shape, max_seq_len and weight bytes from its header", "Cache shape");
+  table.set_help("--model", "GGUF file (llama, qwen2, qwen3; any weight types) or llama2.c checkpoint: shape, "
+                            "context length and the exact bytes of the weights as stored", "Cache shape");
   help = table.help();
   table.parse(argc, argv);
   return o;
@@ -91,26 +94,67 @@ void row(std::ostream& os, const std::string& label, const std::string& text) {
   os << "  " << label << std::string(label.size() < 26 ? 26 - label.size() : 1, ' ') << text << '\n';
 }
 
+/// What a model file says about the plan: its shape, its context and the exact bytes
+/// of its weights as stored.
+struct ModelFile {
+  std::string format;              ///< "llama2.c legacy", "GGUF llama 'name'", ...
+  kvd::ModelConfig config;
+  std::uint64_t context = 0;       ///< positions the model was made for, as the file says
+  std::uint64_t weight_bytes = 0;  ///< every weight tensor the model uses, as stored
+  std::string stored_as;           ///< "f32", or "F16 2.20 GB + F32 184.32 kB" for a GGUF file
+  std::optional<kvd::DType> stored_dtype;  ///< the one DType all weights are stored as, when there is one
+};
+
+/// Reads a GGUF file (recognised by its magic, whatever its name) or a llama2.c
+/// checkpoint. Throws FileError/FormatError/ConfigError naming what is wrong.
+ModelFile read_model_file(const std::string& path) {
+  ModelFile m;
+  if (kvd::is_gguf_file(path)) {
+    const kvd::GGUFFile f = kvd::GGUFFile::open(path);
+    // A context beyond the reader's limit is capped rather than refused: the plan only
+    // needs the shape, and --tokens says how many positions to plan for.
+    kvd::GGUFLoadOptions load;
+    load.max_seq_len = 1 << 20;
+    const kvd::GGUFModelInfo g = kvd::gguf_model_info(f, load);
+    m.format = msg("GGUF ", g.architecture, g.name.empty() ? std::string() : msg(" '", g.name, "'"));
+    m.config = g.config;
+    m.context = g.file_context;
+    m.weight_bytes = g.weight_bytes;
+    for (const auto& [type, bytes] : g.bytes_by_type)
+      m.stored_as += msg(m.stored_as.empty() ? "" : " + ", kvd::weight_type_name(type), " ", kvd::format_bytes(bytes));
+    return m;
+  }
+  const kvd::CheckpointInfo c = kvd::read_checkpoint_info(path);
+  m.format = kvd::checkpoint_format_name(c.format);
+  m.config = c.config;
+  m.context = static_cast<std::uint64_t>(c.config.max_seq_len);
+  m.weight_bytes = c.weight_bytes;
+  m.stored_as = "f32";
+  m.stored_dtype = kvd::DType::kF32;
+  return m;
+}
+
 int run(const Options& o) {
   // Resolve the cache shape, the weights and the card into one PlanInput.
   kvd::PlanInput in;
   in.dtype = o.dtype;
-  std::optional<kvd::CheckpointInfo> info;
-  kvd::DType weight_dtype = o.weight_dtype.value_or(kvd::DType::kF32);
+  std::optional<ModelFile> info;
+  bool estimated = false;  // weight bytes from the parameter count rather than the file
   if (o.model) {
     auto reject = [](bool given, const char* opt) {
-      if (given) throw ArgumentError(msg(opt, " cannot be combined with --model (the checkpoint gives it)"));
+      if (given) throw ArgumentError(msg(opt, " cannot be combined with --model (the model file gives it)"));
     };
     reject(o.layers.has_value(), "--layers");
     reject(o.kv_heads.has_value(), "--kv-heads");
     reject(o.head_dim.has_value(), "--head-dim");
     reject(o.weights_gb.has_value(), "--weights-gb");
-    info = kvd::read_checkpoint_info(*o.model);  // FileError -> exit 1
+    info = read_model_file(*o.model);  // FileError/FormatError -> exit 1
     in = kvd::plan_input_for(info->config, o.dtype);
-    // The file stores float32; other weight dtypes are estimated from the parameter count
-    // (for q8, groups of 32 over the whole count rather than per tensor row: a few bytes off).
-    in.weight_bytes = weight_dtype == kvd::DType::kF32 ? info->weight_bytes
-                                                       : kvd::dtype_bytes_for(weight_dtype, info->config.n_params());
+    // Without --weight-dtype: the exact bytes of the tensors as the file stores them.
+    // With it, an estimate from the parameter count (for q8, groups of 32 over the
+    // whole count rather than per tensor row: a few bytes off).
+    estimated = o.weight_dtype && o.weight_dtype != info->stored_dtype;
+    in.weight_bytes = estimated ? kvd::dtype_bytes_for(*o.weight_dtype, info->config.n_params()) : info->weight_bytes;
   } else {
     if (o.weight_dtype) throw ArgumentError("--weight-dtype needs --model (use --weights-gb to give weight bytes)");
     std::string missing;
@@ -155,16 +199,17 @@ int run(const Options& o) {
   os << "KV cache plan: L=" << in.n_layers << " Hk=" << in.n_kv_heads << " Dh=" << in.head_dim << ", cache "
      << kvd::dtype_name(in.dtype) << ", " << kvd::format_count(in.tokens_per_sequence) << " tokens per sequence\n";
   if (info) {
-    row(os, "model", msg(*o.model, " (", kvd::checkpoint_format_name(info->format), ", ", info->config.summary(), ")"));
-    if (in.tokens_per_sequence > static_cast<std::uint64_t>(info->config.max_seq_len))
-      row(os, "note", msg("--tokens exceeds the model's max_seq_len ", info->config.max_seq_len));
+    row(os, "model", msg(*o.model, " (", info->format, ", ", info->config.summary(), ")"));
+    if (in.tokens_per_sequence > info->context)
+      row(os, "note", msg("--tokens exceeds the model's context of ", info->context, " positions"));
   }
   if (gpu) row(os, "gpu", msg(gpu->name, " (nominal ", gpu->memory_gb, " GB, ", gpu->bandwidth_gb_s, " GB/s)"));
   row(os, "bytes per token", bytes_both(p.bytes_per_token));
   row(os, "bytes per sequence", bytes_both(p.bytes_per_sequence));
   if (info)
     row(os, "weights", msg(bytes_both(p.weight_bytes), ", ", kvd::format_count(info->config.n_params()),
-                           " parameters as ", kvd::dtype_name(weight_dtype)));
+                           " parameters as ", estimated ? kvd::dtype_name(*o.weight_dtype) : info->stored_as,
+                           estimated ? " (estimated from the parameter count)" : ""));
   else if (o.weights_gb)
     row(os, "weights", bytes_both(p.weight_bytes));
   else
@@ -204,6 +249,7 @@ int run(const Options& o) {
     j << "{\"n_layers\":" << in.n_layers << ",\"n_kv_heads\":" << in.n_kv_heads << ",\"head_dim\":" << in.head_dim
       << ",\"dtype\":" << json_string(kvd::dtype_name(in.dtype)) << ",\"tokens_per_sequence\":" << in.tokens_per_sequence
       << ",\"model\":" << (o.model ? json_string(*o.model) : "null")
+      << ",\"model_format\":" << (info ? json_string(info->format) : "null")
       << ",\"gpu\":" << (gpu ? json_string(gpu->name) : "null") << ",\"memory_gb\":" << json_number(in.memory_gb)
       << ",\"bandwidth_gb_s\":" << json_number(in.bandwidth_gb_s) << ",\"bytes_per_token\":" << p.bytes_per_token
       << ",\"bytes_per_sequence\":" << p.bytes_per_sequence << ",\"weight_bytes\":" << p.weight_bytes

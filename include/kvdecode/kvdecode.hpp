@@ -24,6 +24,7 @@
 #include "kvdecode/gguf.hpp"
 #include "kvdecode/gguf_model.hpp"
 #include "kvdecode/safetensors.hpp"
+#include "kvdecode/hf_model.hpp"
 #include "kvdecode/tokenizer.hpp"
 #include "kvdecode/text_tokenizer.hpp"
 #include "kvdecode/bpe_tokenizer.hpp"

@@ -1,0 +1,360 @@
+// A model from a Hugging Face folder: the hyperparameters from config.json, the
+// weights from its safetensors file(s) (see safetensors.hpp), for the
+// architectures kvdecode runs:
+//   LlamaForCausalLM, MistralForCausalLM  RoPE on halves (HF's rotate_half: q_proj
+//                     and k_proj rows are used as stored, no permutation);
+//                     optional rope_scaling "llama3" or "linear"
+//   Qwen2ForCausalLM  as llama with q/k/v biases (attention_bias defaults to true)
+//   Qwen3ForCausalLM  per-head RMSNorm of q and k before RoPE; head_dim may differ
+//                     from hidden_size / num_attention_heads
+// Anything else is refused by name.
+//
+// HF matrices are stored [out, in] row-major: shape [rows, cols] in our terms
+// (y = W x, W rows x cols). Every tensor's shape is checked against the config;
+// a mismatch or an absent tensor is a FormatError naming it. Matrices stay in
+// their storage type (F32, F16, BF16) and in place when their data pointer is
+// aligned to the element size; an unaligned one (safetensors headers need not
+// keep data aligned) is copied once. Norms and biases are converted to T.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kvdecode/config.hpp"
+#include "kvdecode/error.hpp"
+#include "kvdecode/safetensors.hpp"
+#include "kvdecode/tensor.hpp"
+#include "kvdecode/weights.hpp"
+
+namespace kvd {
+
+/// Options for reading a Hugging Face model folder.
+struct HFLoadOptions {
+  /// Longest sequence to plan for: caps max_position_embeddings. 0 = the config's value.
+  int max_seq_len = 0;
+};
+
+/// What a folder's config.json says about its model.
+struct HFModelInfo {
+  std::string architecture;               ///< e.g. "LlamaForCausalLM"
+  ModelConfig config;                     ///< validated; vocab_size from config.json (checked against the embedding at load)
+  std::uint64_t file_context = 0;         ///< max_position_embeddings as stored
+  bool tied = false;                      ///< tie_word_embeddings
+  bool vocab_in_config = false;           ///< config.json gives vocab_size (else the embedding's rows do)
+  std::vector<double> rope_freq_factors;  ///< (rotary_dim/2) each frequency is divided by its factor; empty = none
+};
+
+namespace detail {
+
+[[noreturn]] inline void hf_fail(const std::string& file, const std::string& what) {
+  throw FormatError(msg(file, ": ", what));
+}
+
+/// The architectures kvdecode runs from HF folders.
+struct HFArch {
+  const char* name;
+  bool qkv_bias_default;
+  bool qk_norm;
+  bool mistral;
+};
+inline const HFArch* find_hf_arch(const std::string& name) {
+  static const HFArch kArchs[] = {
+      {"LlamaForCausalLM", false, false, false},
+      {"MistralForCausalLM", false, false, true},
+      {"Qwen2ForCausalLM", true, false, false},
+      {"Qwen3ForCausalLM", false, true, false},
+  };
+  for (const auto& a : kArchs)
+    if (name == a.name) return &a;
+  return nullptr;
+}
+
+/// Reads config.json's positive integer `key` (def < 0: required), bounded by 2^20.
+inline int hf_dim(const nlohmann::json& j, const std::string& file, const char* key, std::int64_t def = -1) {
+  constexpr std::int64_t kLimit = 1 << 20;
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (def < 0) hf_fail(file, msg("field '", key, "' is missing"));
+    return static_cast<int>(def);
+  }
+  if (!it->is_number_integer()) hf_fail(file, msg("field '", key, "' = ", it->dump(), " is not an integer"));
+  const std::int64_t v = it->get<std::int64_t>();
+  if (v <= 0 || v > kLimit) hf_fail(file, msg("field '", key, "' = ", v, " must be in [1, ", kLimit, "]"));
+  return static_cast<int>(v);
+}
+
+inline double hf_number(const nlohmann::json& j, const std::string& file, const std::string& key, double def,
+                        bool required = false) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) hf_fail(file, msg("field '", key, "' is missing"));
+    return def;
+  }
+  if (!it->is_number()) hf_fail(file, msg("field '", key, "' = ", it->dump(), " is not a number"));
+  const double v = it->get<double>();
+  if (!std::isfinite(v) || v <= 0) hf_fail(file, msg("field '", key, "' = ", v, " must be positive and finite"));
+  return v;
+}
+
+inline bool hf_bool(const nlohmann::json& j, const std::string& file, const char* key, bool def) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return def;
+  if (!it->is_boolean()) hf_fail(file, msg("field '", key, "' = ", it->dump(), " is not a boolean"));
+  return it->get<bool>();
+}
+
+/// HF's _compute_llama3_parameters, expressed as a divisor of each frequency
+/// theta^(-2i/rot): `factor` for long wavelengths, 1 for short ones, and
+/// 1 / ((1 - s) / factor + s) between, s = (old_ctx / wavelen - low) / (high - low).
+inline std::vector<double> llama3_freq_factors(double theta, int rot, double factor, double low, double high,
+                                               double old_ctx) {
+  const double kPi = 3.14159265358979323846;
+  const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
+  std::vector<double> out(static_cast<std::size_t>(rot / 2));
+  for (int i = 0; i < rot / 2; ++i) {
+    const double freq = std::pow(theta, -2.0 * i / rot);
+    const double wavelen = 2 * kPi / freq;
+    if (wavelen < high_wavelen) {
+      out[i] = 1.0;
+    } else if (wavelen > low_wavelen) {
+      out[i] = factor;
+    } else {
+      const double s = (old_ctx / wavelen - low) / (high - low);
+      out[i] = 1.0 / ((1 - s) / factor + s);
+    }
+  }
+  return out;
+}
+
+/// A SafetensorsModel as the owner of the weight views into its mappings.
+class HFOwner : public ByteOwner {
+ public:
+  explicit HFOwner(SafetensorsModel m) : model(std::move(m)) {}
+  SafetensorsModel model;
+};
+
+}  // namespace detail
+
+/// Reads `folder`/config.json. Throws FileError when it is missing or unreadable,
+/// FormatError naming the field for invalid JSON, an unsupported architecture (by
+/// name), a missing, mistyped or out-of-range field, heads that do not divide, or
+/// an unsupported rope_scaling; ConfigError if the result fails ModelConfig::validate().
+inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions& options = {}) {
+  using detail::hf_dim;
+  using detail::hf_fail;
+  using detail::msg;
+  const std::string file = (std::filesystem::path(folder) / "config.json").string();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw FileError(msg("'", file, "' is missing or unreadable"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  if (text.size() > (16u << 20)) hf_fail(file, msg("is ", text.size(), " bytes, more than the 16 MB limit"));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    hf_fail(file, msg("invalid JSON (", e.what(), ")"));
+  }
+  if (!j.is_object()) hf_fail(file, "is not a JSON object");
+
+  HFModelInfo info;
+  const auto arch_it = j.find("architectures");
+  if (arch_it == j.end()) hf_fail(file, "field 'architectures' is missing");
+  if (!arch_it->is_array() || arch_it->size() != 1 || !(*arch_it)[0].is_string())
+    hf_fail(file, msg("field 'architectures' = ", arch_it->dump(), " must be an array of one string"));
+  info.architecture = (*arch_it)[0].get<std::string>();
+  const detail::HFArch* arch = detail::find_hf_arch(info.architecture);
+  if (!arch)
+    hf_fail(file, msg("architecture '", info.architecture,
+                      "' is not supported (kvdecode runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
+                      "Qwen3ForCausalLM)"));
+
+  ModelConfig& c = info.config;
+  c.d_model = hf_dim(j, file, "hidden_size");
+  c.hidden_dim = hf_dim(j, file, "intermediate_size");
+  c.n_layers = hf_dim(j, file, "num_hidden_layers");
+  c.n_heads = hf_dim(j, file, "num_attention_heads");
+  c.n_kv_heads = hf_dim(j, file, "num_key_value_heads", c.n_heads);
+  if (c.n_heads % c.n_kv_heads != 0)
+    hf_fail(file, msg("field 'num_key_value_heads' = ", c.n_kv_heads, " does not divide num_attention_heads = ",
+                      c.n_heads));
+  const bool has_head_dim = j.contains("head_dim") && !j["head_dim"].is_null();
+  if (!has_head_dim && c.d_model % c.n_heads != 0)
+    hf_fail(file, msg("field 'num_attention_heads' = ", c.n_heads, " does not divide hidden_size = ", c.d_model,
+                      " and head_dim is absent"));
+  c.head_dim = hf_dim(j, file, "head_dim", c.d_model / c.n_heads);
+  if (c.head_dim % 2 != 0) hf_fail(file, msg("field 'head_dim' = ", c.head_dim, " must be even for RoPE"));
+  // vocab_size is optional: the embedding's rows decide; when present they must agree.
+  info.vocab_in_config = j.contains("vocab_size") && !j["vocab_size"].is_null();
+  c.vocab_size = hf_dim(j, file, "vocab_size", c.vocab_size);
+  info.file_context = static_cast<std::uint64_t>(hf_dim(j, file, "max_position_embeddings"));
+  std::uint64_t ctx = info.file_context;
+  if (options.max_seq_len > 0 && static_cast<std::uint64_t>(options.max_seq_len) < ctx) ctx = options.max_seq_len;
+  c.max_seq_len = static_cast<int>(ctx);
+  c.norm_eps = detail::hf_number(j, file, "rms_norm_eps", 0, true);
+  c.rope_theta = detail::hf_number(j, file, "rope_theta", 10000.0);
+  c.rope_style = RopeStyle::kHalves;
+  c.rope_dim = 0;
+  c.qkv_bias = detail::hf_bool(j, file, "attention_bias", arch->qkv_bias_default);
+  c.qk_norm = arch->qk_norm;
+  info.tied = detail::hf_bool(j, file, "tie_word_embeddings", false);
+
+  // Sliding window: Mistral applies a non-null sliding_window; others only with use_sliding_window.
+  const bool use_window = detail::hf_bool(j, file, "use_sliding_window", false);
+  const bool has_window = j.contains("sliding_window") && !j["sliding_window"].is_null();
+  if (use_window || (arch->mistral && has_window)) {
+    if (!has_window) hf_fail(file, "field 'sliding_window' is missing but use_sliding_window is true");
+    const int window = hf_dim(j, file, "sliding_window");
+    bool all_layers = true;
+    if (!arch->mistral && j.contains("max_window_layers") && !j["max_window_layers"].is_null()) {
+      // HF Qwen: layers i >= max_window_layers slide; kvdecode has one window for all layers.
+      const int mwl = j["max_window_layers"].is_number_integer() ? j["max_window_layers"].get<int>() : -1;
+      if (mwl < 0) hf_fail(file, msg("field 'max_window_layers' = ", j["max_window_layers"].dump(), " is not a non-negative integer"));
+      if (mwl >= c.n_layers)
+        all_layers = false;
+      else if (mwl > 0)
+        hf_fail(file, msg("field 'max_window_layers' = ", mwl, " windows only some of the ", c.n_layers,
+                          " layers (kvdecode supports all or none)"));
+    }
+    if (all_layers) c.sliding_window = window;
+  }
+
+  // rope_scaling: llama3 or linear.
+  if (const auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
+    if (!rs->is_object()) hf_fail(file, msg("field 'rope_scaling' = ", rs->dump(), " is not an object"));
+    std::string type;
+    for (const char* k : {"rope_type", "type"})
+      if (const auto t = rs->find(k); t != rs->end() && t->is_string()) {
+        type = t->get<std::string>();
+        break;
+      }
+    if (type.empty()) hf_fail(file, "field 'rope_scaling.rope_type' is missing");
+    const double factor = detail::hf_number(*rs, file, "factor", 0, true);
+    const int half = c.rotary_dim() / 2;
+    if (type == "linear") {
+      info.rope_freq_factors.assign(static_cast<std::size_t>(half), factor);
+    } else if (type == "llama3") {
+      const double low = detail::hf_number(*rs, file, "low_freq_factor", 0, true);
+      const double high = detail::hf_number(*rs, file, "high_freq_factor", 0, true);
+      const double old_ctx = detail::hf_number(*rs, file, "original_max_position_embeddings", 0, true);
+      if (!(high > low))
+        hf_fail(file, msg("field 'rope_scaling.high_freq_factor' = ", high, " must exceed low_freq_factor = ", low));
+      info.rope_freq_factors = detail::llama3_freq_factors(c.rope_theta, c.rotary_dim(), factor, low, high, old_ctx);
+    } else if (type != "default") {
+      hf_fail(file, msg("field 'rope_scaling.rope_type' = '", type, "' is not supported (llama3, linear)"));
+    }
+  }
+  c.shared_classifier = info.tied;  // refined at load: an absent lm_head.weight also means tied
+  c.validate();
+  return info;
+}
+
+/// True if `path` is a directory holding config.json (a Hugging Face model folder). Never throws.
+inline bool is_hf_folder(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(std::filesystem::path(path) / "config.json", ec);
+}
+
+/// The ModelConfig of `folder`/config.json. Throws as hf_model_info() does.
+inline ModelConfig hf_model_config(const std::string& folder, const HFLoadOptions& options = {}) {
+  return hf_model_info(folder, options).config;
+}
+
+/// Loads a Hugging Face model folder (config.json + safetensors, single or sharded).
+/// Throws FileError (missing config or weights), FormatError (a malformed file, an
+/// unsupported architecture, a missing or misshapen tensor, an unsupported dtype;
+/// the message names it) or ConfigError.
+template <class T>
+ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& options = {}) {
+  using detail::msg;
+  HFModelInfo info = hf_model_info(folder, options);
+  auto owner = std::make_shared<const detail::HFOwner>(SafetensorsModel::open(folder));
+  const SafetensorsModel& m = owner->model;
+  ModelConfig& c = info.config;
+
+  const SafetensorsTensor& emb = m.get("model.embed_tokens.weight");
+  if (!info.vocab_in_config && emb.shape.size() == 2 && emb.shape[0] > 0 && emb.shape[0] <= (1u << 20))
+    c.vocab_size = static_cast<int>(emb.shape[0]);
+  if (emb.shape.size() != 2 || emb.shape[1] != static_cast<std::uint64_t>(c.d_model) ||
+      emb.shape[0] != static_cast<std::uint64_t>(c.vocab_size))
+    throw FormatError(msg(folder, ": tensor 'model.embed_tokens.weight' has shape ", emb.shape_string(), ", expected [",
+                          c.vocab_size, ",", c.d_model, "] (vocab_size, hidden_size)"));
+  const SafetensorsTensor* head = m.find("lm_head.weight");
+  c.shared_classifier = info.tied || head == nullptr;
+  c.validate();
+
+  // The tensor `name` with shape [rows, cols] (rows = 0: a vector of cols).
+  auto tensor = [&](const std::string& name, std::uint64_t rows, std::uint64_t cols) -> const SafetensorsTensor& {
+    const SafetensorsTensor& t = m.get(name);
+    const bool ok = rows == 0 ? (t.shape.size() == 1 && t.shape[0] == cols)
+                              : (t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols);
+    if (!ok)
+      throw FormatError(msg(folder, ": tensor '", name, "' (in ", t.file, ") has shape ", t.shape_string(),
+                            ", expected [", rows ? msg(rows, ",") : std::string(), cols, "] for this model's config"));
+    return t;
+  };
+  auto matrix = [&](const std::string& name, std::uint64_t rows, std::uint64_t cols) {
+    const SafetensorsTensor& t = tensor(name, rows, cols);
+    const std::uint64_t elem = t.type == WeightType::kF32 ? 4 : 2;
+    if (reinterpret_cast<std::uintptr_t>(t.data) % elem != 0)
+      return WeightMatrix::copy_of(t.type, static_cast<long>(rows), static_cast<long>(cols), t.data, t.n_bytes);
+    return WeightMatrix::view(t.type, static_cast<long>(rows), static_cast<long>(cols), t.data, owner);
+  };
+  auto vec = [&](const std::string& name, std::uint64_t n) {
+    const SafetensorsTensor& t = tensor(name, 0, n);
+    // copy_of: a vector is one row; copying sidesteps alignment.
+    const WeightMatrix row = WeightMatrix::copy_of(t.type, 1, static_cast<long>(n), t.data, t.n_bytes);
+    Vector<T> v(static_cast<long>(n));
+    row.dequantize_row(0, v.data());
+    return v;
+  };
+
+  const std::uint64_t D = c.d_model, V = c.vocab_size, F = c.hidden_dim, Q = c.q_dim(), KV = c.kv_dim(),
+                      Dh = c.head_dim;
+  ModelWeights<T> w;
+  w.config = c;
+  w.token_embedding = matrix("model.embed_tokens.weight", V, D);
+  w.final_norm = vec("model.norm.weight", D);
+  if (!c.shared_classifier) w.classifier = matrix("lm_head.weight", V, D);
+  if (!info.rope_freq_factors.empty()) {
+    w.rope_freq_factors = Vector<T>(static_cast<long>(info.rope_freq_factors.size()));
+    for (std::size_t i = 0; i < info.rope_freq_factors.size(); ++i)
+      w.rope_freq_factors[static_cast<long>(i)] = static_cast<T>(info.rope_freq_factors[i]);
+  }
+  w.layers.resize(static_cast<std::size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = msg("model.layers.", l, ".");
+    auto& L = w.layers[static_cast<std::size_t>(l)];
+    L.attn_norm = vec(p + "input_layernorm.weight", D);
+    L.wq = matrix(p + "self_attn.q_proj.weight", Q, D);    // (Q x D)
+    L.wk = matrix(p + "self_attn.k_proj.weight", KV, D);   // (KV x D)
+    L.wv = matrix(p + "self_attn.v_proj.weight", KV, D);   // (KV x D)
+    L.wo = matrix(p + "self_attn.o_proj.weight", D, Q);    // (D x Q)
+    L.ffn_norm = vec(p + "post_attention_layernorm.weight", D);
+    L.w1 = matrix(p + "mlp.gate_proj.weight", F, D);       // (F x D)
+    L.w2 = matrix(p + "mlp.down_proj.weight", D, F);       // (D x F)
+    L.w3 = matrix(p + "mlp.up_proj.weight", F, D);         // (F x D)
+    if (c.qkv_bias) {
+      L.bq = vec(p + "self_attn.q_proj.bias", Q);
+      L.bk = vec(p + "self_attn.k_proj.bias", KV);
+      L.bv = vec(p + "self_attn.v_proj.bias", KV);
+    }
+    if (c.qk_norm) {
+      L.q_norm = vec(p + "self_attn.q_norm.weight", Dh);
+      L.k_norm = vec(p + "self_attn.k_norm.weight", Dh);
+    }
+  }
+  w.validate();
+  return w;
+}
+
+}  // namespace kvd
