@@ -6,6 +6,7 @@
 // (time per token and counted multiply-adds per step, both ways).
 // With --model it runs a GGUF file (its own vocabulary) or a llama2.c checkpoint; --tokenizer
 // takes any format kvd::load_tokenizer reads (GGUF, tokenizer.json, tokenizer.bin).
+// --model FOLDER (a directory holding config.json) runs a Hugging Face folder.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -66,6 +67,10 @@ Options parse(int argc, char** argv) {
   if (!o.demo && !o.model) usage_error("--model PATH is required (or run with no arguments for the demo)");
   // A GGUF model carries its vocabulary; other models need --tokenizer for text.
   if (o.model && o.tokenizer.empty() && kvd::is_gguf_file(*o.model)) o.tokenizer = *o.model;
+  // A Hugging Face folder (config.json + safetensors) uses its tokenizer.json when it has one.
+  if (o.model && o.tokenizer.empty() && kvd::is_hf_folder(*o.model) &&
+      std::ifstream(*o.model + "/tokenizer.json").good())
+    o.tokenizer = *o.model + "/tokenizer.json";
   if (o.prompt && o.tokenizer.empty()) usage_error("--prompt needs --tokenizer to encode the text");
   try {
     o.sampler.validate();
@@ -226,7 +231,9 @@ int real_main(int argc, char** argv) {
     lo.max_seq_len = o.ctx_size > 0 ? o.ctx_size : kDefaultGGUFContext;
     model.emplace(kvd::load_gguf_model<float>(*o.model, lo));
   } else {
-    model.emplace(kvd::load_checkpoint<float>(*o.model));
+    if (kvd::is_hf_folder(*o.model)) model.emplace(kvd::load_hf_model<float>(*o.model));
+    else model.emplace(kvd::is_gguf_file(*o.model) ? kvd::load_gguf_model<float>(*o.model)
+                                                   : kvd::load_checkpoint<float>(*o.model));
     if (progress) std::cerr << "loaded " << *o.model << " (" << model->config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
                             << kvd::num_threads() << " thread(s)\n";
