@@ -225,15 +225,17 @@ int real_main(int argc, char** argv) {
     std::cout << "kvdecode " << kvd::kVersion << " demo: random-weight model of stories15M's shape ("
                             << c.summary() << "), float32, " << kvd::num_threads() << " thread(s), " << kvd::detail::kSimdName << "\n";
     model.emplace(kvd::ModelWeights<float>::random(c, 42));
-  } else if (kvd::is_gguf_file(*o.model)) {
-    // A GGUF file: config, weights (kept in their stored types, in place) and vocabulary.
-    kvd::GGUFLoadOptions lo;
-    lo.max_seq_len = o.ctx_size > 0 ? o.ctx_size : kDefaultGGUFContext;
-    model.emplace(kvd::load_gguf_model<float>(*o.model, lo));
   } else {
-    if (kvd::is_hf_folder(*o.model)) model.emplace(kvd::load_hf_model<float>(*o.model));
-    else model.emplace(kvd::is_gguf_file(*o.model) ? kvd::load_gguf_model<float>(*o.model)
-                                                   : kvd::load_checkpoint<float>(*o.model));
+    if (kvd::is_gguf_file(*o.model)) {
+      // A GGUF file: config, weights (kept in their stored types, in place) and vocabulary.
+      kvd::GGUFLoadOptions lo;
+      lo.max_seq_len = o.ctx_size > 0 ? o.ctx_size : kDefaultGGUFContext;
+      model.emplace(kvd::load_gguf_model<float>(*o.model, lo));
+    } else if (kvd::is_hf_folder(*o.model)) {
+      model.emplace(kvd::load_hf_model<float>(*o.model));
+    } else {
+      model.emplace(kvd::load_checkpoint<float>(*o.model));
+    }
     if (progress) std::cerr << "loaded " << *o.model << " (" << model->config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
                             << kvd::num_threads() << " thread(s)\n";
