@@ -6,6 +6,7 @@
 // (time per token and counted multiply-adds per step, both ways).
 // With --model and --tokenizer it runs a real llama2.c checkpoint; --tokenizer
 // takes any format kvd::load_tokenizer reads (GGUF, tokenizer.json, tokenizer.bin).
+// --model FOLDER (a directory holding config.json) runs a Hugging Face folder.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -63,6 +64,10 @@ Options parse(int argc, char** argv) {
   if (!o.demo && !o.model) usage_error("--model PATH is required (or run with no arguments for the demo)");
   // A GGUF model carries its vocabulary; other models need --tokenizer for text.
   if (o.model && o.tokenizer.empty() && kvd::is_gguf_file(*o.model)) o.tokenizer = *o.model;
+  // A Hugging Face folder (config.json + safetensors) uses its tokenizer.json when it has one.
+  if (o.model && o.tokenizer.empty() && kvd::is_hf_folder(*o.model) &&
+      std::ifstream(*o.model + "/tokenizer.json").good())
+    o.tokenizer = *o.model + "/tokenizer.json";
   if (o.prompt && o.tokenizer.empty()) usage_error("--prompt needs --tokenizer to encode the text");
   try {
     o.sampler.validate();
@@ -218,7 +223,9 @@ int real_main(int argc, char** argv) {
                             << c.summary() << "), float32, " << kvd::num_threads() << " thread(s), " << kvd::detail::kSimdName << "\n";
     model.emplace(kvd::ModelWeights<float>::random(c, 42));
   } else {
-    model.emplace(kvd::load_checkpoint<float>(*o.model));
+    if (kvd::is_hf_folder(*o.model)) model.emplace(kvd::load_hf_model<float>(*o.model));
+    else model.emplace(kvd::is_gguf_file(*o.model) ? kvd::load_gguf_model<float>(*o.model)
+                                                   : kvd::load_checkpoint<float>(*o.model));
     if (progress) std::cerr << "loaded " << *o.model << " (" << model->config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
                             << kvd::num_threads() << " thread(s)\n";

@@ -55,7 +55,6 @@ RowMatrix<float> prompt_logits(Transformer<float>& model, const std::vector<int>
 class GGUFReference : public ::testing::TestWithParam<const char*> {};
 
 // Every file's logits within 1e-4 of the largest reference logit, at every position.
-// (Files with block-type tensors join this list as their kernels land.)
 TEST_P(GGUFReference, LogitsMatchReference) {
   const std::string name = GetParam();
   SKIP_IF_MISSING(kGGUF + name + ".gguf");
@@ -80,7 +79,10 @@ TEST_P(GGUFReference, LogitsMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(SharedFiles, GGUFReference,
                          ::testing::Values("stories260K-F32", "stories260K-F16", "stories260K-BF16", "rand256-F32",
-                                           "rand256-F16", "rand256-BF16", "qwen2arch-F32"),
+                                           "rand256-F16", "rand256-BF16", "qwen2arch-F32", "stories260K-Q4_K_M",
+                                           "stories260K-Q6_K", "rand256-Q8_0", "rand256-Q4_0", "rand256-Q4_1",
+                                           "rand256-Q5_0", "rand256-Q5_1", "rand256-Q2_K", "rand256-Q3_K_M",
+                                           "rand256-Q4_K_M", "rand256-Q5_K_M", "rand256-Q6_K"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
@@ -223,7 +225,9 @@ TEST_P(GGUFExactness, EveryPathIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(RopeStyles, GGUFExactness,
-                         ::testing::Combine(::testing::Values("stories260K-F16", "rand256-BF16", "qwen2arch-F32"),
+                         ::testing::Combine(::testing::Values("stories260K-F16", "rand256-BF16", "qwen2arch-F32",
+                                                              "stories260K-Q4_K_M", "rand256-Q2_K", "rand256-Q4_K_M",
+                                                              "rand256-Q5_1"),
                                             ::testing::Values(1, 2)),
                          [](const auto& info) {
                            std::string s = std::get<0>(info.param);

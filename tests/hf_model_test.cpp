@@ -436,3 +436,11 @@ TEST(HFModelBadInput, MissingBiasNamed) {
     EXPECT_NE(std::string(e.what()).find("model.layers.0.self_attn.q_proj.bias"), std::string::npos) << e.what();
   }
 }
+
+TEST(HFConfig, IsHfFolder) {
+  ScratchFolder f(kLlamaConfig);
+  EXPECT_TRUE(is_hf_folder(f.path()));
+  EXPECT_FALSE(is_hf_folder((f.dir / "config.json").string()));  // a file, not a folder
+  EXPECT_FALSE(is_hf_folder((f.dir / "nonexistent").string()));
+  EXPECT_FALSE(is_hf_folder(fs::temp_directory_path().string() + "/kvd_hf_test_surely_absent_dir"));
+}

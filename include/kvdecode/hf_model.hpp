@@ -258,6 +258,12 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   return info;
 }
 
+/// True if `path` is a directory holding config.json (a Hugging Face model folder). Never throws.
+inline bool is_hf_folder(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(std::filesystem::path(path) / "config.json", ec);
+}
+
 /// The ModelConfig of `folder`/config.json. Throws as hf_model_info() does.
 inline ModelConfig hf_model_config(const std::string& folder, const HFLoadOptions& options = {}) {
   return hf_model_info(folder, options).config;

@@ -47,6 +47,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "kvdecode/detail/quant_layout.hpp"
 #include "kvdecode/detail/simd.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/weights.hpp"
@@ -222,6 +223,13 @@ class PackedMatrix {
   T at(long n, long k) const {
     const long p = n / detail::kLanes, j = n % detail::kLanes;
     const std::uint64_t e = static_cast<std::uint64_t>(k) * detail::kLanes + j;
+    if (detail::is_quant_block_type(segment_of(p).type)) {  // dequantize the panel block holding (n, k)
+      const Segment& s = segment_of(p);
+      const detail::QuantPanels q{s.type, data_.data() + s.byte0, s.n_panels, n_in_};
+      std::vector<T> block(static_cast<std::size_t>(q.block_size() * detail::kLanes));
+      detail::dequantize_panel_block_portable<T>(s.type, q.panel_block(p - s.panel0, k / q.block_size()), block.data());
+      return block[static_cast<std::size_t>((k % q.block_size()) * detail::kLanes + j)];
+    }
     switch (segment_of(p).type) {
       case WeightType::kF16: return static_cast<T>(detail::half_bits_to_float(panel_as<std::uint16_t>(p)[e]));
       case WeightType::kBF16: return static_cast<T>(detail::bf16_bits_to_float(panel_as<std::uint16_t>(p)[e]));
@@ -234,6 +242,7 @@ class PackedMatrix {
 
   /// The packed element type a matrix of storage type t gets.
   static WeightType packed_type(WeightType t) {
+    if (detail::is_quant_block_type(t)) return t;  // kept in its blocks (detail/quant_layout.hpp's panel blocks)
     if constexpr (std::is_same_v<T, float>) {
       if (t == WeightType::kF16 || t == WeightType::kBF16) return t;
     }
@@ -273,7 +282,15 @@ class PackedMatrix {
       s.type = r.type;
       s.panel0 = panels;
       s.n_panels = detail::round_up_lanes(r.rows) / detail::kLanes;
-      s.panel_bytes = static_cast<std::uint64_t>(n_in_) * detail::kLanes * element_bytes(r.type);
+      if (detail::is_quant_block_type(r.type)) {
+        const auto tr = weight_type_traits(r.type);
+        if (n_in_ % tr.block_size != 0)
+          throw ConfigError(detail::msg("rows of ", n_in_, " values are not a multiple of ", tr.name, "'s block size ",
+                                        tr.block_size));
+        s.panel_bytes = detail::QuantPanels{r.type, nullptr, 0, n_in_}.panel_bytes();
+      } else {
+        s.panel_bytes = static_cast<std::uint64_t>(n_in_) * detail::kLanes * element_bytes(r.type);
+      }
       s.byte0 = total;
       long col = panels * detail::kLanes;
       for (std::size_t i = r.first; i <= r.last; ++i) {
@@ -299,6 +316,10 @@ class PackedMatrix {
   void pack_row(const Segment& s, const WeightMatrix& m, long r, long row, std::vector<T>& row_buf) {
     unsigned char* panel = data_.data() + s.byte0 + static_cast<std::uint64_t>(row / detail::kLanes) * s.panel_bytes;
     const long j = row % detail::kLanes, K = n_in_;
+    if (detail::is_quant_block_type(s.type)) {  // the row's blocks, as they are, into lane j of its panel blocks
+      detail::pack_quant_row(s.type, K, m.row_data(r), static_cast<int>(j), panel);
+      return;
+    }
     if (s.type == WeightType::kF16 || s.type == WeightType::kBF16) {  // 16-bit bits copied as they are
       const unsigned char* src = m.row_data(r);
       auto* dst = reinterpret_cast<std::uint16_t*>(panel);
@@ -605,6 +626,11 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
         continue;
       }
     }
+    if (is_quant_block_type(s.type)) {  // quant_matrix.hpp's kernels
+      matmul_quant_panels<T, V>(x, ldx, M, QuantPanels{s.type, w.template panel_as<unsigned char>(s.panel0), s.n_panels, K},
+                                ys, ldy);
+      continue;
+    }
     matmul_panels<T, V, T>(x, ldx, M, {w.template panel_as<T>(s.panel0), s.n_panels, K}, ys, ldy);
   }
 }
@@ -624,3 +650,6 @@ void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long l
 }
 
 }  // namespace kvd
+
+// The quantized kernels behind matmul_quant_panels (they use the float kernels above).
+#include "kvdecode/quant_matrix.hpp"

@@ -83,6 +83,13 @@ if(NOT TEXT_GGUF STREQUAL TEXT_BIN)
   message(FATAL_ERROR "--tokenizer stories260K-F32.gguf and tok512.bin disagree:\n${TEXT_GGUF}\n${TEXT_BIN}")
 endif()
 expect_rc(2 --model ${MODEL} --tokenizer ${SHARED}/models/tok512.bin --no-special --no-such-option)
+# A GGUF model brings its own vocabulary: no --tokenizer, the same ids and text.
+expect_rc(0 --model ${SHARED}/models/gguf/stories260K-F32.gguf --prompt "Once upon a time" --steps 20 --json --quiet)
+string(FIND "${OUT}" "\"prompt_ids\"" at)
+string(SUBSTRING "${OUT}" ${at} -1 TEXT_GGUF_MODEL)
+if(NOT TEXT_GGUF_MODEL STREQUAL TEXT_BIN)
+  message(FATAL_ERROR "stories260K-F32.gguf alone and stories260K.bin + tok512.bin disagree:\n${TEXT_GGUF_MODEL}\n${TEXT_BIN}")
+endif()
 
 # --compare reports identity; --threads and a seed do not change sampled text.
 expect_rc(0 --model ${MODEL} --tokenizer ${SHARED}/models/tok512.bin --compare --steps 40 --quiet)
