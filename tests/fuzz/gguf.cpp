@@ -3,8 +3,10 @@
 // clean FormatError), describe(), and for each tensor of a type the block
 // decoders know, its rows dequantized (at most 1 MB of floats per input):
 // every tensor's bytes must lie inside the file, which ASan checks. A file with a
-// vocabulary (tokenizer.ggml.*) then encodes and decodes a short text with it.
+// vocabulary (tokenizer.ggml.*) then encodes and decodes a short text with it, and
+// a model of at most 2^20 parameters is built and runs one decode step.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "fuzz_util.hpp"
@@ -77,6 +79,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::abort();
       }
     }
+    // A model whose shape is small: build it (gguf_model.hpp) and run one decode step.
+    kvd::GGUFLoadOptions opt;
+    opt.max_seq_len = 8;
+    const kvd::GGUFModelInfo info = kvd::gguf_model_info(f, opt);
+    if (info.config.n_params() > (1u << 20)) return;
+    auto owner = std::make_shared<const kvd::detail::GGUFOwner>(
+        kvd::GGUFFile::from_bytes(std::vector<unsigned char>(data, data + size), "fuzz.gguf"));
+    kvd::Transformer<float> model(kvd::load_gguf_weights<float>(std::move(owner), opt));
+    kvd::KVCache<float> cache(model.config(), std::min(model.config().max_seq_len, 4));
+    (void)model.decode_step(0, cache);
   });
   return 0;
 }
