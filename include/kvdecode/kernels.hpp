@@ -653,3 +653,7 @@ void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long l
 
 // The quantized kernels behind matmul_quant_panels (they use the float kernels above).
 #include "kvdecode/quant_matrix.hpp"
+
+// With KVDECODE_EXTERN_KERNELS, the kernels are declared here and compiled in one
+// file of the program (kvdecode/kernel_instances.hpp).
+#include "kvdecode/detail/kernel_instances.hpp"

@@ -400,6 +400,14 @@ inline void with_decoder(WeightType t, F&& f) {
   }
 }
 
+// The fused small-M kernels: 23 register tiles per block type, each unrolled over
+// a sub-block. Sanitized builds (KVDECODE_NO_FUSED_QUANT, set by the project's
+// ASan and fuzz builds) leave them out, because instrumenting them takes longer
+// than the rest of the build (over 12 minutes for this file with GCC
+// -fsanitize=address,undefined); products then take the buffered path, which
+// gives the same bits (tests/quant_matrix_test.cpp compares every path).
+#if !defined(KVDECODE_NO_FUSED_QUANT)
+#define KVDECODE_QUANT_FUSED 1
 /// Small-M register tile (AVX-512, float): MR rows x NP panels over all of k,
 /// weights dequantized in registers. y rows get all 16 NP columns.
 template <class Dec, int MR, int NP>
@@ -482,6 +490,7 @@ inline void matmul_quant_fused(const float* x, long ldx, long M, const QuantPane
     }
   });
 }
+#endif  // !KVDECODE_NO_FUSED_QUANT
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -627,7 +636,7 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantPanels& w, T* y,
   KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= w.n_in());
   if (M <= 0) return;
   const bool parallel = M * w.n_out_padded() * w.n_in() >= kMatmulParallelThreshold;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if defined(KVDECODE_QUANT_FUSED)
   if constexpr (std::is_same_v<T, float>) {
     if ((path == QuantPath::kAuto || path == QuantPath::kFused) && M <= kQuantFusedMaxM)
       return matmul_quant_fused(x, ldx, M, w, y, ldy, parallel);

@@ -1,0 +1,46 @@
+// Optional separate compilation of the matmul kernels.
+//
+// The kernels are templates over compute type, vector implementation and
+// storage type, each with dozens of unrolled register tiles; compiling them is
+// most of the cost of any translation unit that runs a model (about two
+// minutes at -O3). A program with several such files can compile them once:
+//
+//   - define KVDECODE_EXTERN_KERNELS in every translation unit (for example
+//     -DKVDECODE_EXTERN_KERNELS), so that they only declare the instances below;
+//   - compile one file that includes <kvdecode/kernel_instances.hpp>, with the
+//     same compiler flags (-march in particular) as the rest of the program.
+//
+// The result is the same code, so the same bits: this changes where the
+// kernels are compiled, never what they compute. A program that does neither
+// compiles them inline, as before. The project's own tests, examples and
+// benchmarks build this way (CMake target kvdecode_kernel_instances).
+#pragma once
+
+// KVDECODE_KERNEL_INSTANCE_<n>(prefix), n = 1 .. KVDECODE_KERNEL_INSTANCE_COUNT,
+// lists every instance that kvd::matmul reaches, for the compute types the
+// library runs (float, and double for the oracle and reference paths) on the
+// vector implementation detail::Vec16 that the flags select.
+#define KVDECODE_KERNEL_INSTANCE_COUNT 6
+#define KVDECODE_KERNEL_INSTANCE_1(prefix) \
+  prefix template void matmul_panels<float, Vec16<float>, float>(const float*, long, long, const PanelRange<float>&, float*, long);
+#define KVDECODE_KERNEL_INSTANCE_2(prefix) \
+  prefix template void matmul_panels<float, Vec16<float>, F16Bits>(const float*, long, long, const PanelRange<F16Bits>&, float*, long);
+#define KVDECODE_KERNEL_INSTANCE_3(prefix) \
+  prefix template void matmul_panels<float, Vec16<float>, BF16Bits>(const float*, long, long, const PanelRange<BF16Bits>&, float*, long);
+#define KVDECODE_KERNEL_INSTANCE_4(prefix) \
+  prefix template void matmul_panels<double, Vec16<double>, double>(const double*, long, long, const PanelRange<double>&, double*, long);
+#define KVDECODE_KERNEL_INSTANCE_5(prefix) \
+  prefix template void matmul_quant_with<float, Vec16<float>>(const float*, long, long, const QuantPanels&, float*, long, QuantPath, QuantDequant);
+#define KVDECODE_KERNEL_INSTANCE_6(prefix) \
+  prefix template void matmul_quant_with<double, Vec16<double>>(const double*, long, long, const QuantPanels&, double*, long, QuantPath, QuantDequant);
+#define KVDECODE_KERNEL_INSTANCES(prefix) \
+  KVDECODE_KERNEL_INSTANCE_1(prefix) KVDECODE_KERNEL_INSTANCE_2(prefix) KVDECODE_KERNEL_INSTANCE_3(prefix) \
+  KVDECODE_KERNEL_INSTANCE_4(prefix) KVDECODE_KERNEL_INSTANCE_5(prefix) KVDECODE_KERNEL_INSTANCE_6(prefix)
+
+#if defined(KVDECODE_EXTERN_KERNELS)
+namespace kvd {
+namespace detail {
+KVDECODE_KERNEL_INSTANCES(extern)
+}  // namespace detail
+}  // namespace kvd
+#endif
