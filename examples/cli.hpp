@@ -119,6 +119,7 @@ struct Params {
   SamplerConfig sampler;
   std::uint64_t seed = 0;                  ///< --seed
   bool ignore_eos = false;                 ///< --ignore-eos
+  std::vector<int> model_eos_ids;          ///< set by the program: a model folder's generation_config.json EOS ids
   // Execution
   int threads = 0;                         ///< --threads: 0 = OpenMP's default
   std::string cache_dtype = "f32";         ///< --cache-dtype (generate): f32, bf16, f16

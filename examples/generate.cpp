@@ -7,6 +7,7 @@
 // With --model it runs a GGUF file (its own vocabulary) or a llama2.c checkpoint; --tokenizer
 // takes any format kvd::load_tokenizer reads (GGUF, tokenizer.json, tokenizer.bin).
 // --model FOLDER (a directory holding config.json) runs a Hugging Face folder.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -98,6 +99,10 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
   gopt.max_new_tokens = o.steps;
   gopt.use_cache = use_cache;
   if (tok && !o.ignore_eos) gopt.stop_tokens = tok->eog_ids();  // EOS, EOT and the vocabulary's end-of-turn tokens
+  if (!o.ignore_eos)  // a Hugging Face folder's generation_config.json may list more (Llama 3: <|eot_id|> too)
+    for (int id : o.model_eos_ids)
+      if (std::find(gopt.stop_tokens.begin(), gopt.stop_tokens.end(), id) == gopt.stop_tokens.end())
+        gopt.stop_tokens.push_back(id);
   kvd::Sampler sampler(o.sampler);
   kvd::GenerateHooks<float> hooks;
   hooks.choose = [&](const float* l, int n, const std::vector<int>& hist) { return sampler.sample(l, n, hist); };
@@ -233,6 +238,7 @@ int real_main(int argc, char** argv) {
       model.emplace(kvd::load_gguf_model<float>(*o.model, lo));
     } else if (kvd::is_hf_folder(*o.model)) {
       model.emplace(kvd::load_hf_model<float>(*o.model));
+      o.model_eos_ids = kvd::hf_generation_eos_ids(*o.model);
     } else {
       model.emplace(kvd::load_checkpoint<float>(*o.model));
     }

@@ -131,6 +131,19 @@ TEST(CacheIoFingerprint, SameConfigSameIdAnyFieldChangesIt) {
   other = c;
   other.sliding_window = 8;
   EXPECT_NE(config_fingerprint(other), config_fingerprint(c));
+  // The architecture fields change K (RoPE, biases, k norm) as much as the shapes do.
+  other = c;
+  other.rope_style = RopeStyle::kHalves;
+  EXPECT_NE(config_fingerprint(other), config_fingerprint(c));
+  other = c;
+  other.rope_dim = c.head_dim / 2;
+  EXPECT_NE(config_fingerprint(other), config_fingerprint(c));
+  other = c;
+  other.qkv_bias = true;
+  EXPECT_NE(config_fingerprint(other), config_fingerprint(c));
+  other = c;
+  other.qk_norm = true;
+  EXPECT_NE(config_fingerprint(other), config_fingerprint(c));
 }
 
 // ------------------------------------------------------------ exact round trip

@@ -444,3 +444,48 @@ TEST(HFConfig, IsHfFolder) {
   EXPECT_FALSE(is_hf_folder((f.dir / "nonexistent").string()));
   EXPECT_FALSE(is_hf_folder(fs::temp_directory_path().string() + "/kvd_hf_test_surely_absent_dir"));
 }
+
+// ---- generation_config.json: the EOS ids generation stops at ----------------
+
+TEST(HFGenerationConfig, EosIdsSingleListOrAbsent) {
+  ScratchFolder f(kLlamaConfig);
+  EXPECT_TRUE(hf_generation_eos_ids(f.path()).empty()) << "no generation_config.json";
+  std::ofstream(f.dir / "generation_config.json") << R"({"bos_token_id": 1, "eos_token_id": 2})";
+  EXPECT_EQ(hf_generation_eos_ids(f.path()), std::vector<int>({2}));
+  // Llama 3.1 lists <|end_of_text|>, <|eom_id|> and <|eot_id|>.
+  std::ofstream(f.dir / "generation_config.json") << R"({"eos_token_id": [128001, 128008, 128009]})";
+  EXPECT_EQ(hf_generation_eos_ids(f.path()), std::vector<int>({128001, 128008, 128009}));
+  std::ofstream(f.dir / "generation_config.json") << R"({"do_sample": true})";
+  EXPECT_TRUE(hf_generation_eos_ids(f.path()).empty()) << "no eos_token_id";
+}
+
+TEST(HFGenerationConfig, BadEosIdsNamed) {
+  ScratchFolder f(kLlamaConfig);
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"eos_token_id": -1})", "eos_token_id = -1"},
+      {R"({"eos_token_id": "2"})", "eos_token_id = \"2\""},
+      {R"({"eos_token_id": [2, 3.5]})", "eos_token_id[1] = 3.5"},
+      {R"({"eos_token_id": 4294967296})", "eos_token_id = 4294967296"},
+      {R"({"eos_token_id": [)", "invalid JSON"},
+      {R"([2])", "not a JSON object"},
+  };
+  for (const auto& [text, want] : cases) {
+    std::ofstream(f.dir / "generation_config.json") << text;
+    try {
+      hf_generation_eos_ids(f.path());
+      ADD_FAILURE() << "no error for " << text;
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("generation_config.json"), std::string::npos) << e.what();
+    }
+  }
+  std::string many = "{\"eos_token_id\": [";
+  for (int i = 0; i < 1025; ++i) many += (i ? ", " : "") + std::to_string(i);
+  std::ofstream(f.dir / "generation_config.json") << many << "]}";
+  try {
+    hf_generation_eos_ids(f.path());
+    ADD_FAILURE() << "no error for 1025 ids";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("1025 ids, more than the limit of 1024"), std::string::npos) << e.what();
+  }
+}

@@ -304,3 +304,36 @@ TEST(CacheSizeBounds, QDimIsBounded) {
   const std::string m = config_error_of(c);
   EXPECT_NE(m.find("q_dim = n_heads x head_dim = 2048 x 1024 = 2097152"), std::string::npos) << m;
 }
+
+// ------------------------------------------------------------ the cache interface as a trait
+
+namespace {
+// A cache that has everything but write(): Transformer::forward must refuse it at compile time.
+struct CacheWithoutWrite {
+  CacheShape shape() const { return {}; }
+  int length() const { return 0; }
+  int capacity() const { return 0; }
+  void check_room(int) const {}
+  void prepare_append(int) {}
+  void cancel_append(int) {}
+  void commit_append(int) {}
+  const float* k_block(int, int) const { return nullptr; }
+  const float* v_block(int, int) const { return nullptr; }
+};
+struct CacheWithWrite : CacheWithoutWrite {
+  void write(int, int, const float*, const float*) {}
+};
+}  // namespace
+
+TEST(CacheInterface, LibraryCachesSatisfyItAndAMissingMemberIsDetected) {
+  static_assert(is_kv_cache_v<KVCache<float>, float>);
+  EXPECT_TRUE((is_kv_cache_v<KVCache<float>, float>));
+  EXPECT_TRUE((is_kv_cache_v<KVCache<double>, double>));
+  EXPECT_TRUE((is_kv_cache_v<PagedSequence<float>, float>));
+  EXPECT_TRUE((is_kv_cache_v<CacheWithWrite, float>));
+  EXPECT_FALSE((is_kv_cache_v<CacheWithoutWrite, float>));
+  EXPECT_FALSE((detail::cache_has_write<CacheWithoutWrite, float>::value));
+  // write() takes the compute type: a float cache is not a double one.
+  EXPECT_FALSE((is_kv_cache_v<CacheWithWrite, double>));
+  EXPECT_FALSE((is_kv_cache_v<int, float>));
+}

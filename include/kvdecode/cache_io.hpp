@@ -126,7 +126,7 @@ inline std::string shape_text(const CacheShape& s) {
 
 /// The first position a cache of this shape and length keeps (KVCache::first_position()).
 inline int first_kept(const CacheShape& s, int length) {
-  return s.sliding_window > 0 ? std::max(0, length - s.sliding_window + 1) : 0;
+  return length > 0 ? detail::first_visible(length - 1, s.sliding_window) : 0;  // what the last position still sees
 }
 
 /// The 64-byte header for a cache; the checksum is appended after the data.
@@ -333,14 +333,15 @@ void fill(const Contents& c, KVCache<T, S>& cache) {
 
 /// A model_id covering every ModelConfig field that changes the cached K and V
 /// apart from the weights themselves (all shapes, rope_theta, norm_eps, the
-/// classifier flag, the sliding window): FNV-1a 64 of their little-endian bytes.
+/// classifier flag, the sliding window, the RoPE style and rotary dims, the q/k/v
+/// biases and q/k norms): FNV-1a 64 of their little-endian bytes.
 /// Same config, same id, on every platform. For protection against another
 /// checkpoint of the same shape, hash the checkpoint file instead. Never fails.
 inline std::uint64_t config_fingerprint(const ModelConfig& c) {
-  unsigned char bytes[4 * 9 + 8 * 2 + 1];
+  unsigned char bytes[4 * 11 + 8 * 2 + 3];
   unsigned char* p = bytes;
   for (int v : {c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.hidden_dim,
-                c.max_seq_len, c.sliding_window}) {
+                c.max_seq_len, c.sliding_window, static_cast<int>(c.rope_style), c.rope_dim}) {
     detail::store_u32_le(p, static_cast<std::uint32_t>(v));
     p += 4;
   }
@@ -350,7 +351,9 @@ inline std::uint64_t config_fingerprint(const ModelConfig& c) {
     detail::store_u64_le(p, bits);
     p += 8;
   }
-  *p = c.shared_classifier ? 1 : 0;
+  *p++ = c.shared_classifier ? 1 : 0;
+  *p++ = c.qkv_bias ? 1 : 0;
+  *p = c.qk_norm ? 1 : 0;
   return detail::fnv1a64(bytes, sizeof bytes);
 }
 

@@ -58,6 +58,27 @@ namespace detail {
   throw FormatError(msg(file, ": ", what));
 }
 
+/// A small JSON file of a folder (config.json, generation_config.json) as an object.
+/// Throws FileError when it is missing or unreadable, FormatError when it is over
+/// 16 MB (checked before reading), not JSON, or not an object.
+inline nlohmann::json hf_read_json(const std::string& file) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(file, ec);
+  std::ifstream in(file, std::ios::binary);
+  if (ec || !in) throw FileError(msg("'", file, "' is missing or unreadable"));
+  if (size > (16u << 20)) hf_fail(file, msg("is ", size, " bytes, more than the 16 MB limit"));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    hf_fail(file, msg("invalid JSON (", e.what(), ")"));
+  }
+  if (!j.is_object()) hf_fail(file, "is not a JSON object");
+  return j;
+}
+
 /// The architectures kvdecode runs from HF folders.
 struct HFArch {
   const char* name;
@@ -152,19 +173,7 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   using detail::hf_fail;
   using detail::msg;
   const std::string file = (std::filesystem::path(folder) / "config.json").string();
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw FileError(msg("'", file, "' is missing or unreadable"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  if (text.size() > (16u << 20)) hf_fail(file, msg("is ", text.size(), " bytes, more than the 16 MB limit"));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    hf_fail(file, msg("invalid JSON (", e.what(), ")"));
-  }
-  if (!j.is_object()) hf_fail(file, "is not a JSON object");
+  const nlohmann::json j = detail::hf_read_json(file);
 
   HFModelInfo info;
   const auto arch_it = j.find("architectures");
@@ -262,6 +271,33 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
 inline bool is_hf_folder(const std::string& path) {
   std::error_code ec;
   return std::filesystem::is_directory(path, ec) && std::filesystem::is_regular_file(std::filesystem::path(path) / "config.json", ec);
+}
+
+/// The end-of-sequence ids of `folder`/generation_config.json: its eos_token_id,
+/// a single id or a list (Llama 3 lists several). Empty when the file or the key is
+/// absent. Throws FileError if the file exists but cannot be read, FormatError
+/// naming the file and key for invalid JSON, an id that is not an integer in
+/// [0, 2^31), or a list of more than 1024 ids.
+inline std::vector<int> hf_generation_eos_ids(const std::string& folder) {
+  using detail::hf_fail;
+  using detail::msg;
+  const std::string file = (std::filesystem::path(folder) / "generation_config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return {};
+  const nlohmann::json j = detail::hf_read_json(file);
+  const auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return {};
+  const nlohmann::json list = it->is_array() ? *it : nlohmann::json::array({*it});
+  if (list.size() > 1024) hf_fail(file, msg("eos_token_id lists ", list.size(), " ids, more than the limit of 1024"));
+  std::vector<int> ids;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const auto& v = list[i];
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 0x7FFFFFFF)
+      hf_fail(file, msg("eos_token_id", it->is_array() ? msg("[", i, "]") : std::string(), " = ", v.dump(),
+                        " is not an integer id in [0, 2^31)"));
+    ids.push_back(static_cast<int>(v.get<std::int64_t>()));
+  }
+  return ids;
 }
 
 /// The ModelConfig of `folder`/config.json. Throws as hf_model_info() does.

@@ -201,13 +201,10 @@ class KVCache {
     return detail::from_storage<T>(v_block(layer, pos / kBlock)[(kv_head * kBlock + pos % kBlock) * shape_.head_dim + d]);
   }
 
-  // ---- The cache interface the forward pass uses; a paged cache implements the same ----
-  // shape(), length(), capacity(), check_room(n), prepare_append(n), cancel_append(n),
-  // write(layer, pos, k, v), commit_append(n), k_block(layer, b), v_block(layer, b).
-  // Transformer::forward calls check_room on every cache, then prepare_append on each
-  // (cancel_append on the ones already prepared if one throws), then write for every
-  // layer and row, then commit_append. k_block/v_block take the absolute block index
-  // b = pos / 16 and return the 16-position block holding positions [16b, 16b + 16).
+  // ---- The cache interface the forward pass uses (cache_interface.hpp, checked
+  // there by is_kv_cache_v); a paged cache implements the same. k_block/v_block take
+  // the absolute block index b = pos / 16 and return the 16-position block holding
+  // positions [16b, 16b + 16). ----
 
   /// Throws CacheFullError (nothing changed) unless n more positions fit, in one call.
   void check_room(int n) const {

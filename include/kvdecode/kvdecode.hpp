@@ -11,6 +11,7 @@
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/quant_matrix.hpp"
 #include "kvdecode/ops.hpp"
+#include "kvdecode/cache_interface.hpp"
 #include "kvdecode/kv_cache.hpp"
 #include "kvdecode/paged_cache.hpp"
 #include "kvdecode/cache_io.hpp"

@@ -22,6 +22,7 @@
 #include "kvdecode/block.hpp"
 #include "kvdecode/config.hpp"
 #include "kvdecode/kv_cache.hpp"
+#include "kvdecode/cache_interface.hpp"
 #include "kvdecode/weights.hpp"
 #include "kvdecode/workspace.hpp"
 
@@ -110,6 +111,7 @@ class Transformer {
   /// Returns the logits of the rows with `logits` set, in row order.
   template <class Cache>
   LogitsView<T> forward(const Row* rows, long M, Cache* const* caches, long n_caches) {
+    static_assert(detail::check_cache_interface<Cache, T>(), "see cache_interface.hpp");
     long n_logits = validate_rows(rows, M, caches, n_caches);
     long prepared = 0;  // make room in every cache, or in none (a paged pool may run out of blocks)
     try {

@@ -203,6 +203,79 @@ void safetensors() {
   put("safetensors", "truncated", truncated(safetensors_file(three, data), 5));
 }
 
+// hf-folder: config.json \0 generation_config.json \0 model.safetensors of a tiny
+// model (d 8, 1 layer, 2 heads of 4, 1 KV head, hidden 12, vocab 16) with every
+// tensor config.json asks for, in F32 or BF16; qwen2 adds q/k/v biases, qwen3 q/k norms.
+Bytes hf_folder(const std::string& arch, const std::string& dtype, bool tied, const std::string& extra = "") {
+  const int d = 8, dh = 4, H = 2, KV = 1, ff = 12, V = 16;
+  const std::string config = R"({"architectures":[")" + arch + R"("],"hidden_size":8,"intermediate_size":12,)"
+      R"("num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,"vocab_size":16,)"
+      R"("max_position_embeddings":64,"rms_norm_eps":1e-5,"rope_theta":10000.0,"tie_word_embeddings":)" +
+      std::string(tied ? "true" : "false") + extra + "}";
+  const std::string gen = R"({"bos_token_id":1,"eos_token_id":[2,3]})";
+  const std::size_t es = dtype == "F32" ? 4 : 2;
+  std::string header = "{";
+  std::size_t off = 0;
+  auto t = [&](const std::string& name, std::vector<int> shape) {
+    std::size_t n = 1;
+    std::string sh;
+    for (int x : shape) n *= static_cast<std::size_t>(x), sh += (sh.empty() ? "" : ",") + std::to_string(x);
+    header += (off ? "," : "") + std::string("\"") + name + R"(":{"dtype":")" + dtype + R"(","shape":[)" + sh +
+              R"(],"data_offsets":[)" + std::to_string(off) + "," + std::to_string(off + n * es) + "]}";
+    off += n * es;
+  };
+  const bool qwen2 = arch == "Qwen2ForCausalLM", qwen3 = arch == "Qwen3ForCausalLM";
+  t("model.embed_tokens.weight", {V, d});
+  t("model.norm.weight", {d});
+  if (!tied) t("lm_head.weight", {V, d});
+  const std::string l = "model.layers.0.";
+  t(l + "input_layernorm.weight", {d});
+  t(l + "post_attention_layernorm.weight", {d});
+  t(l + "self_attn.q_proj.weight", {H * dh, d});
+  t(l + "self_attn.k_proj.weight", {KV * dh, d});
+  t(l + "self_attn.v_proj.weight", {KV * dh, d});
+  t(l + "self_attn.o_proj.weight", {d, H * dh});
+  if (qwen2) {
+    t(l + "self_attn.q_proj.bias", {H * dh});
+    t(l + "self_attn.k_proj.bias", {KV * dh});
+    t(l + "self_attn.v_proj.bias", {KV * dh});
+  }
+  if (qwen3) {
+    t(l + "self_attn.q_norm.weight", {dh});
+    t(l + "self_attn.k_norm.weight", {dh});
+  }
+  t(l + "mlp.gate_proj.weight", {ff, d});
+  t(l + "mlp.up_proj.weight", {ff, d});
+  t(l + "mlp.down_proj.weight", {d, ff});
+  header += "}";
+  Bytes values(off);
+  for (std::size_t i = 0; i < off; i += es) {  // small values: F32 1/64 steps, BF16 the top half of the same floats
+    const float f = static_cast<float>(static_cast<int>(i / es % 13) - 6) / 64.f;
+    std::uint32_t b;
+    std::memcpy(&b, &f, 4);
+    if (es == 4) kvd::detail::store_u32_le(values.data() + i, b);
+    else values[i] = static_cast<unsigned char>(b >> 16), values[i + 1] = static_cast<unsigned char>(b >> 24);
+  }
+  Bytes out(config.begin(), config.end());
+  out.push_back(0);
+  out.insert(out.end(), gen.begin(), gen.end());
+  out.push_back(0);
+  const Bytes st = safetensors_file(header, values);
+  out.insert(out.end(), st.begin(), st.end());
+  return out;
+}
+
+void hf_folders() {
+  put("hf-folder", "llama-f32", hf_folder("LlamaForCausalLM", "F32", true));
+  put("hf-folder", "llama-bf16-untied", hf_folder("LlamaForCausalLM", "BF16", false));
+  put("hf-folder", "mistral-window", hf_folder("MistralForCausalLM", "F16", true, R"(,"sliding_window":4)"));
+  put("hf-folder", "qwen2-bias", hf_folder("Qwen2ForCausalLM", "F32", true));
+  put("hf-folder", "qwen3-norms", hf_folder("Qwen3ForCausalLM", "BF16", true, R"(,"head_dim":4)"));
+  put("hf-folder", "llama3-rope", hf_folder("LlamaForCausalLM", "F32", true,
+      R"(,"rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":16})"));
+  put("hf-folder", "truncated", truncated(hf_folder("LlamaForCausalLM", "F32", true), 9));
+}
+
 // tokenizer.json: a byte-level BPE (GPT-2 style) and a SentencePiece-style BPE with byte fallback.
 void tokenizer_jsons() {
   const std::string byte_level = R"({"version":"1.0","added_tokens":[{"id":6,"content":"<|endoftext|>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],
@@ -376,6 +449,7 @@ int main(int argc, char** argv) {
     gguf_model(kvd::WeightType::kF16, "tiny-llama-f16");
     gguf_model(kvd::WeightType::kQ8_0, "tiny-llama-q8_0");
     safetensors();
+    hf_folders();
     tokenizer_jsons();
     texts();
     fs::remove_all(tmp);
