@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "kvdecode/config.hpp"
+#include "kvdecode/kv_cache.hpp"  // CacheShape
 
 namespace kvd {
 namespace detail {
