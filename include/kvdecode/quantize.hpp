@@ -361,6 +361,14 @@ inline void write_llama2c_vocab(GGUFWriter& g, const std::string& path, int voca
   std::vector<std::int32_t> types;
   for (int i = 0; i < tok.vocab_size(); ++i) {
     std::string p;
+    // llama2.c writes the control pieces as "\n<s>\n" / "\n</s>\n"; SentencePiece (and
+    // llama.cpp's converter) name them <unk>, <s>, </s>.
+    if (i == Tokenizer::kUnkId || i == Tokenizer::kBosId || i == Tokenizer::kEosId) {
+      tokens.push_back(i == Tokenizer::kUnkId ? "<unk>" : i == Tokenizer::kBosId ? "<s>" : "</s>");
+      scores.push_back(tok.score(i));
+      types.push_back(i == Tokenizer::kUnkId ? 2 : 3);
+      continue;
+    }
     for (char ch : tok.piece(i)) p += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
     tokens.push_back(std::move(p));
     scores.push_back(tok.score(i));
