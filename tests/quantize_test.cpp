@@ -557,3 +557,36 @@ TEST(QuantizeBadInput, UnwritableOutputIsAFileError) {
   TempDir dir;
   EXPECT_THROW(quantize_model(bin, dir.file("no/such/dir/out.gguf"), QuantScheme::kQ8_0), FileError);
 }
+
+TEST(QuantizeBadInput, TensorOfATypeWithoutDequantizationIsNamed) {
+  TempDir dir;
+  GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  std::vector<unsigned char> bytes(18 * 2 * 4, 0);  // iq4_nl: 18 bytes per 32 values; 4 rows of 64
+  w.add_tensor("blk.0.attn_q.weight", WeightType::kIQ4_NL, {64, 4}, bytes.data(), bytes.size());
+  w.write(dir.file("iq.gguf"));
+  try {
+    quantize_model(dir.file("iq.gguf"), dir.file("out.gguf"), QuantScheme::kQ8_0);
+    FAIL() << "no throw";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("blk.0.attn_q.weight"), std::string::npos) << m;
+    EXPECT_NE(m.find("iq4_nl"), std::string::npos) << m;
+    EXPECT_NE(m.find("iq.gguf"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(fs::exists(dir.file("out.gguf")));
+}
+
+TEST(QuantizeBadInput, TokenizerOfAnotherVocabularyIsRefused) {
+  const std::string bin = kModels + "stories260K.bin", tok = kModels + "tokenizer.bin";  // 32000 pieces, model has 512
+  SKIP_IF_MISSING(bin);
+  SKIP_IF_MISSING(tok);
+  TempDir dir;
+  QuantizeOptions o;
+  o.tokenizer = tok;
+  EXPECT_THROW(quantize_model(bin, dir.file("out.gguf"), QuantScheme::kQ8_0, o), FileError);
+  EXPECT_FALSE(fs::exists(dir.file("out.gguf")));
+  o.tokenizer = dir.file("absent.bin");
+  EXPECT_THROW(quantize_model(bin, dir.file("out.gguf"), QuantScheme::kQ8_0, o), FileError);
+  EXPECT_FALSE(fs::exists(dir.file("out.gguf")));
+}
