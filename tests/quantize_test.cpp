@@ -476,6 +476,25 @@ TEST(Quantize, GGUFInputKeepsMetadataAndVocabulary) {
   EXPECT_LT(d, 0.02);
 }
 
+TEST(Quantize, GGUFInputOfAnotherArchitectureKeepsIt) {
+  const std::string in = kModels + "gguf/qwen2arch-F32.gguf";
+  SKIP_IF_MISSING(in);
+  TempDir dir;
+  const std::string out = dir.file("qwen2-q8.gguf");
+  quantize_model(in, out, QuantScheme::kQ8_0);
+  const GGUFFile g = GGUFFile::open(out);
+  EXPECT_EQ(g.get_string("general.architecture"), "qwen2");
+  EXPECT_EQ(g.find_tensor("blk.0.attn_q.bias")->type, WeightType::kF32);
+  EXPECT_EQ(g.find_tensor("blk.0.attn_q.weight")->type, WeightType::kQ8_0);
+  Transformer<float> a(load_gguf_model<float>(in)), b(load_gguf_model<float>(out));
+  EXPECT_TRUE(b.config().qkv_bias);
+  const std::vector<int> ids = prompt_ids();
+  const double d = rel_max_diff(prefill_logits(a, ids), prefill_logits(b, ids));
+  std::cout << "  qwen2arch F32 -> Q8_0: max |dlogit| / max |logit| = " << d << "\n";
+  EXPECT_GT(d, 0.0);
+  EXPECT_LT(d, 0.05);
+}
+
 TEST(Quantize, HFFolderPermutesQKIntoTheLlamaLayout) {
   const std::string in = kModels + "hf/stories260K";
   SKIP_IF_MISSING(in + "/config.json");
