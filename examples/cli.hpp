@@ -102,6 +102,7 @@ enum Program : unsigned {
   kPlan = 1u << 2,         ///< kvdecode-plan
   kRoofline = 1u << 3,     ///< kvdecode-roofline
   kTokenize = 1u << 4,     ///< kvdecode-tokenize
+  kQuantize = 1u << 5,     ///< kvdecode-quantize
 };
 
 /// Every value any program's options can set. A program sets its own defaults
@@ -191,7 +192,7 @@ inline std::vector<Option> all_options(Params& p) {
        "version-1 float32)", in,
        kGenerate | kCacheReport | kPlan | kTokenize, none, [&p](const S&, const S& v) { p.model = v; }});
   add({{"--tokenizer"}, "PATH", "tokenizer for --prompt and text output: GGUF, tokenizer.json (any name) or its "
-       "folder, or llama2.c tokenizer.bin", in, kGenerate, none,
+       "folder, or llama2.c tokenizer.bin", in, kGenerate | kQuantize, none,
        [&p](const S&, const S& v) { p.tokenizer = v; }});
   add({{"--ctx-size", "-c"}, "N",
        "longest sequence to plan for (RoPE table, KV cache); caps a GGUF file's context_length "
@@ -272,7 +273,7 @@ inline std::vector<Option> all_options(Params& p) {
 
   // ---- execution
   add({{"--threads", "-t"}, "N", "OpenMP threads (results are identical for any N)", exe,
-       kGenerate | kCacheReport | kRoofline,
+       kGenerate | kCacheReport | kRoofline | kQuantize,
        [&p, str] { return p.threads > 0 ? str(p.threads) : S("OpenMP's default"); },
        [&p](const S& n, const S& v) { p.threads = static_cast<int>(parse_integer(n, v, 1, 1024)); }});
   add({{"--cache-dtype"}, "T", "KV cache element type: f32, bf16, f16", exe, kGenerate,
@@ -325,8 +326,8 @@ inline std::vector<Option> all_options(Params& p) {
   add({{"--json"}, "", "also print the results as one JSON object on the last line", out,
        kGenerate | kCacheReport | kPlan, none, flag(p.json)});
   add({{"--list-gpus"}, "", "print the built-in card table and exit", out, kPlan, none, flag(p.list_gpus)});
-  add({{"--quiet"}, "", "no progress or timing on stderr", out, kGenerate | kCacheReport, none, flag(p.quiet)});
-  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline | kTokenize, none,
+  add({{"--quiet"}, "", "no progress or timing on stderr", out, kGenerate | kCacheReport | kQuantize, none, flag(p.quiet)});
+  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline | kTokenize | kQuantize, none,
        flag(p.help)});
   return o;
 }

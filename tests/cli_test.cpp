@@ -16,7 +16,7 @@ using kvd::cli::Params;
 using kvd::cli::Program;
 
 constexpr Program kPrograms[] = {kvd::cli::kGenerate, kvd::cli::kCacheReport, kvd::cli::kPlan, kvd::cli::kRoofline,
-                                kvd::cli::kTokenize};
+                                kvd::cli::kTokenize, kvd::cli::kQuantize};
 
 // Parses `args` (argv[0] is supplied) for `program` into a fresh Params.
 Params parse(Program program, std::initializer_list<const char*> args) {

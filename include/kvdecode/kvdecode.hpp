@@ -35,3 +35,4 @@
 #include "kvdecode/sampler.hpp"
 #include "kvdecode/batcher.hpp"
 #include "kvdecode/planner.hpp"
+#include "kvdecode/quantize.hpp"

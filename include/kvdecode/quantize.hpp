@@ -1,0 +1,547 @@
+// Quantizing a model into a GGUF file (kvdecode-quantize): read a llama2.c
+// checkpoint, a GGUF file of any supported type or a Hugging Face folder, choose
+// each tensor's storage type the way llama.cpp's llama_tensor_get_type does, store
+// every row with the reference quantizers of detail/quant.hpp and write a GGUF v3
+// file that kvdecode and llama.cpp both load.
+//
+// Type choice (choose_tensor_type, a pure function of the scheme, the tensor's name
+// and shape and a few model facts):
+//   * 1-D tensors (norms, biases, rope_freqs) stay f32.
+//   * F32 / F16 / BF16: every matrix in that type.
+//   * The classifier (output.weight, or token_embd.weight when the model has no
+//     separate output.weight) gets q6_K, or q8_0 when the scheme is Q8_0 or its row
+//     is not a multiple of 256.
+//   * Q2_K: attn_v q4_K (q3_K with fewer than 4 query heads per KV head),
+//     attn_output and ffn_down q3_K.
+//   * Q3_K_M: attn_v q5_K on layers 0 and 1, else q4_K; attn_output q4_K; ffn_down
+//     q5_K on the first 1/16 of the layers, else q4_K.
+//   * Q4_K_M, Q5_K_M: attn_v and ffn_down q6_K on the layers use_more_bits picks
+//     (the first 1/8, the last 1/8 and every third between).
+//   * Q3_K, Q4_K, Q5_K ("plain"), Q6_K and the legacy types: every matrix in that
+//     type, the classifier as above.
+//   * A row length that is not a multiple of the chosen type's block falls back as
+//     llama.cpp does: q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0; q2_K / q3_K -> q4_0
+//     (llama.cpp uses iq4_nl, which kvdecode does not store: q4_0 has its 4.5 bits
+//     and block of 32); and if the row is not a multiple of 32 either -> f16.
+//
+// Layout: tensors are written in GGUF's llama convention (ne = [cols, rows], RoPE on
+// adjacent pairs). llama2.c checkpoints already rotate adjacent pairs; Hugging Face
+// Llama folders rotate halves, so their q and k rows are permuted per head as
+// llama.cpp's convert_hf_to_gguf.py permutes them (row h*Dh + 2i + j of the output
+// is row h*Dh + j*Dh/2 + i of the input).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvdecode/checkpoint.hpp"
+#include "kvdecode/detail/quant.hpp"
+#include "kvdecode/error.hpp"
+#include "kvdecode/gguf.hpp"
+#include "kvdecode/gguf_model.hpp"
+#include "kvdecode/hf_model.hpp"
+#include "kvdecode/tokenizer.hpp"
+#include "kvdecode/weight_type.hpp"
+#include "kvdecode/weights.hpp"
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+namespace kvd {
+
+/// What kvdecode-quantize can produce (a storage type, possibly with llama.cpp's mix).
+enum class QuantScheme {
+  kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ2_K,
+  kQ3_K, kQ3_K_M, kQ4_K, kQ4_K_M, kQ5_K, kQ5_K_M, kQ6_K,
+};
+
+/// llama.cpp's `enum llama_ftype`, the value of general.file_type. Frozen: on disk.
+enum class LlamaFileType : std::uint32_t {
+  kAllF32 = 0,
+  kMostlyF16 = 1,
+  kMostlyQ4_0 = 2,
+  kMostlyQ4_1 = 3,
+  kMostlyQ8_0 = 7,
+  kMostlyQ5_0 = 8,
+  kMostlyQ5_1 = 9,
+  kMostlyQ2_K = 10,
+  kMostlyQ3_K_S = 11,
+  kMostlyQ3_K_M = 12,
+  kMostlyQ3_K_L = 13,
+  kMostlyQ4_K_S = 14,
+  kMostlyQ4_K_M = 15,
+  kMostlyQ5_K_S = 16,
+  kMostlyQ5_K_M = 17,
+  kMostlyQ6_K = 18,
+  kMostlyBF16 = 32,
+};
+
+namespace detail {
+struct QuantSchemeInfo {
+  QuantScheme scheme;
+  const char* name;
+  WeightType base;
+  LlamaFileType file_type;
+};
+inline const std::vector<QuantSchemeInfo>& quant_schemes() {
+  // The plain K types have no llama_ftype of their own: they carry the _S code,
+  // the nearest (llama.cpp reads general.file_type for display only).
+  static const std::vector<QuantSchemeInfo> k = {
+      {QuantScheme::kF32, "F32", WeightType::kF32, LlamaFileType::kAllF32},
+      {QuantScheme::kF16, "F16", WeightType::kF16, LlamaFileType::kMostlyF16},
+      {QuantScheme::kBF16, "BF16", WeightType::kBF16, LlamaFileType::kMostlyBF16},
+      {QuantScheme::kQ8_0, "Q8_0", WeightType::kQ8_0, LlamaFileType::kMostlyQ8_0},
+      {QuantScheme::kQ4_0, "Q4_0", WeightType::kQ4_0, LlamaFileType::kMostlyQ4_0},
+      {QuantScheme::kQ4_1, "Q4_1", WeightType::kQ4_1, LlamaFileType::kMostlyQ4_1},
+      {QuantScheme::kQ5_0, "Q5_0", WeightType::kQ5_0, LlamaFileType::kMostlyQ5_0},
+      {QuantScheme::kQ5_1, "Q5_1", WeightType::kQ5_1, LlamaFileType::kMostlyQ5_1},
+      {QuantScheme::kQ2_K, "Q2_K", WeightType::kQ2_K, LlamaFileType::kMostlyQ2_K},
+      {QuantScheme::kQ3_K, "Q3_K", WeightType::kQ3_K, LlamaFileType::kMostlyQ3_K_S},
+      {QuantScheme::kQ3_K_M, "Q3_K_M", WeightType::kQ3_K, LlamaFileType::kMostlyQ3_K_M},
+      {QuantScheme::kQ4_K, "Q4_K", WeightType::kQ4_K, LlamaFileType::kMostlyQ4_K_S},
+      {QuantScheme::kQ4_K_M, "Q4_K_M", WeightType::kQ4_K, LlamaFileType::kMostlyQ4_K_M},
+      {QuantScheme::kQ5_K, "Q5_K", WeightType::kQ5_K, LlamaFileType::kMostlyQ5_K_S},
+      {QuantScheme::kQ5_K_M, "Q5_K_M", WeightType::kQ5_K, LlamaFileType::kMostlyQ5_K_M},
+      {QuantScheme::kQ6_K, "Q6_K", WeightType::kQ6_K, LlamaFileType::kMostlyQ6_K},
+  };
+  return k;
+}
+inline const QuantSchemeInfo& quant_scheme_info(QuantScheme s) {
+  for (const auto& i : quant_schemes())
+    if (i.scheme == s) return i;
+  throw ArgumentError(msg("undefined QuantScheme ", static_cast<int>(s)));
+}
+}  // namespace detail
+
+/// The accepted scheme names, comma-separated ("F32, F16, ..."). Never fails.
+inline std::string quant_scheme_names() {
+  std::string s;
+  for (const auto& i : detail::quant_schemes()) s += (s.empty() ? "" : ", ") + std::string(i.name);
+  return s;
+}
+
+/// The scheme called `name` (case-insensitive: "Q4_K_M", "q8_0"). Throws
+/// ArgumentError naming the text and listing the accepted names.
+inline QuantScheme parse_quant_scheme(const std::string& name) {
+  std::string up = name;
+  for (auto& c : up) c = static_cast<char>(c >= 'a' && c <= 'z' ? c - 'a' + 'A' : c);
+  for (const auto& i : detail::quant_schemes())
+    if (up == i.name) return i.scheme;
+  throw ArgumentError(detail::msg("unknown quantization type '", name, "' (accepted: ", quant_scheme_names(), ")"));
+}
+
+/// "Q4_K_M" etc. Throws ArgumentError for a value outside the enum.
+inline const char* quant_scheme_name(QuantScheme s) { return detail::quant_scheme_info(s).name; }
+/// The scheme's main storage type (q4_K for Q4_K_M). Throws as quant_scheme_name.
+inline WeightType quant_scheme_type(QuantScheme s) { return detail::quant_scheme_info(s).base; }
+/// The general.file_type written for the scheme. Throws as quant_scheme_name.
+inline LlamaFileType quant_scheme_file_type(QuantScheme s) { return detail::quant_scheme_info(s).file_type; }
+
+/// The kind of a llama-convention tensor name and its layer ("blk.3.attn_v.weight"
+/// -> kind "attn_v", layer 3; "output.weight" -> "output", -1). Unknown names give
+/// their stem ("rope_freqs"). Never fails.
+struct TensorKind {
+  std::string kind;
+  int layer = -1;
+};
+inline TensorKind tensor_kind(const std::string& name) {
+  TensorKind k;
+  std::string rest = name;
+  if (rest.rfind("blk.", 0) == 0) {
+    const std::size_t dot = rest.find('.', 4);
+    if (dot != std::string::npos) {
+      const std::string num = rest.substr(4, dot - 4);
+      bool digits = !num.empty() && num.size() < 8;
+      for (char c : num) digits = digits && c >= '0' && c <= '9';
+      if (digits) {
+        k.layer = std::stoi(num);
+        rest = rest.substr(dot + 1);
+      }
+    }
+  }
+  const std::size_t dot = rest.find('.');
+  k.kind = dot == std::string::npos ? rest : rest.substr(0, dot);
+  return k;
+}
+
+/// What the type choice needs to know of the model.
+struct TypeChoiceContext {
+  int n_layers = 1;       ///< blocks (attn_v / ffn_down counts)
+  int n_heads = 1;        ///< query heads
+  int n_kv_heads = 1;     ///< key/value heads (n_heads / n_kv_heads = llama.cpp's n_gqa)
+  bool has_output = true; ///< the file holds output.weight (else token_embd is the classifier)
+};
+
+namespace detail {
+/// llama.cpp's use_more_bits: the first 1/8 of the layers, the last 1/8, and every third between.
+inline bool use_more_bits(int layer, int n_layers) {
+  return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
+}
+}  // namespace detail
+
+/// The storage type of tensor `name` with shape `ne` (ne[0] = row length) under
+/// `scheme` (see the rules at the top of this file). Pure; never fails for a
+/// non-empty ne. The result always divides ne[0] into whole blocks.
+inline WeightType choose_tensor_type(QuantScheme scheme, const std::string& name, const std::vector<std::uint64_t>& ne,
+                                     const TypeChoiceContext& ctx) {
+  std::uint64_t rows = 1;
+  for (std::size_t d = 1; d < ne.size(); ++d) rows *= ne[d];
+  const bool is_norm = name.size() >= 12 && name.compare(name.size() - 12, 12, "_norm.weight") == 0;
+  if (ne.size() < 2 || rows <= 1 || is_norm) return WeightType::kF32;
+  const WeightType base = quant_scheme_type(scheme);
+  if (weight_type_traits(base).block_size == 1) return base;  // F32, F16, BF16: no mix
+  const TensorKind k = tensor_kind(name);
+  const std::uint64_t nx = ne[0];
+  const int L = std::max(ctx.n_layers, 1), layer = std::max(k.layer, 0);
+  const int n_gqa = ctx.n_kv_heads > 0 ? ctx.n_heads / ctx.n_kv_heads : 1;
+  const bool m_mix = scheme == QuantScheme::kQ4_K_M || scheme == QuantScheme::kQ5_K_M;
+  WeightType t = base;
+  if (name == "output.weight" || (!ctx.has_output && name == "token_embd.weight")) {
+    if (nx % detail::kQK_K != 0) t = WeightType::kQ8_0;
+    else if (base != WeightType::kQ8_0) t = WeightType::kQ6_K;
+  } else if (k.kind == "attn_v") {
+    if (scheme == QuantScheme::kQ2_K) t = n_gqa >= 4 ? WeightType::kQ4_K : WeightType::kQ3_K;
+    else if (scheme == QuantScheme::kQ3_K_M) t = layer < 2 ? WeightType::kQ5_K : WeightType::kQ4_K;
+    else if (m_mix && detail::use_more_bits(layer, L)) t = WeightType::kQ6_K;
+  } else if (k.kind == "ffn_down") {
+    if (scheme == QuantScheme::kQ2_K) t = WeightType::kQ3_K;
+    else if (scheme == QuantScheme::kQ3_K_M) t = layer < L / 16 ? WeightType::kQ5_K : WeightType::kQ4_K;
+    else if (m_mix && detail::use_more_bits(layer, L)) t = WeightType::kQ6_K;
+  } else if (k.kind == "attn_output") {
+    if (scheme == QuantScheme::kQ2_K) t = WeightType::kQ3_K;
+    else if (scheme == QuantScheme::kQ3_K_M) t = WeightType::kQ4_K;
+  }
+  if (nx % weight_type_traits(t).block_size != 0) {
+    switch (t) {
+      case WeightType::kQ2_K:
+      case WeightType::kQ3_K: t = WeightType::kQ4_0; break;
+      case WeightType::kQ4_K: t = WeightType::kQ5_0; break;
+      case WeightType::kQ5_K: t = WeightType::kQ5_1; break;
+      case WeightType::kQ6_K: t = WeightType::kQ8_0; break;
+      default: t = WeightType::kF16; break;
+    }
+    if (nx % weight_type_traits(t).block_size != 0) t = WeightType::kF16;
+  }
+  return t;
+}
+
+/// One tensor as written, for progress and the summary.
+struct QuantizedTensorReport {
+  std::string name;
+  std::vector<std::uint64_t> ne;
+  WeightType source_type = WeightType::kF32;
+  WeightType type = WeightType::kF32;
+  std::uint64_t bytes = 0;
+  double rel_rmse = 0;  ///< sqrt(sum (x - q(x))^2 / sum x^2) over the tensor (0 for an all-zero tensor)
+  std::uint64_t n_elements() const {
+    std::uint64_t n = 1;
+    for (auto d : ne) n *= d;
+    return n;
+  }
+};
+
+/// Options of quantize_model().
+struct QuantizeOptions {
+  /// A llama2.c tokenizer.bin written as tokenizer.ggml.* for a checkpoint or
+  /// Hugging Face input ("" = none). Ignored (the vocabulary is copied) for GGUF input.
+  std::string tokenizer;
+  int threads = 0;  ///< OpenMP threads for quantizing rows; 0 = OpenMP's default. Bytes are the same for any count.
+  /// Called after each tensor is quantized (progress output).
+  std::function<void(const QuantizedTensorReport&)> progress;
+};
+
+/// What quantize_model() wrote.
+struct QuantizeResult {
+  std::string input_format;  ///< "gguf", "llama2.c legacy", "llama2.c v1", "hf"
+  std::vector<QuantizedTensorReport> tensors;
+  std::uint64_t file_bytes = 0;
+  bool wrote_vocabulary = false;
+  /// Bits per weight over the matrices (2-D tensors): their bytes * 8 / their values.
+  double bits_per_weight() const {
+    std::uint64_t b = 0, n = 0;
+    for (const auto& t : tensors)
+      if (t.ne.size() >= 2) {
+        b += t.bytes;
+        n += t.n_elements();
+      }
+    return n ? 8.0 * static_cast<double>(b) / static_cast<double>(n) : 0.0;
+  }
+};
+
+namespace detail {
+
+/// A tensor to write: its GGUF name and shape and a reader of its rows as floats.
+struct QuantSource {
+  std::string name;
+  std::vector<std::uint64_t> ne;
+  WeightType type;
+  std::function<void(std::uint64_t row, float* out)> row;
+};
+
+/// GGUF llama tensors from ModelWeights<float>; q/k rows permuted from halves to adjacent
+/// pairs when the weights rotate halves. Throws ConfigError for what llama cannot express.
+inline std::vector<QuantSource> sources_from_weights(std::shared_ptr<const ModelWeights<float>> w) {
+  const ModelConfig& c = w->config;
+  if (c.qkv_bias || c.qk_norm)
+    throw ConfigError("cannot write this model as GGUF llama: it has q/k/v biases or q/k norms (qwen-style)");
+  if (c.sliding_window != 0)
+    throw ConfigError(msg("cannot write this model as GGUF llama: sliding_window = ", c.sliding_window));
+  const bool halves = c.rope_style == RopeStyle::kHalves;
+  if (halves && c.rope_dim != 0 && c.rope_dim != c.head_dim)
+    throw ConfigError(msg("cannot permute q/k for partial RoPE (rope_dim ", c.rope_dim, " < head_dim ", c.head_dim, ")"));
+  std::vector<QuantSource> out;
+  auto mat = [&](const std::string& name, const WeightMatrix* m, bool permute) {
+    const long Dh = c.head_dim;
+    out.push_back({name, {static_cast<std::uint64_t>(m->cols()), static_cast<std::uint64_t>(m->rows())}, m->type(),
+                   [w, m, permute, Dh](std::uint64_t r, float* y) {
+                     long src = static_cast<long>(r);
+                     if (permute) {  // output row h*Dh + 2i + j <- input row h*Dh + j*Dh/2 + i
+                       const long h = src / Dh, within = src % Dh, i = within / 2, j = within % 2;
+                       src = h * Dh + j * (Dh / 2) + i;
+                     }
+                     m->dequantize_row(src, y);
+                   }});
+  };
+  auto vec = [&](const std::string& name, const Vector<float>* v) {
+    out.push_back({name, {static_cast<std::uint64_t>(v->size())}, WeightType::kF32,
+                   [w, v](std::uint64_t, float* y) { std::copy(v->data(), v->data() + v->size(), y); }});
+  };
+  mat("token_embd.weight", &w->token_embedding, false);
+  vec("output_norm.weight", &w->final_norm);
+  if (!c.shared_classifier) mat("output.weight", &w->classifier, false);
+  if (w->rope_freq_factors.size() != 0) vec("rope_freqs.weight", &w->rope_freq_factors);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const auto& L = w->layers[static_cast<std::size_t>(l)];
+    const std::string p = msg("blk.", l, ".");
+    mat(p + "attn_q.weight", &L.wq, halves);
+    mat(p + "attn_k.weight", &L.wk, halves);
+    mat(p + "attn_v.weight", &L.wv, false);
+    mat(p + "attn_output.weight", &L.wo, false);
+    vec(p + "attn_norm.weight", &L.attn_norm);
+    mat(p + "ffn_gate.weight", &L.w1, false);
+    mat(p + "ffn_down.weight", &L.w2, false);
+    mat(p + "ffn_up.weight", &L.w3, false);
+    vec(p + "ffn_norm.weight", &L.ffn_norm);
+  }
+  return out;
+}
+
+/// The llama.* keys for config c (and general.*).
+inline void write_llama_keys(GGUFWriter& g, const ModelConfig& c, const std::string& name) {
+  g.set_string("general.architecture", "llama");
+  g.set_string("general.name", name);
+  g.set_u32("llama.context_length", static_cast<std::uint32_t>(c.max_seq_len));
+  g.set_u32("llama.embedding_length", static_cast<std::uint32_t>(c.d_model));
+  g.set_u32("llama.block_count", static_cast<std::uint32_t>(c.n_layers));
+  g.set_u32("llama.feed_forward_length", static_cast<std::uint32_t>(c.hidden_dim));
+  g.set_u32("llama.attention.head_count", static_cast<std::uint32_t>(c.n_heads));
+  g.set_u32("llama.attention.head_count_kv", static_cast<std::uint32_t>(c.n_kv_heads));
+  if (c.head_dim * c.n_heads != c.d_model) {
+    g.set_u32("llama.attention.key_length", static_cast<std::uint32_t>(c.head_dim));
+    g.set_u32("llama.attention.value_length", static_cast<std::uint32_t>(c.head_dim));
+  }
+  g.set_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.norm_eps));
+  g.set_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
+  g.set_u32("llama.rope.dimension_count", static_cast<std::uint32_t>(c.rotary_dim()));
+  g.set_u32("llama.vocab_size", static_cast<std::uint32_t>(c.vocab_size));
+}
+
+/// tokenizer.ggml.* from a llama2.c tokenizer.bin, as llama.cpp's converter stores it.
+inline void write_llama2c_vocab(GGUFWriter& g, const std::string& path, int vocab_size) {
+  const Tokenizer tok = Tokenizer::load(path, vocab_size);
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<std::int32_t> types;
+  for (int i = 0; i < tok.vocab_size(); ++i) {
+    std::string p;
+    // llama2.c writes the control pieces as "\n<s>\n" / "\n</s>\n"; SentencePiece (and
+    // llama.cpp's converter) name them <unk>, <s>, </s>.
+    if (i == Tokenizer::kUnkId || i == Tokenizer::kBosId || i == Tokenizer::kEosId) {
+      tokens.push_back(i == Tokenizer::kUnkId ? "<unk>" : i == Tokenizer::kBosId ? "<s>" : "</s>");
+      scores.push_back(tok.score(i));
+      types.push_back(i == Tokenizer::kUnkId ? 2 : 3);
+      continue;
+    }
+    for (char ch : tok.piece(i)) p += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
+    tokens.push_back(std::move(p));
+    scores.push_back(tok.score(i));
+    std::int32_t t = 1;  // normal
+    if (i == Tokenizer::kUnkId) t = 2;
+    else if (i == Tokenizer::kBosId || i == Tokenizer::kEosId) t = 3;
+    else if (i >= Tokenizer::kByteOffset && i < Tokenizer::kByteOffset + 256) t = 6;
+    types.push_back(t);
+  }
+  g.set_string("tokenizer.ggml.model", "llama");
+  g.set_string_array("tokenizer.ggml.tokens", std::move(tokens));
+  g.set_f32_array("tokenizer.ggml.scores", scores);
+  g.set_i32_array("tokenizer.ggml.token_type", types);
+  g.set_u32("tokenizer.ggml.unknown_token_id", Tokenizer::kUnkId);
+  g.set_u32("tokenizer.ggml.bos_token_id", Tokenizer::kBosId);
+  g.set_u32("tokenizer.ggml.eos_token_id", Tokenizer::kEosId);
+}
+
+}  // namespace detail
+
+/// Quantizes the model at `in` (a GGUF file, a Hugging Face folder or a llama2.c
+/// checkpoint, told apart by content) into a GGUF file at `out` with `scheme`.
+/// GGUF input: every metadata key is copied (general.file_type replaced) and every
+/// tensor re-stored from its dequantized values. Other inputs: written as GGUF
+/// llama with the llama.* keys and, given options.tokenizer, the vocabulary.
+/// Throws FileError naming the path if `in` is missing or `out` cannot be written;
+/// FormatError naming the path if `in` is none of the three formats (with the
+/// checkpoint reader's reason), or naming a tensor of a type that cannot be
+/// dequantized; ConfigError for a model GGUF llama cannot express. `out` is written
+/// only once every tensor is quantized.
+inline QuantizeResult quantize_model(const std::string& in, const std::string& out, QuantScheme scheme,
+                                     const QuantizeOptions& options = {}) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(in, ec)) throw FileError(detail::msg("'", in, "': no such file or folder"));
+  QuantizeResult result;
+  GGUFWriter g;
+  std::vector<detail::QuantSource> sources;
+  TypeChoiceContext ctx;
+  std::shared_ptr<const GGUFFile> gguf;
+  std::shared_ptr<const ModelWeights<float>> weights;
+  std::string name = fs::path(in).filename().string();
+  if (name.empty()) name = fs::path(in).parent_path().filename().string();
+  if (const auto dot = name.rfind('.'); dot != std::string::npos && dot > 0 && !fs::is_directory(in, ec))
+    name = name.substr(0, dot);
+
+  if (is_gguf_file(in)) {
+    result.input_format = "gguf";
+    gguf = std::make_shared<const GGUFFile>(GGUFFile::open(in));
+    for (const auto& [k, v] : gguf->metadata()) {
+      if (k == "general.alignment" || k == "general.file_type" || k == "general.quantization_version") continue;
+      g.set(k, v);
+    }
+    const std::string arch = gguf->get_string_or("general.architecture", "llama");
+    ctx.n_layers = static_cast<int>(gguf->get_u64_or(arch + ".block_count", 1));
+    ctx.n_heads = static_cast<int>(gguf->get_u64_or(arch + ".attention.head_count", 1));
+    ctx.n_kv_heads = static_cast<int>(gguf->get_u64_or(arch + ".attention.head_count_kv", ctx.n_heads));
+    ctx.has_output = gguf->find_tensor("output.weight") != nullptr;
+    result.wrote_vocabulary = gguf->find("tokenizer.ggml.tokens") != nullptr;
+    for (const GGUFTensorInfo& t : gguf->tensors()) {
+      std::vector<std::uint64_t> ne(t.ne, t.ne + std::max(t.n_dims, 1));
+      const GGUFTensorInfo* tp = &t;
+      const std::uint64_t row_bytes = t.rows() ? t.n_bytes / t.rows() : 0;
+      sources.push_back({t.name, ne, t.type, [gguf, tp, row_bytes](std::uint64_t r, float* y) {
+                           detail::dequantize_row(tp->type, gguf->tensor_data(*tp) + r * row_bytes, y,
+                                                  static_cast<std::int64_t>(tp->ne[0]));
+                         }});
+      // Refuse a type we cannot read before any work, naming the tensor.
+      try {
+        detail::check_row(t.type, static_cast<std::int64_t>(t.ne[0]), true);
+      } catch (const ConfigError& e) {
+        throw FormatError(detail::msg(in, ": tensor '", t.name, "': ", e.what()));
+      }
+    }
+  } else {
+    ModelWeights<float> w;
+    if (is_hf_folder(in)) {
+      result.input_format = "hf";
+      w = load_hf_model<float>(in);
+    } else if (fs::is_directory(in, ec)) {
+      throw FormatError(detail::msg("'", in, "' is a folder without config.json: not a Hugging Face model folder"));
+    } else {
+      CheckpointInfo info;
+      try {
+        info = read_checkpoint_info(in);
+      } catch (const FileError& e) {
+        throw FormatError(detail::msg("'", in, "' is neither a GGUF file, a Hugging Face folder nor a llama2.c checkpoint (",
+                                      e.what(), ")"));
+      }
+      result.input_format = checkpoint_format_name(info.format);
+      w = load_checkpoint<float>(in);
+    }
+    const ModelConfig c = w.config;
+    weights = std::make_shared<const ModelWeights<float>>(std::move(w));
+    sources = detail::sources_from_weights(weights);
+    detail::write_llama_keys(g, c, name);
+    if (!options.tokenizer.empty()) {
+      detail::write_llama2c_vocab(g, options.tokenizer, c.vocab_size);
+      result.wrote_vocabulary = true;
+    }
+    ctx.n_layers = c.n_layers;
+    ctx.n_heads = c.n_heads;
+    ctx.n_kv_heads = c.n_kv_heads;
+    ctx.has_output = !c.shared_classifier;
+  }
+  g.set_u32("general.file_type", static_cast<std::uint32_t>(quant_scheme_file_type(scheme)));
+  if (weight_type_traits(quant_scheme_type(scheme)).block_size > 1) g.set_u32("general.quantization_version", 2);
+
+  for (const detail::QuantSource& s : sources) {
+    const WeightType t = choose_tensor_type(scheme, s.name, s.ne, ctx);
+    const std::uint64_t n = s.ne[0];
+    std::uint64_t rows = 1;
+    for (std::size_t d = 1; d < s.ne.size(); ++d) rows = detail::checked_mul(rows, s.ne[d], "tensor rows");
+    const std::uint64_t row_bytes = weight_row_bytes(t, n);
+    std::vector<unsigned char> data(static_cast<std::size_t>(detail::checked_mul(row_bytes, rows, "tensor bytes")));
+    std::vector<double> err(static_cast<std::size_t>(rows)), ref(static_cast<std::size_t>(rows));
+    const long long R = static_cast<long long>(rows);
+    bool failed = false;
+    std::string failure;
+#if defined(_OPENMP)
+    const int nt = options.threads > 0 ? options.threads : omp_get_max_threads();
+#pragma omp parallel num_threads(nt)
+#endif
+    {
+      std::vector<float> x(static_cast<std::size_t>(n)), y(static_cast<std::size_t>(n));
+#if defined(_OPENMP)
+#pragma omp for schedule(static)
+#endif
+      for (long long r = 0; r < R; ++r) {
+        try {
+          s.row(static_cast<std::uint64_t>(r), x.data());
+          unsigned char* dst = data.data() + static_cast<std::size_t>(r) * row_bytes;
+          detail::quantize_row(t, x.data(), dst, static_cast<std::int64_t>(n));
+          detail::dequantize_row(t, dst, y.data(), static_cast<std::int64_t>(n));
+          double e = 0, a = 0;
+          for (std::uint64_t i = 0; i < n; ++i) {
+            const double d = static_cast<double>(x[i]) - y[i];
+            e += d * d;
+            a += static_cast<double>(x[i]) * x[i];
+          }
+          err[static_cast<std::size_t>(r)] = e;
+          ref[static_cast<std::size_t>(r)] = a;
+        } catch (const Error& ex) {
+#if defined(_OPENMP)
+#pragma omp critical(kvd_quantize_failure)
+#endif
+          {
+            failed = true;
+            failure = ex.what();
+          }
+        }
+      }
+    }
+    if (failed) throw FormatError(detail::msg(in, ": tensor '", s.name, "' as ", weight_type_name(t), ": ", failure));
+    double e = 0, a = 0;
+    for (std::size_t r = 0; r < err.size(); ++r) {
+      e += err[r];
+      a += ref[r];
+    }
+    QuantizedTensorReport rep;
+    rep.name = s.name;
+    rep.ne = s.ne;
+    rep.source_type = s.type;
+    rep.type = t;
+    rep.bytes = data.size();
+    rep.rel_rmse = a > 0 ? std::sqrt(e / a) : 0.0;
+    g.add_tensor(s.name, t, s.ne, data.data(), data.size());
+    if (options.progress) options.progress(rep);
+    result.tensors.push_back(std::move(rep));
+  }
+  g.write(out);
+  result.file_bytes = static_cast<std::uint64_t>(fs::file_size(out, ec));
+  return result;
+}
+
+}  // namespace kvd
