@@ -126,7 +126,7 @@ inline std::string shape_text(const CacheShape& s) {
 
 /// The first position a cache of this shape and length keeps (KVCache::first_position()).
 inline int first_kept(const CacheShape& s, int length) {
-  return length > 0 ? detail::first_visible(length - 1, s.sliding_window) : 0;  // what the last position still sees
+  return detail::first_visible(length, s.sliding_window);  // what the next position appended will see
 }
 
 /// The 64-byte header for a cache; the checksum is appended after the data.
