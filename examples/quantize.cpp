@@ -24,10 +24,11 @@ using kvd::detail::msg;
 const std::string kIntro = R"(kvdecode-quantize: store a model's weights as another type, in a GGUF file
 
 Usage:
-  kvdecode-quantize IN OUT TYPE [--tokenizer tokenizer.bin] [--threads N] [--quiet]
+  kvdecode-quantize IN OUT TYPE [--tokenizer PATH] [--threads N] [--quiet]
 
 IN is a llama2.c checkpoint, a GGUF file (any supported type: its metadata and
-vocabulary are copied) or a Hugging Face Llama folder. OUT is the GGUF file to write.
+vocabulary are copied) or a Hugging Face Llama folder (its tokenizer.json is
+converted to a GGUF vocabulary). OUT is the GGUF file to write.
 TYPE is one of: )" + kvd::quant_scheme_names() + R"(.
 The _M mixes give attn_v and ffn_down more bits on some layers as llama.cpp does;
 the classifier gets q6_K (q8_0 for Q8_0); norms stay f32.)";
@@ -51,8 +52,9 @@ std::string sci(double v) {
 int run(int argc, char** argv) {
   kvd::cli::Params p;
   kvd::cli::OptionTable table(kvd::cli::kQuantize, p, kIntro, kOutro);
-  table.set_help("--tokenizer", "llama2.c tokenizer.bin written as the vocabulary (tokenizer.ggml.*) of a checkpoint or "
-                 "Hugging Face input; a GGUF input's own vocabulary is always copied");
+  table.set_help("--tokenizer", "vocabulary (tokenizer.ggml.*) for a checkpoint or Hugging Face input: a tokenizer.json "
+                 "(any name) or its folder, a llama2.c tokenizer.bin or a GGUF file; a Hugging Face folder's own "
+                 "tokenizer.json is used without it; a GGUF input's own vocabulary is always copied");
   // Positional arguments (IN OUT TYPE) apart from the options.
   std::vector<const char*> opts{argv[0]};
   std::vector<std::string> pos;
@@ -88,7 +90,7 @@ int run(int argc, char** argv) {
   if (!p.quiet) std::cerr << "quantizing " << pos[0] << " to " << kvd::quant_scheme_name(scheme) << '\n';
   const kvd::QuantizeResult res = kvd::quantize_model(pos[0], pos[1], scheme, o);
   if (!res.wrote_vocabulary)
-    std::cerr << "note: no vocabulary written (give --tokenizer tokenizer.bin to include one)\n";
+    std::cerr << "note: no vocabulary written (give --tokenizer PATH to include one)\n";
 
   struct Stat {
     double worst = 0, sum = 0;

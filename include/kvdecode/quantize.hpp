@@ -47,6 +47,8 @@
 #include "kvdecode/gguf_model.hpp"
 #include "kvdecode/hf_model.hpp"
 #include "kvdecode/tokenizer.hpp"
+#include "kvdecode/tokenizer_loader.hpp"
+#include "kvdecode/vocab_writer.hpp"
 #include "kvdecode/weight_type.hpp"
 #include "kvdecode/weights.hpp"
 
@@ -249,8 +251,11 @@ struct QuantizedTensorReport {
 
 /// Options of quantize_model().
 struct QuantizeOptions {
-  /// A llama2.c tokenizer.bin written as tokenizer.ggml.* for a checkpoint or
-  /// Hugging Face input ("" = none). Ignored (the vocabulary is copied) for GGUF input.
+  /// The vocabulary written as tokenizer.ggml.* for a checkpoint or Hugging Face
+  /// input: a Hugging Face tokenizer.json (any name) or its folder, a llama2.c
+  /// tokenizer.bin, or a GGUF file whose tokenizer.* keys are copied ("" = none, or
+  /// for a Hugging Face folder its own tokenizer.json when it has one). Ignored (the
+  /// vocabulary is copied) for GGUF input.
   std::string tokenizer;
   int threads = 0;  ///< OpenMP threads for quantizing rows; 0 = OpenMP's default. Bytes are the same for any count.
   /// Called after each tensor is quantized (progress output).
@@ -387,17 +392,41 @@ inline void write_llama2c_vocab(GGUFWriter& g, const std::string& path, int voca
   g.set_u32("tokenizer.ggml.eos_token_id", Tokenizer::kEosId);
 }
 
+/// The vocabulary of the tokenizer at `path` (any format load_tokenizer reads) as
+/// tokenizer.* keys for a model of `vocab_size` rows. A GGUF file's tokenizer.* keys
+/// are copied; its token count must be vocab_size. Throws FileError/FormatError
+/// naming the file, ConfigError for a vocabulary that does not fit the model or
+/// that GGUF cannot express (write_tokenizer_json_vocab). `g` is unchanged on throw.
+inline void write_vocab(GGUFWriter& g, const std::string& path, int vocab_size) {
+  std::string file;
+  switch (detect_tokenizer_format(path, &file)) {
+    case TokenizerFormat::kTokenizerJson: write_tokenizer_json_vocab(g, file, vocab_size); return;
+    case TokenizerFormat::kGguf: {
+      const GGUFFile f = GGUFFile::open(file);
+      const std::uint64_t n = f.get_string_array("tokenizer.ggml.tokens").size();
+      if (n != static_cast<std::uint64_t>(vocab_size))
+        throw ConfigError(msg(file, ": tokenizer.ggml.tokens has ", n, " tokens but the model's vocab_size is ", vocab_size));
+      for (const auto& [k, v] : f.metadata())
+        if (k.rfind("tokenizer.", 0) == 0) g.set(k, v);
+      return;
+    }
+    case TokenizerFormat::kLlama2c: write_llama2c_vocab(g, file, vocab_size); return;
+  }
+}
+
 }  // namespace detail
 
 /// Quantizes the model at `in` (a GGUF file, a Hugging Face folder or a llama2.c
 /// checkpoint, told apart by content) into a GGUF file at `out` with `scheme`.
 /// GGUF input: every metadata key is copied (general.file_type replaced) and every
 /// tensor re-stored from its dequantized values. Other inputs: written as GGUF
-/// llama with the llama.* keys and, given options.tokenizer, the vocabulary.
+/// llama with the llama.* keys and the vocabulary of options.tokenizer or, for a
+/// Hugging Face folder without one, of the folder's tokenizer.json if it has one.
 /// Throws FileError naming the path if `in` is missing or `out` cannot be written;
 /// FormatError naming the path if `in` is none of the three formats (with the
 /// checkpoint reader's reason), or naming a tensor of a type that cannot be
-/// dequantized; ConfigError for a model GGUF llama cannot express. `out` is written
+/// dequantized; ConfigError for a model GGUF llama cannot express or a vocabulary
+/// that does not fit it (detail::write_vocab). `out` is written
 /// only once every tensor is quantized.
 inline QuantizeResult quantize_model(const std::string& in, const std::string& out, QuantScheme scheme,
                                      const QuantizeOptions& options = {}) {
@@ -465,8 +494,11 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
     weights = std::make_shared<const ModelWeights<float>>(std::move(w));
     sources = detail::sources_from_weights(weights);
     detail::write_llama_keys(g, c, name);
-    if (!options.tokenizer.empty()) {
-      detail::write_llama2c_vocab(g, options.tokenizer, c.vocab_size);
+    std::string tokenizer = options.tokenizer;
+    if (tokenizer.empty() && result.input_format == "hf" && fs::is_regular_file(fs::path(in) / "tokenizer.json", ec))
+      tokenizer = (fs::path(in) / "tokenizer.json").string();
+    if (!tokenizer.empty()) {
+      detail::write_vocab(g, tokenizer, c.vocab_size);
       result.wrote_vocabulary = true;
     }
     ctx.n_layers = c.n_layers;

@@ -443,31 +443,55 @@ class TokenizerJsonReader {
 /// Largest tokenizer.json accepted (real ones are up to ~20 MB).
 constexpr std::uint64_t kMaxTokenizerJsonBytes = std::uint64_t{1} << 30;
 
-/// Builds a tokenizer from tokenizer.json text (and, if non-empty, the text of its
-/// tokenizer_config.json). `source` names it in messages. Throws FormatError for
-/// invalid or truncated JSON, an unsupported model/normalizer/pre-tokenizer/
-/// decoder (naming it), ids out of range, repeated or missing, merges naming
-/// unknown tokens, or a config naming tokens the vocabulary lacks.
-inline std::unique_ptr<BpeTokenizer> tokenizer_from_json(const std::string& json_text, const std::string& config_text,
-                                                        const std::string& source) {
+/// The TokenizerSpec that tokenizer.json text (and, if non-empty, the text of its
+/// tokenizer_config.json) describes, before a BpeTokenizer is built from it (the
+/// GGUF vocabulary writer, vocab_writer.hpp, reads the merges and the pipeline
+/// steps from it). `source` names it in messages. Throws FormatError for invalid or
+/// truncated JSON, an unsupported model/normalizer/pre-tokenizer/decoder (naming
+/// it), ids out of range, repeated or missing, or a config naming tokens the
+/// vocabulary lacks. Merges naming unknown tokens are caught by BpeTokenizer.
+inline TokenizerSpec tokenizer_json_spec(const std::string& json_text, const std::string& config_text,
+                                         const std::string& source) {
   const nlohmann::json root = detail::parse_json(json_text, source);
   nlohmann::json config;
   if (!config_text.empty()) config = detail::parse_json(config_text, source + " (tokenizer_config.json)");
   detail::TokenizerJsonReader reader(source, root, config_text.empty() ? nullptr : &config);
-  return std::make_unique<BpeTokenizer>(reader.read());
+  return reader.read();
+}
+
+/// Builds a tokenizer from tokenizer.json text (and, if non-empty, the text of its
+/// tokenizer_config.json). `source` names it in messages. Throws FormatError as
+/// tokenizer_json_spec does, and for merges naming unknown tokens.
+inline std::unique_ptr<BpeTokenizer> tokenizer_from_json(const std::string& json_text, const std::string& config_text,
+                                                        const std::string& source) {
+  return std::make_unique<BpeTokenizer>(tokenizer_json_spec(json_text, config_text, source));
+}
+
+/// The path of the tokenizer_config.json read with the tokenizer.json at `path`
+/// ("" when there is none beside it). Never throws.
+inline std::string tokenizer_config_path(const std::string& path) {
+  const std::filesystem::path cfg = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(cfg, ec) && std::filesystem::path(path).filename() != "tokenizer_config.json")
+    return cfg.string();
+  return "";
+}
+
+/// The spec of a tokenizer.json file (any name) and of the tokenizer_config.json in
+/// the same folder, if there is one. Throws FileError if a file cannot be read, and
+/// FormatError as tokenizer_json_spec does.
+inline TokenizerSpec read_tokenizer_json_spec(const std::string& path) {
+  const std::string text = detail::read_text_file(path, kMaxTokenizerJsonBytes);
+  const std::string cfg = tokenizer_config_path(path);
+  const std::string cfg_text = cfg.empty() ? std::string() : detail::read_text_file(cfg, kMaxTokenizerJsonBytes);
+  return tokenizer_json_spec(text, cfg_text, path);
 }
 
 /// Loads a tokenizer.json file (any name) and the tokenizer_config.json in the
 /// same folder, if there is one. Throws FileError if a file cannot be read, and
 /// FormatError as tokenizer_from_json does.
 inline std::unique_ptr<BpeTokenizer> load_tokenizer_json(const std::string& path) {
-  const std::string text = detail::read_text_file(path, kMaxTokenizerJsonBytes);
-  const std::filesystem::path cfg = std::filesystem::path(path).parent_path() / "tokenizer_config.json";
-  std::error_code ec;
-  std::string cfg_text;
-  if (std::filesystem::is_regular_file(cfg, ec) && std::filesystem::path(path).filename() != "tokenizer_config.json")
-    cfg_text = detail::read_text_file(cfg.string(), kMaxTokenizerJsonBytes);
-  return tokenizer_from_json(text, cfg_text, path);
+  return std::make_unique<BpeTokenizer>(read_tokenizer_json_spec(path));
 }
 
 }  // namespace kvd

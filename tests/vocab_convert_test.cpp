@@ -1,0 +1,440 @@
+// tokenizer.json -> GGUF vocabulary (vocab_writer.hpp): each real tokenizer.json in
+// ../shared/models/tokenizer-json written as tokenizer.ggml.* keys, read back by
+// kvdecode's GGUF tokenizer and compared with the tokenizer.json tokenizer id for
+// id (llama.cpp's reference cases and varied texts, with and without special
+// tokens), decoding included; the written arrays compared element for element with
+// llama.cpp's own vocab-llama3/vocab-qwen3.gguf; padding to a model's vocabulary;
+// the conversion inside quantize_model; one test per refused tokenizer.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvdecode/kv_cache.hpp"
+#include "kvdecode/kvdecode.hpp"
+
+using namespace kvd;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kShared = KVDECODE_SHARED_DIR;
+const std::string kJson = kShared + "/models/tokenizer-json/";
+const std::string kVocab = kShared + "/models/vocab/";
+const std::string kRef = kShared + "/reference/vocab/";
+
+#define SKIP_IF_MISSING(path) \
+  if (!fs::exists(path)) GTEST_SKIP() << "shared test file not found: " << (path) << " (../shared absent?)"
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("kvd_vocab_convert_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& n) const { return (path / n).string(); }
+  std::string write(const std::string& n, const std::string& text) const {
+    std::ofstream(file(n), std::ios::binary) << text;
+    return file(n);
+  }
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> read_cases(const std::string& path) {
+  const std::string all = slurp(path);
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> cases;
+  std::size_t pos = 0;
+  for (std::size_t hit; (hit = all.find(sep, pos)) != std::string::npos; pos = hit + sep.size())
+    cases.push_back(all.substr(pos, hit - pos));
+  if (pos < all.size()) cases.push_back(all.substr(pos));
+  return cases;
+}
+
+std::vector<std::vector<int>> read_ids(const std::string& path) {
+  std::vector<std::vector<int>> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream ls(line);
+    std::vector<int> ids;
+    for (int id; ls >> id;) ids.push_back(id);
+    out.push_back(ids);
+  }
+  return out;
+}
+
+std::string show(const std::vector<int>& ids) {
+  std::string s;
+  for (int id : ids) s += " " + std::to_string(id);
+  return s;
+}
+
+/// The vocabulary-only GGUF file (bytes) that write_tokenizer_json_vocab makes.
+GGUFFile convert(const std::string& path, int vocab_size = 0) {
+  GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  write_tokenizer_json_vocab(w, path, vocab_size);
+  return GGUFFile::from_bytes(w.bytes(), path + " (converted)");
+}
+
+// Texts beyond llama.cpp's cases: special tokens, whitespace runs, digits, scripts.
+std::vector<std::string> extra_texts(const std::vector<std::string>& specials) {
+  std::vector<std::string> t = {
+      "Hello world",
+      " Hello  world\t\ttabs\n\n\nnewlines   ",
+      "1234567890 3.14159 -42 1e10 0x1F",
+      "   leading spaces and trailing   ",
+      "naïve café — “quotes” ‘single’ … €100",
+      "日本語のテキスト、中文文本，한국어 텍스트",
+      "Здравствуй, мир! Γειά σου Κόσμε! مرحبا بالعالم",
+      "emoji 🦙🚀👩‍💻 and flags 🇫🇷",
+      "code: for (int i = 0; i < n; ++i) { x[i] += y[i]; }\n    return x;",
+      "I'm, you're, they've, she'll, he'd, it's, DON'T",
+      "\n",
+      " ",
+      "",
+      "a",
+  };
+  for (const std::string& s : specials) {
+    t.push_back(s + "Hello" + s + " world " + s);
+    t.push_back("x" + s + "\n" + s + s + "  y");
+  }
+  return t;
+}
+
+/// Checks that `got` (the GGUF tokenizer) encodes and decodes `text` as `want`
+/// (the tokenizer.json tokenizer) does, with and without special tokens.
+void expect_same(const TextTokenizer& want, const TextTokenizer& got, const std::string& text, const std::string& what) {
+  for (const bool special : {true, false}) {
+    const std::vector<int> a = want.encode(text, special, special), b = got.encode(text, special, special);
+    EXPECT_EQ(show(b), show(a)) << what << " (special " << special << "): '" << text << "'";
+    if (a == b) {
+      EXPECT_EQ(got.decode(b), want.decode(a)) << what << ": '" << text << "'";
+    }
+  }
+}
+
+/// The whole comparison for one folder and its reference case file.
+void check_converted(const std::string& name, const std::string& cases_file, const std::vector<std::string>& specials) {
+  const std::string path = kJson + name + "/tokenizer.json";
+  const auto want = load_tokenizer_json(path);
+  const GGUFFile f = convert(path);
+  const auto got = load_tokenizer_gguf(f);
+  ASSERT_EQ(got->vocab_size(), want->vocab_size());
+  EXPECT_EQ(got->bos_id(), want->bos_id());
+  EXPECT_EQ(got->eos_id(), want->eos_id());
+  EXPECT_EQ(got->add_bos(), want->add_bos());
+  for (int i = 0; i < want->vocab_size(); ++i) {
+    ASSERT_EQ(got->token_text(i), want->token_text(i)) << name << " token " << i;
+    ASSERT_EQ(got->token_to_piece(i, true), want->token_to_piece(i, true)) << name << " token " << i;
+  }
+  // llama.cpp's cases: the reference ids themselves, and text back on decoding.
+  const auto cases = read_cases(kRef + cases_file + ".inp");
+  const auto ids = read_ids(kRef + cases_file + ".out");
+  ASSERT_EQ(cases.size(), ids.size());
+  ASSERT_GT(cases.size(), 40u);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const std::vector<int> b = got->encode(cases[i], false, false);
+    EXPECT_EQ(show(b), show(ids[i])) << name << " case " << i << ": '" << cases[i] << "'";
+    EXPECT_EQ(got->decode(b), cases[i]) << name << " case " << i;
+    expect_same(*want, *got, cases[i], name + " case " + std::to_string(i));
+  }
+  for (const std::string& t : extra_texts(specials)) expect_same(*want, *got, t, name);
+}
+
+TEST(VocabConvert, Llama3EncodesAsTokenizerJson) {
+  SKIP_IF_MISSING(kJson + "llama3/tokenizer.json");
+  check_converted("llama3", "ggml-vocab-llama-bpe.gguf", {"<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>"});
+}
+
+TEST(VocabConvert, Qwen3EncodesAsTokenizerJson) {
+  SKIP_IF_MISSING(kJson + "qwen3/tokenizer.json");
+  check_converted("qwen3", "ggml-vocab-qwen2.gguf", {"<|im_start|>", "<|im_end|>", "<think>", "<|endoftext|>"});
+}
+
+TEST(VocabConvert, MistralEncodesAsTokenizerJson) {
+  SKIP_IF_MISSING(kJson + "mistral/tokenizer.json");
+  check_converted("mistral", "mistral-tokenizer-json", {"<s>", "</s>", "<unk>"});
+}
+
+TEST(VocabConvert, MistralIsLlamaWithScoresInMergeOrder) {
+  SKIP_IF_MISSING(kJson + "mistral/tokenizer.json");
+  const GGUFFile f = convert(kJson + "mistral/tokenizer.json");
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
+  EXPECT_TRUE(f.get_bool("tokenizer.ggml.add_space_prefix"));
+  EXPECT_EQ(f.find("tokenizer.ggml.merges"), nullptr);
+  const std::vector<std::int64_t> types = f.get_i64_array("tokenizer.ggml.token_type");
+  ASSERT_EQ(types.size(), 32000u);
+  // SentencePiece's types, as ggml-vocab-llama-spm.gguf has them.
+  EXPECT_EQ(types[0], 2);
+  EXPECT_EQ(types[1], 3);
+  EXPECT_EQ(types[2], 3);
+  EXPECT_EQ(types[3], 6);
+  EXPECT_EQ(types[258], 6);
+  EXPECT_EQ(types[259], 1);
+  const std::vector<double> scores = f.get_f64_array("tokenizer.ggml.scores");
+  EXPECT_EQ(scores[0], kNoMergeScore);
+  EXPECT_EQ(scores[259], -1.0);  // "▁▁", made by the first merge
+  EXPECT_EQ(f.get_u64("tokenizer.ggml.bos_token_id"), 1u);
+  EXPECT_EQ(f.get_u64("tokenizer.ggml.eos_token_id"), 2u);
+  EXPECT_EQ(f.get_u64("tokenizer.ggml.unknown_token_id"), 0u);
+  EXPECT_TRUE(f.get_bool("tokenizer.ggml.add_bos_token"));
+  EXPECT_FALSE(f.get_bool("tokenizer.ggml.add_eos_token"));
+}
+
+/// The written arrays against llama.cpp's converter's file, element for element.
+void check_same_as_llama_cpp(const std::string& name, const std::string& gguf) {
+  const GGUFFile ours = convert(kJson + name + "/tokenizer.json");
+  const GGUFFile theirs = GGUFFile::open(kVocab + gguf);
+  for (const char* k : {"tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.chat_template"})
+    EXPECT_EQ(ours.get_string(k), theirs.get_string(k)) << k;
+  for (const char* k : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"}) {
+    const auto& a = ours.get_string_array(k);
+    const auto& b = theirs.get_string_array(k);
+    ASSERT_EQ(a.size(), b.size()) << k;
+    std::size_t diffs = 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i] && ++diffs <= 5) ADD_FAILURE() << k << "[" << i << "]: '" << a[i] << "' vs '" << b[i] << "'";
+    EXPECT_EQ(diffs, 0u) << k;
+  }
+  const auto ta = ours.get_i64_array("tokenizer.ggml.token_type");
+  const auto tb = theirs.get_i64_array("tokenizer.ggml.token_type");
+  ASSERT_EQ(ta.size(), tb.size());
+  std::size_t diffs = 0;
+  for (std::size_t i = 0; i < ta.size(); ++i)
+    if (ta[i] != tb[i] && ++diffs <= 5) ADD_FAILURE() << "token_type[" << i << "]: " << ta[i] << " vs " << tb[i];
+  EXPECT_EQ(diffs, 0u);
+  for (const char* k : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}) {
+    ASSERT_EQ(ours.find(k) != nullptr, theirs.find(k) != nullptr) << k;
+    if (theirs.find(k)) {
+      EXPECT_EQ(ours.get_u64(k), theirs.get_u64(k)) << k;
+    }
+  }
+}
+
+TEST(VocabConvert, Llama3ArraysEqualLlamaCppFile) {
+  SKIP_IF_MISSING(kJson + "llama3/tokenizer.json");
+  SKIP_IF_MISSING(kVocab + "vocab-llama3.gguf");
+  check_same_as_llama_cpp("llama3", "vocab-llama3.gguf");
+}
+
+TEST(VocabConvert, Qwen3ArraysEqualLlamaCppFile) {
+  SKIP_IF_MISSING(kJson + "qwen3/tokenizer.json");
+  SKIP_IF_MISSING(kVocab + "vocab-qwen3.gguf");
+  check_same_as_llama_cpp("qwen3", "vocab-qwen3.gguf");
+}
+
+TEST(VocabConvert, Qwen3PaddedToModelVocab) {
+  SKIP_IF_MISSING(kJson + "qwen3/tokenizer.json");
+  // Qwen3's embedding has 151936 rows for 151669 tokens.
+  const GGUFFile f = convert(kJson + "qwen3/tokenizer.json", 151936);
+  const auto& tokens = f.get_string_array("tokenizer.ggml.tokens");
+  const auto types = f.get_i64_array("tokenizer.ggml.token_type");
+  ASSERT_EQ(tokens.size(), 151936u);
+  ASSERT_EQ(types.size(), 151936u);
+  EXPECT_EQ(tokens[151668], "</think>");
+  EXPECT_EQ(tokens[151669], "[PAD151669]");
+  EXPECT_EQ(tokens[151935], "[PAD151935]");
+  EXPECT_EQ(types[151669], 5);
+  EXPECT_EQ(types[151935], 5);
+  const auto got = load_tokenizer_gguf(f);
+  const auto want = load_tokenizer_json(kJson + "qwen3/tokenizer.json");
+  EXPECT_EQ(got->vocab_size(), 151936);
+  const std::string text = "<|im_start|>user\nHello [PAD151700] world<|im_end|>";
+  EXPECT_EQ(show(got->encode(text)), show(want->encode(text)));
+  EXPECT_EQ(got->decode({151700}), "");  // unused tokens have no text
+}
+
+TEST(VocabConvert, ModelVocabSmallerThanTokenizerIsRefused) {
+  SKIP_IF_MISSING(kJson + "llama3/tokenizer.json");
+  GGUFWriter w;
+  w.set_u32("a.key", 7);
+  try {
+    write_tokenizer_json_vocab(w, kJson + "llama3", 128000);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("128256 tokens"), std::string::npos) << m;
+    EXPECT_NE(m.find("vocab_size is 128000"), std::string::npos) << m;
+  }
+  // Nothing was written.
+  const GGUFFile f = GGUFFile::from_bytes(w.bytes(), "w");
+  EXPECT_EQ(f.metadata().size(), 2u);  // a.key and general.alignment
+}
+
+// --- small hand-made tokenizer.json files: what GGUF can and cannot say --------
+
+// A byte-level BPE over the letters a, b, c and the space ("Ġ").
+std::string byte_level_json(const std::string& pre_tokenizer, const std::string& extra = "",
+                            const std::string& added = "[]") {
+  return R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "Ġ": 3, "ab": 4, "Ġab": 5)" + extra +
+         R"(}, "merges": ["a b", "Ġ ab"]}, "pre_tokenizer": )" + pre_tokenizer +
+         R"(, "decoder": {"type": "ByteLevel"}, "added_tokens": )" + added + "}";
+}
+const char* const kGpt2Pre = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
+
+TEST(VocabConvert, SmallByteLevelFileIsGpt2) {
+  TempDir d;
+  const std::string p = d.write("tokenizer.json", byte_level_json(kGpt2Pre));
+  const GGUFFile f = convert(p);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "gpt-2");
+  EXPECT_EQ(f.get_string_array("tokenizer.ggml.merges"), (std::vector<std::string>{"a b", "Ġ ab"}));
+  EXPECT_EQ(f.find("tokenizer.ggml.scores"), nullptr);
+  EXPECT_EQ(f.find("tokenizer.chat_template"), nullptr);
+  EXPECT_FALSE(f.get_bool("tokenizer.ggml.add_bos_token"));
+  const auto got = load_tokenizer_gguf(f);
+  EXPECT_EQ(got->encode("ab ab c", false, false), (std::vector<int>{4, 5, 3, 2}));
+}
+
+TEST(VocabConvert, ChatTemplateStringListAndJinjaFile) {
+  TempDir d;
+  const std::string p = d.write("tokenizer.json", byte_level_json(kGpt2Pre));
+  d.write("tokenizer_config.json", R"({"chat_template": "{{ messages }}"})");
+  EXPECT_EQ(convert(p).get_string("tokenizer.chat_template"), "{{ messages }}");
+  d.write("tokenizer_config.json",
+          R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "tool use", "template": "T"}]})");
+  const GGUFFile f = convert(p);
+  EXPECT_EQ(f.get_string("tokenizer.chat_template"), "D");
+  EXPECT_EQ(f.get_string("tokenizer.chat_template.tool_use"), "T");
+  EXPECT_EQ(f.get_string_array("tokenizer.chat_templates"), (std::vector<std::string>{"tool_use"}));
+  d.write("tokenizer_config.json", "{}");
+  d.write("chat_template.jinja", "J{{ x }}");
+  EXPECT_EQ(convert(p).get_string("tokenizer.chat_template"), "J{{ x }}");
+}
+
+TEST(VocabConvert, MalformedChatTemplateIsFormatError) {
+  TempDir d;
+  const std::string p = d.write("tokenizer.json", byte_level_json(kGpt2Pre));
+  d.write("tokenizer_config.json", R"({"chat_template": 42})");
+  GGUFWriter w;
+  try {
+    write_tokenizer_json_vocab(w, p);
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("chat_template"), std::string::npos) << e.what();
+  }
+  const GGUFFile f = GGUFFile::from_bytes(w.bytes(), "w");
+  EXPECT_EQ(f.find("tokenizer.ggml.tokens"), nullptr);
+}
+
+TEST(VocabConvert, AddedTokenThatLooksSpecialIsControl) {
+  TempDir d;
+  const std::string p = d.write(
+      "tokenizer.json", byte_level_json(kGpt2Pre, R"(, "<|x|>": 6, "plain": 7)",
+                                        R"([{"id": 6, "content": "<|x|>", "special": false},
+                                            {"id": 7, "content": "plain", "special": false}])"));
+  const auto types = convert(p).get_i64_array("tokenizer.ggml.token_type");
+  EXPECT_EQ(types, (std::vector<std::int64_t>{1, 1, 1, 1, 1, 1, 3, 4}));
+}
+
+void expect_refused(const std::string& json, const std::string& needle) {
+  TempDir d;
+  const std::string p = d.write("tokenizer.json", json);
+  GGUFWriter w;
+  try {
+    write_tokenizer_json_vocab(w, p);
+    FAIL() << "no error for " << needle;
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+    EXPECT_NE(m.find(p), std::string::npos) << m;
+  }
+}
+
+TEST(VocabConvert, UnknownPreTokenizerRegexIsRefused) {
+  expect_refused(byte_level_json(R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"Regex": "\\p{L}+"}, "behavior": "Isolated"},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})"),
+                 "'\\p{L}+'");
+}
+
+TEST(VocabConvert, ByteLevelPrefixSpaceIsRefused) {
+  expect_refused(byte_level_json(R"({"type": "ByteLevel", "add_prefix_space": true, "use_regex": true})"),
+                 "add_prefix_space");
+}
+
+TEST(VocabConvert, SplitOnStringIsRefused) {
+  expect_refused(byte_level_json(R"({"type": "Sequence", "pretokenizers": [
+      {"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated"},
+      {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]})"),
+                 "String pattern");
+}
+
+TEST(VocabConvert, IgnoreMergesDifferentFromPreTokenizerIsRefused) {
+  std::string j = byte_level_json(kGpt2Pre);
+  j.replace(j.find(R"("type": "BPE")"), 13, R"("type": "BPE", "ignore_merges": true)");
+  expect_refused(j, "ignore_merges");
+}
+
+TEST(VocabConvert, LstripAddedTokenIsRefused) {
+  expect_refused(byte_level_json(kGpt2Pre, R"(, "<m>": 6)",
+                                 R"([{"id": 6, "content": "<m>", "special": true, "lstrip": true}])"),
+                 "'<m>'");
+}
+
+TEST(VocabConvert, LowercaseNormalizerIsRefused) {
+  std::string j = byte_level_json(kGpt2Pre);
+  j.insert(1, R"("normalizer": {"type": "Lowercase"}, )");
+  expect_refused(j, "NFC");
+}
+
+TEST(VocabConvert, PlainBpeIsRefused) {
+  expect_refused(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})",
+                 "neither byte-level");
+}
+
+// Byte fallback on "▁" text, as Mistral's, but split by Metaspace (newer files).
+TEST(VocabConvert, MetaspaceByteFallbackIsRefused) {
+  std::string vocab = R"("<unk>": 0)";
+  const char* hex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) vocab += std::string(", \"<0x") + hex[b >> 4] + hex[b & 15] + ">\": " + std::to_string(1 + b);
+  expect_refused(R"({"model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>", "vocab": {)" + vocab +
+                     R"(, "▁": 257, "a": 258, "▁a": 259}, "merges": ["▁ a"]},
+                     "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false},
+                     "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first"}})",
+                 "normalizer");
+}
+
+// --- inside quantize_model --------------------------------------------------------
+
+TEST(VocabConvert, QuantizeHfFolderWritesItsTokenizerJsonOrRefusesItsSize) {
+  const std::string hf = kShared + "/models/hf/stories260K";
+  SKIP_IF_MISSING(hf + "/config.json");
+  SKIP_IF_MISSING(kJson + "mistral/tokenizer.json");
+  TempDir d;
+  const fs::path folder = d.path / "model";
+  fs::create_directories(folder);
+  for (const auto& e : fs::directory_iterator(hf)) fs::copy_file(e.path(), folder / e.path().filename());
+  // Mistral's 32000 tokens do not fit stories260K's 512 rows: refused, naming both.
+  fs::copy_file(kJson + "mistral/tokenizer.json", folder / "tokenizer.json");
+  fs::copy_file(kJson + "mistral/tokenizer_config.json", folder / "tokenizer_config.json");
+  try {
+    quantize_model(folder.string(), d.file("out.gguf"), QuantScheme::kF32);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("32000 tokens"), std::string::npos) << m;
+    EXPECT_NE(m.find("vocab_size is 512"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(fs::exists(d.file("out.gguf")));
+}
+
+}  // namespace
