@@ -7,6 +7,7 @@
 // the conversion inside quantize_model; one test per refused tokenizer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -16,6 +17,8 @@
 
 #include "kvdecode/kv_cache.hpp"
 #include "kvdecode/kvdecode.hpp"
+
+#include <nlohmann/json.hpp>
 
 using namespace kvd;
 namespace fs = std::filesystem;
@@ -191,7 +194,12 @@ TEST(VocabConvert, MistralIsLlamaWithScoresInMergeOrder) {
   EXPECT_EQ(types[259], 1);
   const std::vector<double> scores = f.get_f64_array("tokenizer.ggml.scores");
   EXPECT_EQ(scores[0], kNoMergeScore);
-  EXPECT_EQ(scores[259], -1.0);  // "▁▁", made by the first merge
+  EXPECT_EQ(scores[261], -1.0);  // "▁t", made by the first merge, "▁ t"
+  EXPECT_EQ(scores[262], -2.0);  // "in"
+  EXPECT_EQ(scores[263], -3.0);  // "er"
+  // "▁▁" has the lowest id of the merged pieces but a late merge: scores follow the
+  // merges, not the ids.
+  EXPECT_LT(scores[259], -50000.0);
   EXPECT_EQ(f.get_u64("tokenizer.ggml.bos_token_id"), 1u);
   EXPECT_EQ(f.get_u64("tokenizer.ggml.eos_token_id"), 2u);
   EXPECT_EQ(f.get_u64("tokenizer.ggml.unknown_token_id"), 0u);
@@ -275,8 +283,9 @@ TEST(VocabConvert, ModelVocabSmallerThanTokenizerIsRefused) {
     EXPECT_NE(m.find("vocab_size is 128000"), std::string::npos) << m;
   }
   // Nothing was written.
-  const GGUFFile f = GGUFFile::from_bytes(w.bytes(), "w");
-  EXPECT_EQ(f.metadata().size(), 2u);  // a.key and general.alignment
+  GGUFWriter untouched;
+  untouched.set_u32("a.key", 7);
+  EXPECT_EQ(w.bytes(), untouched.bytes());
 }
 
 // --- small hand-made tokenizer.json files: what GGUF can and cannot say --------
@@ -335,14 +344,19 @@ TEST(VocabConvert, MalformedChatTemplateIsFormatError) {
   EXPECT_EQ(f.find("tokenizer.ggml.tokens"), nullptr);
 }
 
-TEST(VocabConvert, AddedTokenThatLooksSpecialIsControl) {
+TEST(VocabConvert, NonSpecialAddedTokenIsUserDefinedAndMatchedInText) {
   TempDir d;
   const std::string p = d.write(
-      "tokenizer.json", byte_level_json(kGpt2Pre, R"(, "<|x|>": 6, "plain": 7)",
+      "tokenizer.json", byte_level_json(kGpt2Pre, R"(, "<|x|>": 6, "<|y|>": 7)",
                                         R"([{"id": 6, "content": "<|x|>", "special": false},
-                                            {"id": 7, "content": "plain", "special": false}])"));
-  const auto types = convert(p).get_i64_array("tokenizer.ggml.token_type");
-  EXPECT_EQ(types, (std::vector<std::int64_t>{1, 1, 1, 1, 1, 1, 3, 4}));
+                                            {"id": 7, "content": "<|y|>", "special": true}])"));
+  const GGUFFile f = convert(p);
+  EXPECT_EQ(f.get_i64_array("tokenizer.ggml.token_type"), (std::vector<std::int64_t>{1, 1, 1, 1, 1, 1, 4, 3}));
+  const auto got = load_tokenizer_gguf(f);
+  const auto want = load_tokenizer_json(p);
+  for (const std::string text : {"ab<|x|>c<|y|>", "<|y|><|x|>"}) expect_same(*want, *got, text, "user-defined");
+  EXPECT_EQ(got->encode("c<|x|>", false, false), (std::vector<int>{2, 6}));
+  EXPECT_EQ(got->decode({6, 7}), "<|x|>");
 }
 
 void expect_refused(const std::string& json, const std::string& needle) {
@@ -414,6 +428,81 @@ TEST(VocabConvert, MetaspaceByteFallbackIsRefused) {
 }
 
 // --- inside quantize_model --------------------------------------------------------
+
+// tok512.bin as the tokenizer.json Hugging Face's converter (SpmConverter) makes of
+// a SentencePiece BPE model: "▁" pieces, byte fallback, and every split of every
+// piece into two pieces as a merge, ranked by the piece's score (ties by id).
+std::string tok512_as_tokenizer_json(const Tokenizer& t) {
+  nlohmann::json vocab = nlohmann::json::object();
+  std::vector<std::string> pieces;
+  for (int i = 0; i < t.vocab_size(); ++i) {
+    std::string p;
+    if (i == Tokenizer::kUnkId) p = "<unk>";
+    else if (i == Tokenizer::kBosId) p = "<s>";
+    else if (i == Tokenizer::kEosId) p = "</s>";
+    else for (char ch : t.piece(i)) p += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
+    vocab[p] = i;
+    pieces.push_back(p);
+  }
+  struct M { std::string a, b; float score; };
+  std::vector<M> merges;
+  for (int i = 0; i < t.vocab_size(); ++i) {
+    std::vector<std::pair<int, int>> local;
+    const std::string& p = pieces[static_cast<std::size_t>(i)];
+    for (std::size_t k = 1; k < p.size(); ++k)
+      if (vocab.contains(p.substr(0, k)) && vocab.contains(p.substr(k)))
+        local.emplace_back(vocab[p.substr(0, k)].get<int>(), vocab[p.substr(k)].get<int>());
+    std::sort(local.begin(), local.end());
+    for (const auto& [l, r] : local) merges.push_back({pieces[static_cast<std::size_t>(l)], pieces[static_cast<std::size_t>(r)], t.score(i)});
+  }
+  std::stable_sort(merges.begin(), merges.end(), [](const M& x, const M& y) { return x.score > y.score; });
+  nlohmann::json m = nlohmann::json::array();
+  for (const M& x : merges) m.push_back(x.a + " " + x.b);
+  nlohmann::json added = nlohmann::json::array();
+  for (int i : {0, 1, 2}) added.push_back({{"id", i}, {"content", pieces[static_cast<std::size_t>(i)]}, {"special", true}});
+  nlohmann::json j = {
+      {"model", {{"type", "BPE"}, {"byte_fallback", true}, {"fuse_unk", true}, {"unk_token", "<unk>"}, {"vocab", vocab}, {"merges", m}}},
+      {"added_tokens", added},
+      {"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
+                                                              {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"decoder", {{"type", "Sequence"}, {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\xE2\x96\x81"}}}, {"content", " "}},
+                                                        {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                                        {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+  };
+  return j.dump();
+}
+
+TEST(VocabConvert, QuantizeHfFolderWithTok512TokenizerJsonEncodesAsLlama2c) {
+  const std::string hf = kShared + "/models/hf/stories260K";
+  SKIP_IF_MISSING(hf + "/config.json");
+  SKIP_IF_MISSING(kShared + "/models/tok512.bin");
+  const Tokenizer t = Tokenizer::load(kShared + "/models/tok512.bin");
+  TempDir d;
+  const fs::path folder = d.path / "model";
+  fs::create_directories(folder);
+  for (const auto& e : fs::directory_iterator(hf)) fs::copy_file(e.path(), folder / e.path().filename());
+  std::ofstream((folder / "tokenizer.json").string()) << tok512_as_tokenizer_json(t);
+  std::ofstream((folder / "tokenizer_config.json").string())
+      << R"({"add_bos_token": true, "add_eos_token": false, "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})";
+  const QuantizeResult r = quantize_model(folder.string(), d.file("out.gguf"), QuantScheme::kQ8_0);
+  EXPECT_TRUE(r.wrote_vocabulary);
+  const GGUFFile f = GGUFFile::open(d.file("out.gguf"));
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
+  const auto got = load_tokenizer_gguf(f);
+  const auto json = load_tokenizer_json((folder / "tokenizer.json").string());
+  ASSERT_EQ(got->vocab_size(), 512);
+  std::vector<std::string> texts = {"Once upon a time", "Once upon a time, there was a little girl named Lily.",
+                                    "  two  spaces and\ttabs\n", "Hello, World! 12345", "naïve café 日本 🦙", "a", ""};
+  for (const std::string& text : texts) {
+    const std::vector<int> want = t.encode(text, true, false);
+    EXPECT_EQ(show(got->encode(text)), show(want)) << "'" << text << "'";
+    EXPECT_EQ(show(json->encode(text)), show(want)) << "'" << text << "'";
+    EXPECT_EQ(got->decode(got->encode(text)), json->decode(json->encode(text))) << "'" << text << "'";
+  }
+  // The case llama2.c's own encoder was recorded on (reference/tok512_cases.json).
+  EXPECT_EQ(got->encode("Once upon a time"), (std::vector<int>{1, 403, 407, 261, 378}));
+}
 
 TEST(VocabConvert, QuantizeHfFolderWritesItsTokenizerJsonOrRefusesItsSize) {
   const std::string hf = kShared + "/models/hf/stories260K";

@@ -23,9 +23,11 @@
 //     chat_template.jinja beside it; a model vocabulary larger than the tokenizer's
 //     padded with "[PAD<id>]" unused tokens, as llama.cpp does.
 //   Token types: the reader's (normal, byte, control for special added tokens,
-//     user-defined for the others, unknown for the unk token in "llama"), with
-//     llama.cpp's rule that an added token that looks special ("<|...|>", "<pad>",
-//     "<mask>", "<unused...>") is control even when the file says it is not.
+//     user-defined for the others, unknown for the unk token in "llama"). Unlike
+//     today's convert_hf_to_gguf.py, an added token the file calls not special
+//     stays user-defined even when it looks special ("<|fim_prefix|>"): it is then
+//     matched in text and decoded as the file says, and the types equal those of
+//     ../shared's vocab-qwen3.gguf (written by gguf-py without that rule).
 //
 // What GGUF cannot say is refused (ConfigError naming the file and the step): a
 // pre-tokenizer no name matches, a ByteLevel step that adds a prefix space, a
@@ -62,19 +64,6 @@ namespace kvd {
 constexpr float kNoMergeScore = -1e9f;
 
 namespace detail {
-
-/// llama.cpp's does_token_look_special (convert_hf_to_gguf.py).
-inline bool token_looks_special(const std::string& t) {
-  auto starts = [&](const char* p) { return t.rfind(p, 0) == 0; };
-  auto ends = [&](const char* p) {
-    const std::string s(p);
-    return t.size() >= s.size() && t.compare(t.size() - s.size(), s.size(), s) == 0;
-  };
-  if (t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]") return true;
-  if (starts("<|") && ends("|>")) return true;
-  if (starts("<\xEF\xBD\x9C") && ends("\xEF\xBD\x9C>")) return true;  // "<｜" ... "｜>" (deepseek)
-  return starts("<unused") && ends(">");
-}
 
 /// The tokenizer.ggml.pre name whose regexes are exactly `regexes`, or "".
 inline std::string match_pre_tokenizer(const std::vector<std::string>& regexes, GgufPreTokenizer& found) {
@@ -237,7 +226,6 @@ inline std::vector<std::pair<std::string, GGUFValue>> tokenizer_spec_keys(const 
   std::vector<std::int32_t> types(total, static_cast<std::int32_t>(TokenType::kUnused));
   for (std::size_t i = 0; i < n; ++i) {
     TokenType t = spec.types.empty() ? TokenType::kNormal : spec.types[i];
-    if (t == TokenType::kUserDefined && token_looks_special(spec.tokens[i])) t = TokenType::kControl;
     if (spm && static_cast<int>(i) == spec.unk) t = TokenType::kUnknown;
     types[i] = static_cast<std::int32_t>(t);
   }
