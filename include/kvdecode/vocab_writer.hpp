@@ -138,8 +138,6 @@ inline std::vector<std::pair<std::string, GGUFValue>> tokenizer_spec_keys(const 
   auto refuse = [&](const std::string& what) {
     throw ConfigError(msg(source, ": cannot be written as a GGUF vocabulary: ", what));
   };
-  // The whole tokenizer must build (unique texts, merges naming tokens, ids in range).
-  const BpeTokenizer check{TokenizerSpec(spec)};
   const std::size_t n = spec.tokens.size();
   if (vocab_size < 0) throw ArgumentError(msg("write_tokenizer_json_vocab: vocab_size ", vocab_size, " is negative"));
   if (vocab_size > BpeTokenizer::kMaxVocab)
@@ -149,6 +147,8 @@ inline std::vector<std::pair<std::string, GGUFValue>> tokenizer_spec_keys(const 
     throw ConfigError(msg(source, ": the tokenizer has ", n, " tokens but the model's vocab_size is ", vocab_size,
                           " (tokenizer.ggml.tokens must have one token per embedding row)"));
 
+  // The whole tokenizer must build (unique texts, merges naming tokens, ids in range).
+  const BpeTokenizer check{TokenizerSpec(spec)};
   for (const AddedToken& a : spec.added)
     if (a.lstrip || a.rstrip)
       refuse(msg("added token '", a.content, "' (id ", a.id, ") strips the whitespace ", a.lstrip ? "before" : "after",
