@@ -135,6 +135,14 @@ inline Value Value::of_dict(std::shared_ptr<ValueDict> d, Kind k) {
   return v;
 }
 
+inline const char* kind_name(const Value& v);
+
+/// "a string", "an integer", ... for messages.
+inline std::string a_kind(const Value& v) {
+  const std::string k = kind_name(v);
+  return (std::strchr("aeiou", k[0]) ? "an " : "a ") + k;
+}
+
 inline const char* kind_name(const Value& v) {
   switch (v.kind) {
     case Value::Kind::kUndefined: return "undefined";
@@ -1058,7 +1066,7 @@ class Parser {
           e = finish(std::move(ix));
         }
       } else if (is_op("(")) {
-        ExprPtr call = make(Expr::Kind::kCall, cur().pos);
+        ExprPtr call = make(Expr::Kind::kCall, e->pos);
         call->a = std::move(e);
         parse_call_args(*call);
         e = finish(std::move(call));
@@ -1102,7 +1110,7 @@ class Parser {
         }
         e = finish(std::move(t));
       } else if (is_op("(")) {
-        ExprPtr call = make(Expr::Kind::kCall, cur().pos);
+        ExprPtr call = make(Expr::Kind::kCall, e->pos);
         call->a = std::move(e);
         parse_call_args(*call);
         e = finish(std::move(call));
@@ -1288,7 +1296,7 @@ class Renderer {
         charge(chars.size() * (sizeof(Value) + 32), pos);
         return std::make_shared<const ValueList>(std::move(chars));
       }
-      default: fail(pos, msg("cannot iterate over a ", kind_name(v)));
+      default: fail(pos, msg("cannot iterate over ", a_kind(v)));
     }
   }
 
@@ -1298,7 +1306,7 @@ class Renderer {
       return;
     }
     if (item.kind != Value::Kind::kList || item.list->size() != n.targets.size())
-      fail(n.pos, msg("cannot unpack a ", kind_name(item),
+      fail(n.pos, msg("cannot unpack ", a_kind(item),
                       item.kind == Value::Kind::kList ? msg(" of ", item.list->size(), " items") : std::string(),
                       " into ", n.targets.size(), " loop variables"));
     for (std::size_t k = 0; k < n.targets.size(); ++k) scope[n.targets[k]] = (*item.list)[k];
@@ -1546,14 +1554,14 @@ class Renderer {
       }
       return x.list->size() < y.list->size() ? -1 : x.list->size() > y.list->size() ? 1 : 0;
     }
-    fail(pos, msg("cannot order a ", kind_name(x), " and a ", kind_name(y)));
+    fail(pos, msg("cannot order ", a_kind(x), " and ", a_kind(y)));
   }
 
   bool contains(const Value& hay, const Value& needle, std::size_t pos) {
     switch (hay.kind) {
       case Value::Kind::kString:
         if (needle.kind != Value::Kind::kString)
-          fail(pos, msg("'in <string>' needs a string on the left, not a ", kind_name(needle)));
+          fail(pos, msg("'in <string>' needs a string on the left, not ", a_kind(needle)));
         return hay.str().find(needle.str()) != std::string::npos;
       case Value::Kind::kList:
         for (const Value& x : *hay.list) {
@@ -1564,11 +1572,16 @@ class Renderer {
       case Value::Kind::kDict: case Value::Kind::kNamespace:
         return needle.kind == Value::Kind::kString && hay.dict->find(needle.str()) != nullptr;
       case Value::Kind::kUndefined: return false;
-      default: fail(pos, msg("'in' needs a string, list or dict on the right, not a ", kind_name(hay)));
+      default: fail(pos, msg("'in' needs a string, list or dict on the right, not ", a_kind(hay)));
     }
   }
 
-  std::int64_t checked(bool overflow, std::int64_t r, std::size_t pos) {
+  // a op b, or TemplateError on overflow (Python's integers are unbounded; ours are 64-bit).
+  std::int64_t checked(char op, std::int64_t a, std::int64_t b, std::size_t pos) {
+    std::int64_t r = 0;
+    const bool overflow = op == '+' ? __builtin_add_overflow(a, b, &r)
+                          : op == '-' ? __builtin_sub_overflow(a, b, &r)
+                                      : __builtin_mul_overflow(a, b, &r);
     if (overflow) fail(pos, "integer overflow (results are limited to 64 bits)");
     return r;
   }
@@ -1603,7 +1616,7 @@ class Renderer {
     if (op == "%" && x.kind == Value::Kind::kString)
       fail(pos, "unsupported construct: printf-style string formatting ('...' % value)");
     if (!x.is_number() || !y.is_number())
-      fail(pos, msg("cannot apply '", op, "' to a ", kind_name(x), " and a ", kind_name(y)));
+      fail(pos, msg("cannot apply '", op, "' to ", a_kind(x), " and ", a_kind(y)));
     const bool ints = x.is_integer() && y.is_integer();
     if (op == "/") {
       if (y.as_double() == 0) fail(pos, "division by zero");
@@ -1611,10 +1624,7 @@ class Renderer {
     }
     if (ints) {
       const std::int64_t a = x.as_int(), b = y.as_int();
-      std::int64_t r = 0;
-      if (op == "+") return Value::integer(checked(__builtin_add_overflow(a, b, &r), r, pos));
-      if (op == "-") return Value::integer(checked(__builtin_sub_overflow(a, b, &r), r, pos));
-      if (op == "*") return Value::integer(checked(__builtin_mul_overflow(a, b, &r), r, pos));
+      if (op == "+" || op == "-" || op == "*") return Value::integer(checked(op[0], a, b, pos));
       if (op == "//" || op == "%") {  // Python: floor division, remainder with the divisor's sign
         if (b == 0) fail(pos, op == "%" ? "modulo by zero" : "division by zero");
         if (a == std::numeric_limits<std::int64_t>::min() && b == -1) {
@@ -1632,8 +1642,8 @@ class Renderer {
         if (b < 0) return Value::number(std::pow(static_cast<double>(a), static_cast<double>(b)));
         std::int64_t result = 1, base = a;
         for (std::int64_t e = b; e > 0; e >>= 1) {
-          if (e & 1) result = checked(__builtin_mul_overflow(result, base, &r), r, pos);
-          if (e > 1) base = checked(__builtin_mul_overflow(base, base, &r), r, pos);
+          if (e & 1) result = checked('*', result, base, pos);
+          if (e > 1) base = checked('*', base, base, pos);
         }
         return Value::integer(result);
       }
@@ -1657,7 +1667,7 @@ class Renderer {
       if (!p) return 0;
       const Value v = eval(*p);
       if (v.kind == Value::Kind::kNone || v.kind == Value::Kind::kUndefined) return 0;
-      if (!v.is_integer()) fail(p->pos, msg("slice bounds must be integers, not a ", kind_name(v)));
+      if (!v.is_integer()) fail(p->pos, msg("slice bounds must be integers, not ", a_kind(v)));
       given = true;
       return v.as_int();
     };
@@ -1948,7 +1958,7 @@ class Renderer {
       // A key holding a function (e.g. ns.f = raise_exception) is called like one.
       if (const Value* v = obj.dict->find(name); v && v->kind == Value::Kind::kFunction) return call_function(v->str(), a, pos);
     }
-    fail(pos, msg("unknown method '", name, "' of a ", kind_name(obj)));
+    fail(pos, msg("unknown method '", name, "' of ", a_kind(obj)));
   }
 
   Value dict_view(const Value& obj, const std::string& which, std::size_t pos) {
@@ -1983,7 +1993,7 @@ class Renderer {
     for (std::size_t k = 0; k < items.size(); ++k) {
       step(pos);
       if (strings_only && items[k].kind != Value::Kind::kString)
-        fail(pos, msg("str.join() needs strings, item ", k, " is a ", kind_name(items[k])));
+        fail(pos, msg("str.join() needs strings, item ", k, " is ", a_kind(items[k])));
       if (k) out += sep;
       out += to_str(items[k], pos);
       charge(sep.size() + 16, pos);
@@ -2000,7 +2010,7 @@ class Renderer {
     if (name == "namespace") {
       auto d = std::make_shared<ValueDict>();
       for (const Value& p : a.pos) {
-        if (!p.is_mapping()) fail(pos, msg("namespace() takes a dict or keyword arguments, not a ", kind_name(p)));
+        if (!p.is_mapping()) fail(pos, msg("namespace() takes a dict or keyword arguments, not ", a_kind(p)));
         for (const auto& kv : p.dict->items) d->set(kv.first, kv.second);
       }
       for (const auto& kv : a.kw) d->set(kv.first, kv.second);
@@ -2019,7 +2029,7 @@ class Renderer {
     if (name == "range") {
       std::int64_t start = 0, stop = 0, stp = 1;
       for (const Value& v : a.pos)
-        if (!v.is_integer()) fail(pos, msg("range() needs integers, got a ", kind_name(v)));
+        if (!v.is_integer()) fail(pos, msg("range() needs integers, got ", a_kind(v)));
       if (a.pos.size() == 1) stop = a.pos[0].as_int();
       else if (a.pos.size() == 2 || a.pos.size() == 3) {
         start = a.pos[0].as_int();
@@ -2058,7 +2068,7 @@ class Renderer {
         case Value::Kind::kList: return Value::integer(static_cast<std::int64_t>(v.list->size()));
         case Value::Kind::kDict: case Value::Kind::kNamespace: return Value::integer(static_cast<std::int64_t>(v.dict->items.size()));
         case Value::Kind::kUndefined: return Value::integer(0);
-        default: fail(pos, msg("filter 'length' of a ", kind_name(v)));
+        default: fail(pos, msg("filter 'length' of ", a_kind(v)));
       }
     }
     if (f == "trim") {
@@ -2121,7 +2131,7 @@ class Renderer {
     if (f == "items") {
       check_arity(a, 0, {}, what, pos);
       if (v.kind == Value::Kind::kUndefined) return Value::of_list({});
-      if (!v.is_mapping()) fail(pos, msg("filter 'items' of a ", kind_name(v)));
+      if (!v.is_mapping()) fail(pos, msg("filter 'items' of ", a_kind(v)));
       return dict_view(v, "items", pos);
     }
     if (f == "list") {
@@ -2178,7 +2188,7 @@ class Renderer {
     if (f == "abs") {
       check_arity(a, 0, {}, what, pos);
       if (v.kind == Value::Kind::kFloat) return Value::number(std::fabs(v.f));
-      if (!v.is_integer()) fail(pos, msg("filter 'abs' of a ", kind_name(v)));
+      if (!v.is_integer()) fail(pos, msg("filter 'abs' of ", a_kind(v)));
       if (v.as_int() == std::numeric_limits<std::int64_t>::min()) fail(pos, "integer overflow (results are limited to 64 bits)");
       return Value::integer(v.as_int() < 0 ? -v.as_int() : v.as_int());
     }
@@ -2264,7 +2274,7 @@ class Renderer {
     if (t == "upper") return need(0), v.kind == K::kString && ascii_case(v.str(), true) == v.str();
     if (t == "even" || t == "odd") {
       need(0);
-      if (!v.is_integer()) fail(pos, msg("test '", t, "' of a ", kind_name(v)));
+      if (!v.is_integer()) fail(pos, msg("test '", t, "' of ", a_kind(v)));
       return (v.as_int() % 2 == 0) == (t == "even");
     }
     need(1);
@@ -2303,7 +2313,7 @@ class Renderer {
         auto d = std::make_shared<ValueDict>();
         for (std::size_t k = 0; k + 1 < e.args.size(); k += 2) {
           const Value key = eval(*e.args[k]);
-          if (key.kind != Value::Kind::kString) fail(e.args[k]->pos, msg("dict keys must be strings, not a ", kind_name(key)));
+          if (key.kind != Value::Kind::kString) fail(e.args[k]->pos, msg("dict keys must be strings, not ", a_kind(key)));
           d->set(key.str(), eval(*e.args[k + 1]));
         }
         charge((d->items.size() + 1) * (sizeof(Value) + 32), e.pos);
@@ -2332,7 +2342,7 @@ class Renderer {
           return make_string(std::move(out), e.pos);
         }
         if (obj.kind == Value::Kind::kUndefined) fail(e.pos, "cannot slice an undefined value");
-        fail(e.pos, msg("cannot slice a ", kind_name(obj)));
+        fail(e.pos, msg("cannot slice ", a_kind(obj)));
       }
       case Expr::Kind::kCall: {
         if (e.a->kind == Expr::Kind::kAttr) {  // obj.method(...)
@@ -2347,7 +2357,7 @@ class Renderer {
         if (callee.kind == Value::Kind::kFunction) return call_function(callee.str(), a, e.pos);
         if (e.a->kind == Expr::Kind::kName && callee.kind == Value::Kind::kUndefined)
           fail(e.pos, msg("unknown function '", e.a->name, "'"));
-        fail(e.pos, msg("a ", kind_name(callee), " is not callable"));
+        fail(e.pos, msg(a_kind(callee), " is not callable"));
       }
       case Expr::Kind::kFilter: return apply_filter(e);
       case Expr::Kind::kTest: {
@@ -2359,7 +2369,7 @@ class Renderer {
       case Expr::Kind::kNot: return Value::boolean(!truthy(eval(*e.a)));
       case Expr::Kind::kNeg: case Expr::Kind::kPos: {
         const Value v = eval(*e.a);
-        if (!v.is_number()) fail(e.pos, msg("unary '", e.kind == Expr::Kind::kNeg ? "-" : "+", "' of a ", kind_name(v)));
+        if (!v.is_number()) fail(e.pos, msg("unary '", e.kind == Expr::Kind::kNeg ? "-" : "+", "' of ", a_kind(v)));
         if (e.kind == Expr::Kind::kPos) return v.kind == Value::Kind::kBool ? Value::integer(v.as_int()) : v;
         if (v.kind == Value::Kind::kFloat) return Value::number(-v.f);
         if (v.as_int() == std::numeric_limits<std::int64_t>::min()) fail(e.pos, "integer overflow (results are limited to 64 bits)");
