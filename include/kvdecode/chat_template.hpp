@@ -21,6 +21,7 @@
 #pragma once
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -284,6 +285,38 @@ class ChatTemplate {
   bool bos_defined_ = false, eos_defined_ = false;
   TemplateLimits limits_;
 };
+
+/// The chat template that goes with the model or tokenizer at `path`, told apart by
+/// content as load_tokenizer() does: a GGUF file's tokenizer.chat_template; a folder's
+/// tokenizer_config.json; for a tokenizer.json (any name) or a tokenizer_config.json, the
+/// tokenizer_config.json in its folder. Throws ConfigError naming the path when there is
+/// no template (a llama2.c file, a folder or config without one: choose a built-in),
+/// and as from_gguf / from_tokenizer_config do.
+inline ChatTemplate load_chat_template(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (is_gguf_file(path)) return ChatTemplate::from_gguf(GGUFFile::open(path));
+  fs::path cfg;
+  if (fs::is_directory(path, ec)) {
+    cfg = fs::path(path) / "tokenizer_config.json";
+  } else if (fs::path(path).filename() == "tokenizer_config.json") {
+    cfg = path;
+  } else {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw FileError(detail::msg("cannot open ", path));
+    char c = ' ';
+    while (in.get(c) && (c == ' ' || c == '\t' || c == '\n' || c == '\r')) {
+    }
+    if (!in || c != '{')
+      throw ConfigError(detail::msg(path, " holds no chat template (not a GGUF or Hugging Face tokenizer file); choose a "
+                                    "built-in with --chat-template: ", kBuiltinChatTemplates));
+    cfg = fs::path(path).parent_path() / "tokenizer_config.json";
+  }
+  if (!fs::is_regular_file(cfg, ec))
+    throw ConfigError(detail::msg(path, ": no ", cfg.string(), " to take a chat template from; choose a built-in with "
+                                  "--chat-template: ", kBuiltinChatTemplates));
+  return ChatTemplate::from_tokenizer_config(cfg.string());
+}
 
 /// Ids of a rendered conversation: its text with special-token text parsed (so
 /// "<|im_start|>" becomes that token), and BOS prepended when the tokenizer adds BOS
