@@ -382,6 +382,9 @@ TEST(JinjaConstruct, StringMethods) {
   EXPECT_EQ(R("{{ 'aXbX'.replace('X', '-') }}{{ 'Ab'.upper() }}{{ 'Ab'.lower() }}{{ 'abc'.find('c') }}"),
             "a-b-ABab2");
   EXPECT_EQ(R("{{ '-'.join(['a', 'b']) }}"), "a-b");
+  EXPECT_EQ(R("{{ '  a  b  '.split(none, 1) }}"), "['a', 'b  ']");  // the rest keeps its trailing space
+  // str.title() starts a word after any non-letter; the title filter only after spaces, -, (, {, [, <.
+  EXPECT_EQ(R("{{ \"it's a-b\".title() }}|{{ \"it's a-b\" | title }}"), "It'S A-B|It's A-B");
 }
 
 TEST(JinjaConstruct, DictMethods) {
@@ -736,6 +739,31 @@ TEST(ChatTemplateLoad, GgufTemplateOfWrongType) {
 }
 TEST(ChatTemplateLoad, GgufTemplateSyntaxError) {
   EXPECT_THROW(ChatTemplate::from_gguf(vocab_gguf(true, 1, "{% for %}")), TemplateError);
+}
+
+TEST(ChatTemplateLoad, LoadChatTemplateTellsFilesApart) {
+  const std::string root = kShared + "/models";
+  SKIP_IF_MISSING(root + "/tokenizer-json/qwen3");
+  const std::vector<ChatMessage> m = {{"user", "Hi"}};
+  const std::string want = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(kvd::load_chat_template(root + "/vocab/vocab-qwen3.gguf").render(m, true), want);            // GGUF
+  EXPECT_EQ(kvd::load_chat_template(root + "/tokenizer-json/qwen3").render(m, true), want);              // folder
+  EXPECT_EQ(kvd::load_chat_template(root + "/tokenizer-json/qwen3/tokenizer.json").render(m, true), want);
+  EXPECT_EQ(kvd::load_chat_template(root + "/tokenizer-json/qwen3/tokenizer_config.json").render(m, true), want);
+  EXPECT_THROW(kvd::load_chat_template(root + "/tok512.bin"), kvd::ConfigError);       // llama2.c: none
+  EXPECT_THROW(kvd::load_chat_template(root + "/vocab/ggml-vocab-gpt-2.gguf"), kvd::ConfigError);
+  EXPECT_THROW(kvd::load_chat_template(root + "/no-such-file"), kvd::FileError);
+}
+
+TEST(ChatTemplateLoad, LoadChatTemplateFolderWithoutConfig) {
+  TempDir d;
+  d.write("tokenizer.json", "{}");
+  try {
+    kvd::load_chat_template(d.path.string());
+    FAIL() << "no error";
+  } catch (const kvd::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer_config.json to take a chat template from"), std::string::npos);
+  }
 }
 
 // ---------------------------------------------------------------- BOS not doubled

@@ -1831,9 +1831,7 @@ class Renderer {
         while (k < n && space(k)) ++k;
         if (k >= n) break;
         if (maxsplit >= 0 && static_cast<std::int64_t>(parts.size()) >= maxsplit) {
-          std::size_t end = n;
-          while (end > k && space(end - 1)) --end;
-          add(s.substr(off[k], off[end] - off[k]));
+          add(s.substr(off[k]));  // the rest, trailing whitespace included (as Python keeps it)
           break;
         }
         std::size_t j = k;
@@ -1988,6 +1986,25 @@ class Renderer {
     return out;
   }
 
+  // Jinja's title filter: each word (after whitespace, '-', '(', '{', '[' or '<')
+  // starts upper case, the rest lower case (str.title() instead starts a word after
+  // any character that is not a letter).
+  static std::string title_words(const std::string& s) {
+    std::string out = s;
+    bool start = true;
+    for (char& c : out) {
+      const bool sep = c == ' ' || (c >= '\t' && c <= '\r') || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+      if (sep) {
+        start = true;
+        continue;
+      }
+      if (start && c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
+      else if (!start && c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
+      start = false;
+    }
+    return out;
+  }
+
   Value join(const ValueList& items, const std::string& sep, std::size_t pos, bool strings_only) {
     std::string out;
     for (std::size_t k = 0; k < items.size(); ++k) {
@@ -2103,7 +2120,7 @@ class Renderer {
     }
     if (f == "capitalize" || f == "title") {
       check_arity(a, 0, {}, what, pos);
-      return make_string(f == "title" ? title(to_str(v, pos)) : capitalize(to_str(v, pos)), pos);
+      return make_string(f == "title" ? title_words(to_str(v, pos)) : capitalize(to_str(v, pos)), pos);
     }
     if (f == "string") {
       check_arity(a, 0, {}, what, pos);
