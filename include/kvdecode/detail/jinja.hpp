@@ -1202,6 +1202,11 @@ class Renderer {
     if (built_ > lim_.max_built_bytes)
       fail(pos, msg("rendering builds more than the limit of ", lim_.max_built_bytes, " bytes of values"));
   }
+  // Code point offsets of s (utf8_offsets), charged before they are allocated.
+  std::vector<std::size_t> offsets(const std::string& s, std::size_t pos) {
+    charge((s.size() + 1) * sizeof(std::size_t), pos);
+    return utf8_offsets(s);
+  }
   Value make_string(std::string s, std::size_t pos) {
     charge(s.size() + 16, pos);
     return Value::string(std::move(s));
@@ -1288,12 +1293,12 @@ class Renderer {
       case Value::Kind::kString: {
         ValueList chars;
         const std::string& s = v.str();
+        charge(s.size() * (sizeof(Value) + 32), pos);  // before building: at most one item per byte
         for (std::size_t k = 0; k < s.size();) {
           const std::size_t len = utf8_len_at(s, k);
           chars.push_back(Value::string(s.substr(k, len)));
           k += len;
         }
-        charge(chars.size() * (sizeof(Value) + 32), pos);
         return std::make_shared<const ValueList>(std::move(chars));
       }
       default: fail(pos, msg("cannot iterate over ", a_kind(v)));
@@ -1402,8 +1407,9 @@ class Renderer {
         std::string s = "[";
         for (std::size_t k = 0; k < v.list->size(); ++k) {
           step(pos);
-          s += (k ? ", " : "") + repr((*v.list)[k], pos, depth + 1);
-          charge(s.size() / 8, pos);
+          const std::string item = repr((*v.list)[k], pos, depth + 1);
+          charge(item.size() + 2, pos);
+          s += (k ? ", " : "") + item;
         }
         return s + "]";
       }
@@ -1412,8 +1418,9 @@ class Renderer {
         bool first = true;
         for (const auto& kv : v.dict->items) {
           step(pos);
-          s += (first ? "" : ", ") + string_repr(kv.first) + ": " + repr(kv.second, pos, depth + 1);
-          charge(s.size() / 8, pos);
+          const std::string item = string_repr(kv.first) + ": " + repr(kv.second, pos, depth + 1);
+          charge(item.size() + 2, pos);
+          s += (first ? "" : ", ") + item;
           first = false;
         }
         return s + (v.kind == Value::Kind::kNamespace ? "}>" : "}");
@@ -1588,8 +1595,12 @@ class Renderer {
 
   Value arith(const std::string& op, const Value& x, const Value& y, std::size_t pos) {
     if (op == "+") {
-      if (x.kind == Value::Kind::kString && y.kind == Value::Kind::kString) return make_string(x.str() + y.str(), pos);
+      if (x.kind == Value::Kind::kString && y.kind == Value::Kind::kString) {
+        charge(x.str().size() + y.str().size() + 16, pos);  // before building it
+        return Value::string(x.str() + y.str());
+      }
       if (x.kind == Value::Kind::kList && y.kind == Value::Kind::kList) {
+        charge((x.list->size() + y.list->size()) * sizeof(Value), pos);
         ValueList l = *x.list;
         l.insert(l.end(), y.list->begin(), y.list->end());
         return make_list(std::move(l), pos);
@@ -1727,7 +1738,7 @@ class Renderer {
         if (k < 0 || k >= n) return Value();
         return (*obj.list)[static_cast<std::size_t>(k)];
       }
-      const std::vector<std::size_t> off = utf8_offsets(obj.str());
+      const std::vector<std::size_t> off = offsets(obj.str(), e.pos);
       const auto n = static_cast<std::int64_t>(off.size() - 1);
       if (k < 0) k += n;
       if (k < 0 || k >= n) return Value();
@@ -1777,20 +1788,20 @@ class Renderer {
     std::size_t b = 0, e = s.size();
     if (chars && chars->kind != Value::Kind::kNone) {
       const std::string& set = want_string(chars, "strip characters", pos);
-      const std::vector<std::size_t> so = utf8_offsets(set);
+      const std::vector<std::size_t> so = offsets(set, pos);
       auto in_set = [&](std::size_t at, std::size_t len) {
         for (std::size_t k = 0; k + 1 < so.size(); ++k)
           if (so[k + 1] - so[k] == len && set.compare(so[k], len, s, at, len) == 0) return true;
         return false;
       };
-      const std::vector<std::size_t> off = utf8_offsets(s);
+      const std::vector<std::size_t> off = offsets(s, pos);
       std::size_t lo = 0, hi = off.size() - 1;
       while (left && lo < hi && in_set(off[lo], off[lo + 1] - off[lo])) ++lo;
       while (right && hi > lo && in_set(off[hi - 1], off[hi] - off[hi - 1])) --hi;
       b = off[lo];
       e = off[hi];
     } else {
-      const std::vector<std::size_t> off = utf8_offsets(s);
+      const std::vector<std::size_t> off = offsets(s, pos);
       std::size_t lo = 0, hi = off.size() - 1;
       while (left && lo < hi && is_py_space(s, off[lo], off[lo + 1] - off[lo])) ++lo;
       while (right && hi > lo && is_py_space(s, off[hi - 1], off[hi] - off[hi - 1])) --hi;
@@ -1823,7 +1834,7 @@ class Renderer {
       parts.push_back(Value::string(std::move(p)));
     };
     if (!sep || sep->kind == Value::Kind::kNone) {  // runs of whitespace, none at the ends
-      const std::vector<std::size_t> off = utf8_offsets(s);
+      const std::vector<std::size_t> off = offsets(s, pos);
       std::size_t k = 0;
       const std::size_t n = off.size() - 1;
       auto space = [&](std::size_t i) { return is_py_space(s, off[i], off[i + 1] - off[i]); };
@@ -1857,7 +1868,7 @@ class Renderer {
                       std::size_t pos) {
     std::string out;
     if (from.empty()) {  // Python inserts `to` around every code point
-      const std::vector<std::size_t> off = utf8_offsets(s);
+      const std::vector<std::size_t> off = offsets(s, pos);
       std::int64_t done = 0;
       for (std::size_t k = 0; k + 1 < off.size() + 1; ++k) {
         if (count < 0 || done < count) {
@@ -2158,7 +2169,7 @@ class Renderer {
     if (f == "reverse") {
       check_arity(a, 0, {}, what, pos);
       if (v.kind == Value::Kind::kString) {
-        const std::vector<std::size_t> off = utf8_offsets(v.str());
+        const std::vector<std::size_t> off = offsets(v.str(), pos);
         std::string out;
         for (std::size_t k = off.size() - 1; k > 0; --k) out.append(v.str(), off[k - 1], off[k] - off[k - 1]);
         return make_string(std::move(out), pos);
@@ -2350,7 +2361,7 @@ class Renderer {
           return make_list(std::move(out), e.pos);
         }
         if (obj.kind == Value::Kind::kString) {
-          const std::vector<std::size_t> off = utf8_offsets(obj.str());
+          const std::vector<std::size_t> off = offsets(obj.str(), e.pos);
           std::string out;
           for (std::int64_t k : slice_indices(static_cast<std::int64_t>(off.size() - 1), e)) {
             const auto u = static_cast<std::size_t>(k);
