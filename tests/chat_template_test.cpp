@@ -369,6 +369,9 @@ TEST(JinjaConstruct, Filters) {
               {{"messages", msgs({{"user", "a"}, {"assistant", "b"}})}}),
             "1");
   EXPECT_EQ(R("{{ [1, 0, 2] | select | list }}{{ [1, 2, 3] | reject('odd') | list }}"), "[1, 2][2]");
+  // (fuzz finding: select over a string or dict walked a list freed after the loop began)
+  EXPECT_EQ(R("{{ 'ab' | select | list }}{{ {'k': 1} | reject | list }}{{ 'ab' | selectattr('x') | list }}"),
+            "['a', 'b'][][]");
 }
 
 TEST(JinjaConstruct, StringMethods) {

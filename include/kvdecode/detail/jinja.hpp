@@ -2225,7 +2225,8 @@ class Renderer {
       const std::string& attr = want_string(&a.pos[0], what, pos);
       const bool want = f == "selectattr";
       ValueList out;
-      for (const Value& item : *iterate(v, pos)) {
+      const auto items_ = iterate(v, pos);
+      for (const Value& item : *items_) {
         step(pos);
         const Value x = item.kind == Value::Kind::kUndefined ? Value() : get_attr_or_undefined(item, attr);
         const bool ok = a.pos.size() > 1 ? run_test(want_string(&a.pos[1], what, pos), x,
@@ -2238,7 +2239,8 @@ class Renderer {
     if (f == "select" || f == "reject") {
       const bool want = f == "select";
       ValueList out;
-      for (const Value& item : *iterate(v, pos)) {
+      const auto items_ = iterate(v, pos);
+      for (const Value& item : *items_) {
         step(pos);
         const bool ok = !a.pos.empty() ? run_test(want_string(&a.pos[0], what, pos), item,
                                                   std::vector<Value>(a.pos.begin() + 1, a.pos.end()), pos)
