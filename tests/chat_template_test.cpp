@@ -512,6 +512,8 @@ TEST(JinjaError, MissingOperand) { EXPECT_ERROR("{{ 1 + }}", "t:1:8: expected a 
 TEST(JinjaError, BadCharacter) { EXPECT_ERROR("{{ a ? b }}", "unexpected character '?'"); }
 TEST(JinjaError, BadEscape) { EXPECT_ERROR("{{ '\\xZZ' }}", "expected 2 hex digits"); }
 TEST(JinjaError, LoneSurrogateEscape) { EXPECT_ERROR("{{ '\\ud800' }}", "lone surrogate"); }
+TEST(JinjaError, IntegerLiteralWithLeadingZero) { EXPECT_ERROR("{{ range(07) }}", "integer literal 07 has a leading zero"); }
+TEST(JinjaError, TojsonOfUndefined) { EXPECT_ERROR("{{ [nothing] | tojson }}", "tojson: an undefined value is not JSON serializable"); }
 TEST(JinjaError, IntegerLiteralTooLarge) { EXPECT_ERROR("{{ 99999999999999999999 }}", "exceeds the 64-bit range"); }
 TEST(JinjaError, AddStringAndNumber) { EXPECT_ERROR("{{ 'a' + 1 }}", "cannot apply '+' to a string and an integer"); }
 TEST(JinjaError, DivisionByZero) { EXPECT_ERROR("{{ 1 // 0 }}", "division by zero"); }

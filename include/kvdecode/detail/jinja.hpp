@@ -444,6 +444,7 @@ class Lexer {
     };
     take_digits();
     bool is_float = false;
+    const bool leading_zero = digits.size() > 1 && digits[0] == '0' && digits.find_first_not_of('0') != std::string::npos;
     // A float needs digits after the dot, and none right after a '.' (so a.0.1 stays subscripts).
     const bool after_dot = p > 0 && src_[p - 1] == '.';
     if (!after_dot && q + 1 < n_ && src_[q] == '.' && is_digit(src_[q + 1])) {
@@ -467,6 +468,7 @@ class Lexer {
     if (is_float) {
       t.f = std::strtod(digits.c_str(), nullptr);
     } else {
+      if (leading_zero) fail(p, msg("integer literal ", digits, " has a leading zero"));
       std::int64_t v = 0;
       for (char d : digits) {
         if (v > (std::numeric_limits<std::int64_t>::max() - (d - '0')) / 10)
@@ -1441,7 +1443,8 @@ class Renderer {
     };
     const char* item_sep = indent < 0 ? ", " : ",";
     switch (v.kind) {
-      case Value::Kind::kUndefined: case Value::Kind::kNone: out += "null"; return;
+      case Value::Kind::kUndefined: fail(pos, "tojson: an undefined value is not JSON serializable");
+      case Value::Kind::kNone: out += "null"; return;
       case Value::Kind::kBool: out += v.b ? "true" : "false"; return;
       case Value::Kind::kInt: out += std::to_string(v.i); return;
       case Value::Kind::kFloat:
