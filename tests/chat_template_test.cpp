@@ -126,6 +126,27 @@ TEST(ChatTemplateReference, Qwen3DropsEarlierReasoning) {
             "<|im_start|>user\na<|im_end|>\n<|im_start|>assistant\n<think>\nhmm\n</think>\n\nb<|im_end|>\n");
 }
 
+// Qwen3's template reads enable_thinking and tools, bound through set_variable.
+TEST(ChatTemplateReference, Qwen3Variables) {
+  const std::string cfg = kShared + "/models/tokenizer-json/qwen3/tokenizer_config.json";
+  SKIP_IF_MISSING(cfg);
+  ChatTemplate t = ChatTemplate::from_tokenizer_config(cfg);
+  t.set_variable("enable_thinking", "false");
+  EXPECT_EQ(t.render({{"user", "Hi"}}, true),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  t.set_variable("enable_thinking", "true");
+  t.set_variable("tools", R"([{"type": "function", "function": {"name": "f", "parameters": {"b": 1, "a": [true, null]}}}])");
+  const std::string out = t.render({{"user", "Hi"}}, true);
+  EXPECT_NE(out.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"b\": 1, \"a\": "
+                     "[true, null]}}}\n</tools>"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.substr(out.size() - 22), "<|im_start|>assistant\n");
+  EXPECT_THROW(t.set_variable("tools", "[1,"), kvd::ArgumentError);
+  EXPECT_THROW(t.set_variable("messages", "[]"), kvd::ArgumentError);
+  EXPECT_THROW(t.set_variable("x", std::string(100, '[') + std::string(100, ']')), kvd::ArgumentError);
+}
+
 // Mistral 7B's tokenizer_config.json carries no chat template: the error names the
 // file and key and lists the built-ins; the built-in mistral template renders the
 // conversations (and raises, as Mistral's own template does, when roles do not alternate).
@@ -460,6 +481,14 @@ TEST(JinjaConstruct, UndefinedValues) {
   EXPECT_ERROR("{{ missing.strip() }}", "cannot call method 'strip' of an undefined value");
 }
 
+TEST(JinjaConstruct, StrftimeNow) {
+  const std::string year = R("{{ strftime_now('%Y') }}");
+  ASSERT_EQ(year.size(), 4u);
+  EXPECT_GE(year, "2024");
+  EXPECT_EQ(R("{{ strftime_now is defined }}"), "True");
+  EXPECT_ERROR("{{ strftime_now('" + std::string(65, 'x') + "') }}", "format of 65 bytes exceeds the limit of 64");
+}
+
 TEST(JinjaConstruct, GenerationBlockRendersItsBody) {
   EXPECT_EQ(R("a{% generation %}b{% endgeneration %}c"), "abc");
 }
@@ -495,7 +524,7 @@ TEST(JinjaUnsupported, UnknownTest) { EXPECT_ERROR("{{ x is prime }}", "unknown 
 TEST(JinjaUnsupported, UnknownStringMethod) { EXPECT_ERROR("{{ 'a'.zfill(3) }}", "unknown method 'zfill' of a string"); }
 TEST(JinjaUnsupported, UnknownListMethod) { EXPECT_ERROR("{{ [1].append(2) }}", "unknown method 'append' of a list"); }
 TEST(JinjaUnsupported, UnknownDictMethod) { EXPECT_ERROR("{{ {}.update({}) }}", "unknown method 'update' of a dict"); }
-TEST(JinjaUnsupported, UnknownFunction) { EXPECT_ERROR("{{ strftime_now('%Y') }}", "unknown function 'strftime_now'"); }
+TEST(JinjaUnsupported, UnknownFunction) { EXPECT_ERROR("{{ cycler('a') }}", "unknown function 'cycler'"); }
 TEST(JinjaUnsupported, StarArgs) { EXPECT_ERROR("{{ f(*xs) }}", "unsupported construct: *args"); }
 TEST(JinjaUnsupported, PercentFormatting) { EXPECT_ERROR("{{ '%s' % 1 }}", "printf-style string formatting"); }
 TEST(JinjaUnsupported, MapWithFilterName) { EXPECT_ERROR("{{ [1] | map('string') }}", "filter 'map' other than map(attribute"); }

@@ -207,6 +207,7 @@ class ChatTemplate {
     globals.emplace_back("add_generation_prompt", j::Value::boolean(add_generation_prompt));
     if (bos_defined_) globals.emplace_back("bos_token", j::Value::string(bos_));
     if (eos_defined_) globals.emplace_back("eos_token", j::Value::string(eos_));
+    for (const auto& kv : variables_) globals.push_back(kv);
     return j::render(*program_, globals, limits_);
   }
 
@@ -218,6 +219,34 @@ class ChatTemplate {
     bos_ = std::move(bos);
     eos_ = std::move(eos);
     bos_defined_ = eos_defined_ = true;
+  }
+
+  /// Binds one more variable for render(), given as JSON (objects keep their key order),
+  /// e.g. set_variable("enable_thinking", "false") for Qwen3, or "tools" to a list of
+  /// function schemas. Replaces an earlier value of the same name; messages,
+  /// add_generation_prompt, bos_token and eos_token cannot be set this way. Throws
+  /// ArgumentError naming the variable for invalid JSON or a reserved name (nothing changes).
+  void set_variable(const std::string& name, const std::string& json) {
+    if (name == "messages" || name == "add_generation_prompt" || name == "bos_token" || name == "eos_token")
+      throw ArgumentError(detail::msg("template variable '", name, "' is bound by render() itself"));
+    nlohmann::ordered_json j;
+    try {
+      j = nlohmann::ordered_json::parse(json);
+    } catch (const nlohmann::json::exception& e) {
+      throw ArgumentError(detail::msg("template variable '", name, "': invalid JSON: ", e.what()));
+    }
+    detail::jinja::Value v;
+    try {
+      v = detail::jinja::from_json(j);
+    } catch (const TemplateError& e) {
+      throw ArgumentError(detail::msg("template variable '", name, "': ", e.what()));
+    }
+    for (auto& kv : variables_)
+      if (kv.first == name) {
+        kv.second = std::move(v);
+        return;
+      }
+    variables_.emplace_back(name, std::move(v));
   }
 
   /// Limits applied by render() (parsing used the ones given to parse()). Never fails.
@@ -284,6 +313,7 @@ class ChatTemplate {
   std::string bos_, eos_;
   bool bos_defined_ = false, eos_defined_ = false;
   TemplateLimits limits_;
+  std::vector<std::pair<std::string, detail::jinja::Value>> variables_;
 };
 
 /// The chat template that goes with the model or tokenizer at `path`, told apart by

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <memory>
 #include <string>
@@ -157,6 +158,27 @@ inline const char* kind_name(const Value& v) {
     case Value::Kind::kFunction: return "function";
   }
   return "?";
+}
+
+/// A JSON value (objects keep their key order) as a template value; `depth` counts
+/// the nesting so far. Throws TemplateError past 64 levels.
+template <class Json>
+Value from_json(const Json& j, int depth = 0) {
+  if (depth > 64) throw TemplateError("template variable: JSON nested deeper than the limit of 64");
+  if (j.is_null()) return Value::none();
+  if (j.is_boolean()) return Value::boolean(j.template get<bool>());
+  if (j.is_number_integer() && (!j.is_number_unsigned() || j.template get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())))
+    return Value::integer(j.template get<std::int64_t>());
+  if (j.is_number()) return Value::number(j.template get<double>());
+  if (j.is_string()) return Value::string(j.template get<std::string>());
+  if (j.is_array()) {
+    ValueList l;
+    for (const auto& x : j) l.push_back(from_json(x, depth + 1));
+    return Value::of_list(std::move(l));
+  }
+  auto d = std::make_shared<ValueDict>();
+  for (auto it = j.begin(); it != j.end(); ++it) d->set(it.key(), from_json(it.value(), depth + 1));
+  return Value::of_dict(std::move(d));
 }
 
 // ---------------------------------------------------------------- UTF-8 helpers
@@ -2078,11 +2100,23 @@ class Renderer {
       }
       return make_list(std::move(l), pos);
     }
+    if (name == "strftime_now") {  // transformers' global: the local time, formatted
+      check_arity(a, 1, {}, "strftime_now()", pos);
+      const std::string& fmt = want_string(arg(a, 0, "format"), "strftime_now()", pos);
+      if (fmt.size() > 64) fail(pos, msg("strftime_now(): format of ", fmt.size(), " bytes exceeds the limit of 64"));
+      const std::time_t now = std::time(nullptr);
+      std::tm tm{};
+      localtime_r(&now, &tm);
+      char buf[512];
+      const std::size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
+      if (n == 0 && !fmt.empty()) fail(pos, "strftime_now(): the formatted date is empty or too long");
+      return make_string(std::string(buf, n), pos);
+    }
     fail(pos, msg("unknown function '", name, "'"));
   }
 
   bool is_global_function(const std::string& n) const {
-    return n == "raise_exception" || n == "namespace" || n == "range" || n == "dict";
+    return n == "raise_exception" || n == "namespace" || n == "range" || n == "dict" || n == "strftime_now";
   }
 
   // ---- filters and tests
