@@ -311,6 +311,14 @@ TEST(JinjaConstruct, TextOutputAndComments) {
   EXPECT_EQ(R("x\n\n"), "x\n");
 }
 
+// Floats print as Python's repr: shortest round-trip digits, positional for exponents in [-4, 16).
+TEST(JinjaConstruct, FloatRepr) {
+  EXPECT_EQ(R("{{ 666666E6 }} {{ 1e16 }} {{ 1e15 }} {{ 0.0001 }} {{ 0.00001 }} {{ 0.1 + 0.2 }} {{ 1 / 3 }} {{ 2.5e-7 }}"
+              " {{ -0.0 }} {{ 100.0 }} {{ 5e-324 }} {{ 1e300 * 1e10 }} {{ [0.5] | tojson }}"),
+            "666666000000.0 1e+16 1000000000000000.0 0.0001 1e-05 0.30000000000000004 0.3333333333333333 2.5e-07"
+            " -0.0 100.0 5e-324 inf [0.5]");
+}
+
 TEST(JinjaConstruct, WhitespaceControl) {
   EXPECT_EQ(R("a  {{- 'b' -}}  \n c"), "abc");
   EXPECT_EQ(R("a \n{%- if true -%} \n b {%- endif %}"), "ab");
@@ -552,6 +560,7 @@ TEST(JinjaError, OrderMixedTypes) { EXPECT_ERROR("{{ 'a' < 1 }}", "cannot order 
 TEST(JinjaError, SetAttrOfNonNamespace) { EXPECT_ERROR("{% set d = {} %}{% set d.x = 1 %}", "not a namespace()"); }
 TEST(JinjaError, IterateNumber) { EXPECT_ERROR("{% for x in 3 %}{% endfor %}", "cannot iterate over an integer"); }
 TEST(JinjaError, UnpackMismatch) { EXPECT_ERROR("{% for a, b in [[1, 2, 3]] %}{% endfor %}", "cannot unpack a list of 3 items into 2"); }
+TEST(JinjaError, SliceBoundUndefined) { EXPECT_ERROR("{{ [1][::nothing] }}", "slice bounds must be integers or none, not an undefined value"); }
 TEST(JinjaError, SliceStepZero) { EXPECT_ERROR("{{ [1][::0] }}", "slice step cannot be zero"); }
 TEST(JinjaError, CallNonFunction) { EXPECT_ERROR("{{ messages() }}", "a list is not callable"); }
 TEST(JinjaError, NamespaceInNamespace) {

@@ -1168,18 +1168,47 @@ inline Program parse(const std::string& source, const std::string& where, const 
 
 // ---------------------------------------------------------------- rendering
 
-/// Python's repr() of a float, in the shortest form that reads back as the same double.
+/// Python's repr() of a float: the shortest digits that read back as the same
+/// double, in positional notation for exponents in [-4, 16), else as d.ddde+XX.
 inline std::string float_repr(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[40];
-  for (int prec = 1; prec <= 17; ++prec) {
-    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+  char buf[48];
+  for (int prec = 0; prec <= 16; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*e", prec, v);
     if (std::strtod(buf, nullptr) == v) break;
   }
-  std::string s = buf;
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
+  // buf = [-]d[.ddd]e[+-]XX
+  std::string m = buf;
+  std::string sign;
+  if (m[0] == '-') {
+    sign = "-";
+    m.erase(0, 1);
+  }
+  const std::size_t epos = m.find('e');
+  const int exp = std::atoi(m.c_str() + epos + 1);
+  std::string digits;
+  for (std::size_t k = 0; k < epos; ++k)
+    if (m[k] != '.') digits += m[k];
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  std::string out;
+  if (exp >= -4 && exp < 16) {
+    if (exp >= 0) {
+      const auto int_len = static_cast<std::size_t>(exp) + 1;
+      std::string ip = digits.substr(0, std::min(int_len, digits.size()));
+      ip.append(int_len - ip.size(), '0');
+      const std::string frac = digits.size() > int_len ? digits.substr(int_len) : "0";
+      out = ip + "." + frac;
+    } else {
+      out = "0." + std::string(static_cast<std::size_t>(-exp - 1), '0') + digits;
+    }
+  } else {
+    out = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : std::string());
+    char e[16];
+    std::snprintf(e, sizeof e, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
+    out += e;
+  }
+  return sign + out;
 }
 
 /// Python's repr() of a string: single quotes unless it holds ' and no ".
@@ -1702,8 +1731,8 @@ class Renderer {
       given = false;
       if (!p) return 0;
       const Value v = eval(*p);
-      if (v.kind == Value::Kind::kNone || v.kind == Value::Kind::kUndefined) return 0;
-      if (!v.is_integer()) fail(p->pos, msg("slice bounds must be integers, not ", a_kind(v)));
+      if (v.kind == Value::Kind::kNone) return 0;
+      if (!v.is_integer()) fail(p->pos, msg("slice bounds must be integers or none, not ", a_kind(v)));
       given = true;
       return v.as_int();
     };
