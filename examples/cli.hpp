@@ -144,6 +144,8 @@ struct Params {
   bool quick = false;
   double max_others = 0.10;                ///< a fraction; --max-others takes a percentage
   double patience = -1;                    ///< -1: 1200 s, or 0 with --quick
+  std::string weight_types;                ///< --weight-types: comma-separated schemes, "all", "" = skip
+  std::string quality_model;               ///< --quality-model: an F32 model whose own text rates each scheme
   // kvdecode-tokenize
   std::optional<std::string> text;         ///< --text: text to encode
   std::optional<std::string> cases;        ///< --cases: llama.cpp's vocab test file
@@ -302,6 +304,14 @@ inline std::vector<Option> all_options(Params& p) {
        "marked in the table", meas, kRoofline,
        [&p, str] { return p.patience < 0 ? S("1200; 0 with --quick") : str(p.patience); },
        [&p](const S& n, const S& v) { p.patience = parse_number(n, v, 0, false, 1e6); }});
+  add({{"--weight-types"}, "LIST", "also measure decode, prefill of 256 tokens and batch 8 on the TinyLlama-1.1B shape "
+       "with each storage scheme in LIST (comma-separated kvdecode-quantize names such as F16,Q8_0,Q4_K_M, or all); "
+       "writes weight_types.csv and weight_types.svg", meas, kRoofline,
+       [&p] { return p.weight_types.empty() ? S("none") : p.weight_types; },
+       [&p](const S&, const S& v) { p.weight_types = v; }});
+  add({{"--quality-model"}, "FILE", "with --weight-types: an F32 model, GGUF or llama2.c (e.g. stories260K.bin, 320 "
+       "positions or more); each scheme's copy of it is rated on the F32 model's own sampled text (KL, top-1 agreement, perplexity)", meas, kRoofline,
+       none, [&p](const S&, const S& v) { p.quality_model = v; }});
 
   // ---- kvdecode-tokenize
   const S tok = "Tokenize";
