@@ -33,6 +33,7 @@
 #include "kvdecode/tokenizer_gguf.hpp"
 #include "kvdecode/tokenizer_loader.hpp"
 #include "kvdecode/vocab_writer.hpp"
+#include "kvdecode/chat_template.hpp"
 #include "kvdecode/sampler.hpp"
 #include "kvdecode/batcher.hpp"
 #include "kvdecode/planner.hpp"
