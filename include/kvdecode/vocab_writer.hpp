@@ -13,9 +13,10 @@
 //     "llama" with scores. GGUF "llama" merges SentencePiece-style, the adjacent pair
 //     whose concatenation scores highest first; each token scores -(1 + the rank of
 //     the first merge that makes it), so the score order is the merges' rank order.
-//     (llama.cpp's own converter gives every token of such a file -1000, which
-//     leaves the merge order to chance.) Tokens no merge makes score kNoMergeScore,
-//     below every merge.
+//     (llama.cpp's converter, through gguf-py's LlamaHfVocab, writes a placeholder
+//     -1000 for every token of such a file, which leaves the order to position.)
+//     Tokens no merge makes score kNoMergeScore, below every merge. Mistral's file
+//     shows why ids will not do: its "▁▁" (id 259) comes from merge 58876.
 //   Both: bos/eos/unknown/padding ids, add_bos/add_eos as the reader found them
 //     (tokenizer_config.json, else the post_processor's template), always written;
 //     tokenizer.chat_template from tokenizer_config.json ("default" of a list of
