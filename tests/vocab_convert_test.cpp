@@ -440,6 +440,35 @@ TEST(VocabConvert, MetaspaceByteFallbackIsRefused) {
                  "normalizer");
 }
 
+// A byte-fallback file whose post_processor names only BOS and that has no
+// tokenizer_config.json: no EOS, which GGUF llama must be told (its default is 2).
+TEST(VocabConvert, LlamaWithoutEosSaysNone) {
+  std::string vocab = R"("<unk>": 0, "<s>": 1, "</s>": 2)";
+  const char* hex = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) vocab += std::string(", \"<0x") + hex[b >> 4] + hex[b & 15] + ">\": " + std::to_string(3 + b);
+  TempDir d;
+  const std::string p = d.write("tokenizer.json", R"({"model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>", "vocab": {)" + vocab +
+      R"(, "▁": 259, "a": 260, "▁a": 261}, "merges": ["▁ a"]},
+      "added_tokens": [{"id": 0, "content": "<unk>", "special": true}, {"id": 1, "content": "<s>", "special": true},
+                       {"id": 2, "content": "</s>", "special": true}],
+      "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+                     {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+      "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                         {"Sequence": {"id": "A", "type_id": 0}}]},
+      "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                  {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}})");
+  const GGUFFile f = convert(p);
+  EXPECT_EQ(f.get_u64("tokenizer.ggml.bos_token_id"), 1u);
+  EXPECT_EQ(f.get_u64("tokenizer.ggml.eos_token_id"), 0xFFFFFFFFu);
+  const auto got = load_tokenizer_gguf(f);
+  const auto want = load_tokenizer_json(p);
+  EXPECT_EQ(want->eos_id(), -1);
+  EXPECT_EQ(got->eos_id(), -1);
+  EXPECT_EQ(got->bos_id(), 1);
+  EXPECT_TRUE(got->add_bos());
+  for (const std::string text : {"a a", " aa b", "<s>a</s>"}) expect_same(*want, *got, text, "llama without EOS");
+}
+
 // --- inside quantize_model --------------------------------------------------------
 
 // tok512.bin as the tokenizer.json Hugging Face's converter (SpmConverter) makes of

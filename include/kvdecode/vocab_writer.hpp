@@ -163,8 +163,12 @@ inline std::vector<std::pair<std::string, GGUFValue>> tokenizer_spec_keys(const 
 
   std::vector<std::pair<std::string, GGUFValue>> keys;
   auto str = [&](const char* k, std::string v) { keys.emplace_back(k, GGUFValue::of_string(std::move(v))); };
-  auto u32 = [&](const char* k, int id) {
+  // A GGUF "llama" vocabulary without bos/eos/unknown ids means 1, 2 and 0; one
+  // that has none says so with 0xFFFFFFFF (llama.cpp's LLAMA_TOKEN_NULL as u32; it
+  // warns and keeps its default). gpt2's defaults are none, so nothing is written.
+  auto u32 = [&](const char* k, int id, bool none_has_default) {
     if (id >= 0) keys.emplace_back(k, GGUFValue::of_u32(static_cast<std::uint32_t>(id)));
+    else if (none_has_default) keys.emplace_back(k, GGUFValue::of_u32(0xFFFFFFFFu));
   };
   std::string pre = "default";
   bool space_prefix = false;
@@ -274,10 +278,10 @@ inline std::vector<std::pair<std::string, GGUFValue>> tokenizer_spec_keys(const 
   } else {
     keys.emplace_back("tokenizer.ggml.add_space_prefix", GGUFValue::of_bool(space_prefix));
   }
-  u32("tokenizer.ggml.bos_token_id", spec.bos);
-  u32("tokenizer.ggml.eos_token_id", spec.eos);
-  u32("tokenizer.ggml.unknown_token_id", spec.unk);
-  u32("tokenizer.ggml.padding_token_id", spec.pad);
+  u32("tokenizer.ggml.bos_token_id", spec.bos, spm);
+  u32("tokenizer.ggml.eos_token_id", spec.eos, spm);
+  u32("tokenizer.ggml.unknown_token_id", spec.unk, spm);
+  u32("tokenizer.ggml.padding_token_id", spec.pad, false);
   keys.emplace_back("tokenizer.ggml.add_bos_token", GGUFValue::of_bool(spec.add_bos));
   keys.emplace_back("tokenizer.ggml.add_eos_token", GGUFValue::of_bool(spec.add_eos));
   return keys;

@@ -287,6 +287,13 @@ void tokenizer_jsons() {
 "vocab":{"H":0,"e":1,"l":2,"o":3,"\u0120":4,"He":5,"<|endoftext|>":6,"ll":7,"Hell":8,"Hello":9,"w":10,"\u0120w":11},
 "merges":["H e","l l","He ll","Hell o","\u0120 w"]}})";
   put("tokenizer-json", "byte-level-bpe", Bytes(byte_level.begin(), byte_level.end()));
+  // The same with ByteLevel's own GPT-2 split, a pre-tokenizer GGUF names ("gpt-2"),
+  // so the GGUF vocabulary writer (vocab_writer.hpp) converts it.
+  std::string gpt2 = byte_level;
+  const std::size_t pre_at = gpt2.find("\"pre_tokenizer\":"), pre_end = gpt2.find("\n\"post_processor\"");
+  gpt2.replace(pre_at, pre_end - pre_at,
+               R"("pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true},)");
+  put("tokenizer-json", "byte-level-gpt2", Bytes(gpt2.begin(), gpt2.end()));
   std::string spm = R"({"version":"1.0","added_tokens":[{"id":0,"content":"<unk>","special":true},{"id":1,"content":"<s>","special":true},{"id":2,"content":"</s>","special":true}],
 "normalizer":{"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"\u2581"},{"type":"Replace","pattern":{"String":" "},"content":"\u2581"}]},
 "pre_tokenizer":null,
