@@ -34,5 +34,6 @@
 #include "kvdecode/tokenizer_loader.hpp"
 #include "kvdecode/sampler.hpp"
 #include "kvdecode/batcher.hpp"
+#include "kvdecode/speculative.hpp"
 #include "kvdecode/planner.hpp"
 #include "kvdecode/quantize.hpp"

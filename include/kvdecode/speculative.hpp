@@ -1,0 +1,365 @@
+// Exact speculative decoding. A cheap drafter proposes the next k tokens; the
+// target model checks them in one forward over k + 1 rows (the last accepted
+// token and the k drafts, at consecutive positions, logits for every row);
+// the tokens the target itself chooses are kept up to and including its first
+// disagreement with the draft, and both caches are rewound to what was kept.
+//
+// Why the output is exactly plain decoding's, bit for bit:
+//   * a verification row is a decode row: every kernel computes a row from that
+//     row's data alone by a fixed sequence of operations (kernels.hpp), so the
+//     logits of row i equal decode_step's logits for that token at that position;
+//   * the target's choice for each row goes through the same chooser with the same
+//     history as plain decoding, and the sampler's draw for position p is
+//     uniform_at(seed, p) (sampler.hpp), whatever was drawn before;
+//   * rejected rows are removed with truncate(): the rows kept are the ones plain
+//     decoding would have appended, and nothing reads a position at or beyond a
+//     cache's length (stale K/V there is never visible).
+// The drafter therefore only changes speed, never tokens or logits; so does the
+// draft length, which adapts to the acceptance rate (and drops to 0, plain
+// decoding, when drafting does not pay).
+//
+// Drafters:
+//   * DraftModelDrafter: a second Transformer with the same vocabulary (e.g. a
+//     Q2_K or Q4_K copy of a Q8_0 target) and its own cache; it proposes the
+//     tokens the target's chooser would pick from the draft's logits (the same
+//     sampler at the same positions, so sampled decoding is drafted too);
+//   * PromptLookupDrafter: no model; proposes the tokens that followed the most
+//     recent earlier occurrence of the last n tokens of the sequence.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kvdecode/error.hpp"
+#include "kvdecode/generate.hpp"
+#include "kvdecode/text_tokenizer.hpp"
+#include "kvdecode/transformer.hpp"
+
+namespace kvd {
+
+/// Proposes tokens to follow a sequence. Implementations may keep state (a draft
+/// cache) that they bring back in line with `seq` on each call.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  /// Appends to `out` (cleared first) at most `max_tokens` (>= 1) tokens proposed to
+  /// follow `seq` (the whole sequence the target has accepted so far, prompt included).
+  /// Proposing fewer, or none, is allowed. Throws what the drafter's model throws
+  /// (a full draft cache is not an error: it proposes fewer).
+  virtual void propose(const std::vector<int>& seq, int max_tokens, std::vector<int>& out) = 0;
+  /// Whether a proposal costs model forwards (used by the pay-off rule). Never throws.
+  virtual bool uses_model() const { return false; }
+};
+
+/// Prompt lookup (n-gram drafting): finds the most recent earlier occurrence of the
+/// last n tokens of the sequence and proposes the tokens that followed it.
+class PromptLookupDrafter : public Drafter {
+ public:
+  /// Throws ConfigError if ngram < 1.
+  explicit PromptLookupDrafter(int ngram) : ngram_(ngram) {
+    if (ngram < 1) throw ConfigError(detail::msg("prompt lookup n-gram size ", ngram, " must be >= 1"));
+  }
+  int ngram() const { return ngram_; }
+
+  /// Proposes seq[j + n, j + n + max_tokens) (clipped to seq's end) for the largest
+  /// j < size - n with seq[j, j + n) == the last n tokens; nothing if there is none or
+  /// seq is shorter than n + 1. Never throws (besides bad_alloc on `out`).
+  void propose(const std::vector<int>& seq, int max_tokens, std::vector<int>& out) override {
+    out.clear();
+    const long n = ngram_, size = static_cast<long>(seq.size());
+    if (size <= n || max_tokens < 1) return;
+    const int* tail = seq.data() + size - n;
+    for (long j = size - n - 1; j >= 0; --j) {
+      if (!std::equal(tail, tail + n, seq.data() + j)) continue;
+      for (long i = j + n; i < size && static_cast<long>(out.size()) < max_tokens; ++i) out.push_back(seq[i]);
+      return;
+    }
+  }
+
+ private:
+  int ngram_;
+};
+
+/// Throws ConfigError unless the two tokenizers have the same vocabulary: the same
+/// size, and for every id the same token text and type (the first differing id is
+/// named). A draft model must share the target's vocabulary for its ids to mean the
+/// same tokens.
+inline void check_same_vocabulary(const TextTokenizer& target, const TextTokenizer& draft) {
+  if (target.vocab_size() != draft.vocab_size())
+    throw ConfigError(detail::msg("draft vocabulary has ", draft.vocab_size(), " tokens, the target's ", target.vocab_size(),
+                                  " (a draft model must share the target's vocabulary)"));
+  for (int id = 0; id < target.vocab_size(); ++id) {
+    if (target.token_text(id) != draft.token_text(id))
+      throw ConfigError(detail::msg("draft vocabulary differs from the target's at id ", id, ": '", draft.token_text(id),
+                                    "' vs '", target.token_text(id), "'"));
+    if (target.token_type(id) != draft.token_type(id))
+      throw ConfigError(detail::msg("draft vocabulary differs from the target's at id ", id, " ('", target.token_text(id),
+                                    "'): token type ", static_cast<int>(draft.token_type(id)), " vs ",
+                                    static_cast<int>(target.token_type(id))));
+  }
+}
+
+/// A draft model: proposes by running its own Transformer over its own cache, one
+/// token at a time, choosing each token with `choose` (typically the target's
+/// sampler, so that a sampled draft agrees with the target where their
+/// distributions do). Keeps its cache equal to the longest prefix of the proposal
+/// history that the target accepted: on each call it truncates to what it shares
+/// with `seq` and feeds the rest in one prefill.
+template <class T, class Cache>
+class DraftModelDrafter : public Drafter {
+ public:
+  /// `model` and `cache` must outlive the drafter; `cache` must hold exactly the
+  /// positions the target's cache holds before the sequence (normally: both empty).
+  /// Throws ConfigError if the vocabulary sizes differ (check_same_vocabulary on the
+  /// tokenizers checks the pieces too).
+  DraftModelDrafter(Transformer<T>& model, Cache& cache, int target_vocab_size, TokenChooser<T> choose = {})
+      : model_(&model), cache_(&cache), base_(cache.length()), choose_(std::move(choose)) {
+    if (model.config().vocab_size != target_vocab_size)
+      throw ConfigError(detail::msg("draft model vocab_size = ", model.config().vocab_size, " but the target's is ",
+                                    target_vocab_size, " (a draft model must share the target's vocabulary)"));
+    if (!choose_) choose_ = [](const T* l, int n, const std::vector<int>&) { return argmax(l, n); };
+  }
+
+  bool uses_model() const override { return true; }
+  long draft_forwards() const { return forwards_; }  ///< draft model calls so far
+
+  void propose(const std::vector<int>& seq, int max_tokens, std::vector<int>& out) override {
+    out.clear();
+    if (seq.empty() || max_tokens < 1) return;
+    const int V = model_->config().vocab_size;
+    // Keep what the draft cache shares with seq, minus seq's last token (whose logits we need).
+    std::size_t keep = 0;
+    const std::size_t limit = std::min(fed_.size(), seq.size() - 1);
+    while (keep < limit && fed_[keep] == seq[keep]) ++keep;
+    cache_->truncate(base_ + static_cast<int>(keep));
+    fed_.resize(keep);
+    const int room = cache_->capacity() - cache_->length();
+    const long unfed = static_cast<long>(seq.size() - keep);
+    if (unfed > room) return;  // the draft's context is full: propose nothing
+    max_tokens = std::min(max_tokens, room - static_cast<int>(unfed) + 1);
+    pending_.assign(seq.begin() + static_cast<long>(keep), seq.end());
+    const T* logits = model_->prefill(pending_, *cache_).data();  // (V): the last row, in the model's workspace
+    ++forwards_;
+    fed_.insert(fed_.end(), pending_.begin(), pending_.end());
+    history_ = seq;
+    for (;;) {
+      const int t = choose_(logits, V, history_);
+      out.push_back(t);
+      history_.push_back(t);
+      if (static_cast<int>(out.size()) >= max_tokens) break;
+      logits = model_->decode_step(t, *cache_).data();
+      ++forwards_;
+      fed_.push_back(t);
+    }
+  }
+
+ private:
+  Transformer<T>* model_;
+  Cache* cache_;
+  int base_;                 // positions the cache held before the sequence
+  TokenChooser<T> choose_;
+  std::vector<int> fed_;     // tokens in the draft cache after base_
+  std::vector<int> pending_; // tokens of one prefill
+  std::vector<int> history_; // seq + the drafts so far (what choose_ sees)
+  long forwards_ = 0;
+};
+
+/// Options of speculative generation.
+struct SpeculativeOptions {
+  int draft_tokens = 4;   ///< most tokens drafted per verification, >= 1
+  bool adaptive = true;   ///< adapt the draft length to acceptance, drop to plain decoding when drafting does not pay
+
+  /// Throws ConfigError naming the field if draft_tokens < 1.
+  void validate() const {
+    if (draft_tokens < 1)
+      throw ConfigError(detail::msg("SpeculativeOptions.draft_tokens = ", draft_tokens, " must be >= 1"));
+  }
+};
+
+/// What generate() reports, plus the drafting counters.
+template <class T>
+struct SpeculativeResult : GenerateResult<T> {
+  long draft_proposed = 0;   ///< drafted tokens sent to verification
+  long draft_accepted = 0;   ///< of those, tokens the target chose too (and kept)
+  long target_forwards = 0;  ///< target forwards after the prefill (verifications and plain steps)
+  double draft_seconds = 0;  ///< time spent proposing (included in decode_seconds)
+  double acceptance_rate() const { return draft_proposed > 0 ? static_cast<double>(draft_accepted) / draft_proposed : 0.0; }
+};
+
+namespace detail {
+template <class C, class = void>
+struct has_pool : std::false_type {};
+template <class C>
+struct has_pool<C, std::void_t<decltype(std::declval<const C&>().pool().block_size())>> : std::true_type {};
+
+/// Most rows a verification may append to `cache` at its length so that a rewind to
+/// length + 1 stays possible: a sliding-window paged sequence returns blocks behind
+/// the window at commit, so the rows may not push the window start past the block
+/// that length + 1's window starts in; a ring cache takes max_append() rows per call.
+template <class Cache>
+int max_verify_rows(const Cache& cache) {
+  const int w = cache.shape().sliding_window;
+  int rows = static_cast<int>(std::min<long>(max_append_of(cache), std::numeric_limits<int>::max()));
+  if constexpr (has_pool<Cache>::value) {
+    if (w > 0) {
+      const int bs = cache.pool().block_size();
+      const int start = cache.length() + 1 - w + 1;  // window start after one row
+      // rows r keep the window start of length + r in that block: start + r - 1 < end of block
+      rows = std::min(rows, start >= 0 ? bs - start % bs : bs - start);
+    }
+  }
+  return std::max(rows, 1);
+}
+}  // namespace detail
+
+/// Speculative generation: the loop of generate() (same options, hooks, stop rules
+/// and GenerateResult fields), with each decode step replaced by a verification of
+/// the drafter's proposals. Tokens, every logits row passed to hooks.on_logits and
+/// the cache contents at the end are bit-identical to generate() with the same
+/// arguments (use_cache must be true), for any drafter and draft length, provided
+/// hooks.choose depends only on the logits row and the history it is given (a
+/// Sampler does: its draw is keyed by the position history.size()).
+/// step_seconds/step_macs get one entry per produced token (a verification's time
+/// and work shared evenly among the tokens it produced).
+/// Throws ConfigError (bad sopt, use_cache false), and what generate() throws. A
+/// throw during decoding leaves the cache holding the sequence up to the last kept
+/// token (never a rejected row).
+template <class T, class Cache>
+SpeculativeResult<T> generate_speculative(Transformer<T>& model, const std::vector<int>& prompt, Cache& cache,
+                                          Drafter& drafter, const GenerateOptions& opt, const SpeculativeOptions& sopt = {},
+                                          const GenerateHooks<T>& hooks = {}) {
+  using Clock = std::chrono::steady_clock;
+  sopt.validate();
+  if (!opt.use_cache) throw ConfigError("generate_speculative needs the cache (GenerateOptions.use_cache = true)");
+  const int V = model.config().vocab_size;
+  const int limit = cache.capacity();
+  if (prompt.empty()) throw TokenError("generate needs a prompt of at least one token");
+  if (static_cast<int>(prompt.size()) > limit)
+    throw CacheFullError(detail::msg("prompt of ", prompt.size(), " tokens exceeds the context of ", limit, " positions"));
+  TokenChooser<T> choose = hooks.choose;
+  if (!choose) choose = [](const T* l, int n, const std::vector<int>&) { return argmax(l, n); };
+  SpeculativeResult<T> res;
+  std::vector<int> seq = prompt;
+  std::vector<T> row(V);
+  auto t0 = Clock::now();
+  const int base_pos = cache.length();
+  {
+    auto logits = model.prefill(prompt, cache, hooks.all_prompt_logits && hooks.on_logits);
+    if (hooks.on_logits)
+      for (long r = 0; r < logits.rows(); ++r)
+        hooks.on_logits(base_pos + static_cast<int>(prompt.size() - logits.rows() + r), logits.row(r).data(), V);
+    Eigen::Map<Vector<T>>(row.data(), V) = logits.row(logits.rows() - 1).transpose();
+  }
+  res.prefill_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  res.step_seconds.push_back(res.prefill_seconds);
+  res.step_macs.push_back(model.last_macs());
+
+  // Emits one chosen token with generate()'s stop rules; true when generation ends.
+  auto emit = [&](int next) {
+    res.tokens.push_back(next);
+    seq.push_back(next);
+    if (hooks.on_token) hooks.on_token(next);
+    if (is_stop_token(opt.stop_tokens, next)) { res.stop = StopReason::kStopToken; return true; }
+    if (static_cast<int>(res.tokens.size()) >= opt.max_new_tokens) { res.stop = StopReason::kMaxTokens; return true; }
+    if (base_pos + static_cast<int>(seq.size()) > limit) { res.stop = StopReason::kContextFull; return true; }
+    return false;
+  };
+  if (emit(choose(row.data(), V, seq))) return res;
+
+  // Pay-off rule (changes speed only): the measured seconds per produced token of
+  // verifications vs plain steps. When drafting is slower, decode plainly for a
+  // back-off period (doubling each time), then try drafting again.
+  double spec_spt = 0, plain_spt = 0;  // exponential moving averages, 0 = not measured yet
+  int plain_left = 0, backoff = 8;
+  int k_now = sopt.draft_tokens;
+  long rounds = 0;
+  std::vector<int> draft;
+  std::vector<Row> rows;
+  rows.reserve(static_cast<std::size_t>(sopt.draft_tokens) + 1);
+  model.reserve(sopt.draft_tokens + 1, true);
+  auto ema = [](double& avg, double x) { avg = avg == 0 ? x : 0.8 * avg + 0.2 * x; };
+
+  for (;;) {
+    const int P = cache.length();  // the position of seq.back(), the token fed next
+    // Drafts that can matter: the verification produces at most k + 1 tokens, and its
+    // rows must fit the context and allow the rewind.
+    int k = std::min({k_now, opt.max_new_tokens - static_cast<int>(res.tokens.size()) - 1, limit - P - 1,
+                      detail::max_verify_rows(cache) - 1});
+    const bool probe_plain = sopt.adaptive && plain_spt == 0 && rounds == 1;  // measure plain decoding once early
+    if (plain_left > 0 || probe_plain) k = 0;
+    auto s0 = Clock::now();
+    draft.clear();
+    if (k > 0) drafter.propose(seq, k, draft);
+    if (static_cast<int>(draft.size()) > k) draft.resize(static_cast<std::size_t>(k));
+    const double draft_dt = std::chrono::duration<double>(Clock::now() - s0).count();
+    res.draft_seconds += draft_dt;
+    rows.clear();
+    rows.push_back(Row{seq.back(), 0, P, true});
+    for (std::size_t i = 0; i < draft.size(); ++i) rows.push_back(Row{draft[i], 0, P + 1 + static_cast<int>(i), true});
+    Cache* c = &cache;
+    auto verify = [&]() -> LogitsView<T> {
+      try {
+        return model.forward(rows.data(), static_cast<long>(rows.size()), &c, 1);
+      } catch (const OutOfBlocksError&) {
+        if (rows.size() == 1) throw;  // plain decoding fails the same way
+        draft.clear();                // the pool has room for one row but not all: decode plainly
+        rows.resize(1);
+        return model.forward(rows.data(), 1, &c, 1);
+      }
+    };
+    const LogitsView<T> logits = verify();
+    res.target_forwards += 1;
+    ++rounds;
+    const std::uint64_t macs = model.last_macs();
+    // Row i's logits choose the token after rows[i]; keep going while it is the next draft.
+    int produced = 0;
+    bool done = false;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (hooks.on_logits) hooks.on_logits(P + static_cast<int>(i), logits.row(static_cast<long>(i)).data(), V);
+      const int next = choose(logits.row(static_cast<long>(i)).data(), V, seq);
+      ++produced;
+      const bool matched = i < draft.size() && next == draft[i];
+      if (matched) res.draft_accepted += 1;
+      done = emit(next);
+      if (done || !matched) break;
+    }
+    res.draft_proposed += static_cast<long>(draft.size());
+    // Keep the rows plain decoding would have fed: seq.back() and the accepted drafts.
+    cache.truncate(P + produced);
+    const double dt = std::chrono::duration<double>(Clock::now() - s0).count();
+    res.decode_seconds += dt;
+    res.decode_steps += produced;
+    for (int i = 0; i < produced; ++i) {
+      res.step_seconds.push_back(dt / produced);
+      res.step_macs.push_back(macs / static_cast<std::uint64_t>(produced));
+    }
+    if (done) break;
+    if (!sopt.adaptive) continue;
+    if (draft.empty()) {
+      ema(plain_spt, dt);
+      if (plain_left > 0) --plain_left;
+      continue;
+    }
+    ema(spec_spt, dt / produced);
+    const int accepted = produced - 1;
+    // Draft length: grow after a fully accepted draft, shrink after a wholly rejected one.
+    if (accepted == static_cast<int>(draft.size())) k_now = std::min(sopt.draft_tokens, k_now + 1);
+    else if (accepted == 0) k_now = std::max(1, k_now / 2);
+    if (plain_spt > 0 && spec_spt > plain_spt) {
+      plain_left = backoff;
+      backoff = std::min(backoff * 2, 256);
+      spec_spt = 0;
+    } else if (plain_spt > 0 && spec_spt > 0 && spec_spt < plain_spt) {
+      backoff = 8;
+    }
+  }
+  return res;
+}
+
+}  // namespace kvd
