@@ -91,16 +91,30 @@ class PromptLookupDrafter : public Drafter {
 /// named). A draft model must share the target's vocabulary for its ids to mean the
 /// same tokens.
 inline void check_same_vocabulary(const TextTokenizer& target, const TextTokenizer& draft) {
+  auto shown = [](const std::string& text) {  // control bytes as \xNN, so the message stays on one line
+    std::string out;
+    for (unsigned char ch : text) {
+      if (ch < 0x20 || ch == 0x7F) {
+        static const char* const kHex = "0123456789ABCDEF";
+        out += "\\x";
+        out += kHex[ch >> 4];
+        out += kHex[ch & 15];
+      } else {
+        out += static_cast<char>(ch);
+      }
+    }
+    return out;
+  };
   if (target.vocab_size() != draft.vocab_size())
     throw ConfigError(detail::msg("draft vocabulary has ", draft.vocab_size(), " tokens, the target's ", target.vocab_size(),
                                   " (a draft model must share the target's vocabulary)"));
   for (int id = 0; id < target.vocab_size(); ++id) {
     if (target.token_text(id) != draft.token_text(id))
-      throw ConfigError(detail::msg("draft vocabulary differs from the target's at id ", id, ": '", draft.token_text(id),
-                                    "' vs '", target.token_text(id), "'"));
+      throw ConfigError(detail::msg("draft vocabulary differs from the target's at id ", id, ": '",
+                                    shown(draft.token_text(id)), "' vs '", shown(target.token_text(id)), "'"));
     if (target.token_type(id) != draft.token_type(id))
-      throw ConfigError(detail::msg("draft vocabulary differs from the target's at id ", id, " ('", target.token_text(id),
-                                    "'): token type ", static_cast<int>(draft.token_type(id)), " vs ",
+      throw ConfigError(detail::msg("draft vocabulary differs from the target's at id ", id, " ('",
+                                    shown(target.token_text(id)), "'): token type ", static_cast<int>(draft.token_type(id)), " vs ",
                                     static_cast<int>(target.token_type(id))));
   }
 }
