@@ -15,8 +15,8 @@
 //     decoding would have appended, and nothing reads a position at or beyond a
 //     cache's length (stale K/V there is never visible).
 // The drafter therefore only changes speed, never tokens or logits; so does the
-// draft length, which adapts to the acceptance rate (and drops to 0, plain
-// decoding, when drafting does not pay).
+// draft length, which DraftTuner picks from the measured acceptance and costs
+// (0, a plain step, when drafting does not pay).
 //
 // Drafters:
 //   * DraftModelDrafter: a second Transformer with the same vocabulary (e.g. a
@@ -230,6 +230,76 @@ int max_verify_rows(const Cache& cache) {
   }
   return std::max(rows, 1);
 }
+
+/// Chooses each round's draft length from measured costs (it changes speed only,
+/// never the output). Model: each drafted token is accepted with probability a
+/// given the previous one was (estimated from recent rounds, prior 1/2), so k drafts
+/// yield E(k) = 1 + a + ... + a^k tokens for one forward of k + 1 rows costing
+/// plain + k * (extra_row + draft_token) seconds; k = 0 is a plain step. The k with
+/// the best expected tokens per second is used. When it is 0, a one-token probe
+/// runs now and then (gaps doubling from 8 steps) to notice the acceptance rising;
+/// a drafter with a model gives up after 3 probes that did not pay, since each probe
+/// must first feed it every token it skipped.
+class DraftTuner {
+ public:
+  DraftTuner(int max_k, bool uses_model) : max_k_(max_k), uses_model_(uses_model) {}
+
+  int choose() {
+    if (plain_s_ <= 0) return 0;             // the first decode step is plain: it measures plain_s_
+    if (row_s_ < 0) return max_k_;           // then one verification of max_k measures the rest
+    if (best() > 0) return best();
+    if (gave_up_ || --until_probe_ > 0) return 0;
+    probing_ = true;
+    return 1;
+  }
+
+  void plain_step(double seconds) { plain_s_ = ema(plain_s_, seconds); }
+
+  /// A verification of `proposed` (>= 1) drafts, `accepted` of them kept, `rejected`
+  /// when a draft mismatched (not when the draft ran out or generation stopped).
+  void verified(int proposed, int accepted, bool rejected, double verify_seconds, double draft_seconds) {
+    acc_ = 0.8 * acc_ + accepted;
+    rej_ = 0.8 * rej_ + (rejected ? 1 : 0);
+    row_s_ = ema(row_s_, std::max(0.0, (verify_seconds - plain_s_) / proposed));
+    draft_s_ = ema(draft_s_, draft_seconds / proposed);
+    if (probing_) {
+      probing_ = false;
+      if (best() > 0) {
+        gap_ = 8;
+        failed_probes_ = 0;
+      } else {
+        gap_ = std::min(gap_ * 2, 1024);
+        gave_up_ = uses_model_ && ++failed_probes_ >= 3;
+      }
+    }
+    until_probe_ = gap_;
+  }
+
+ private:
+  static double ema(double avg, double x) { return avg <= 0 ? x : 0.7 * avg + 0.3 * x; }  // avg <= 0: none yet
+  int best() const {
+    const double a = (acc_ + 1) / (acc_ + rej_ + 2);
+    int best_k = 0;
+    double best_rate = 1.0 / plain_s_, tokens = 1, term = 1;
+    for (int k = 1; k <= max_k_; ++k) {
+      term *= a;
+      tokens += term;
+      const double rate = tokens / (plain_s_ + k * (row_s_ + draft_s_));
+      if (rate > best_rate) {
+        best_rate = rate;
+        best_k = k;
+      }
+    }
+    return best_k;
+  }
+
+  int max_k_;
+  bool uses_model_;
+  double plain_s_ = 0, row_s_ = -1, draft_s_ = -1;  // seconds: a plain step, an extra verified row, one draft token
+  double acc_ = 0, rej_ = 0;                         // decayed counts of accepted drafts and rejections
+  int until_probe_ = 8, gap_ = 8, failed_probes_ = 0;
+  bool probing_ = false, gave_up_ = false;
+};
 }  // namespace detail
 
 /// Speculative generation: the loop of generate() (same options, hooks, stop rules
@@ -286,27 +356,21 @@ SpeculativeResult<T> generate_speculative(Transformer<T>& model, const std::vect
   };
   if (emit(choose(row.data(), V, seq))) return res;
 
-  // Pay-off rule (changes speed only): the measured seconds per produced token of
-  // verifications vs plain steps. When drafting is slower, decode plainly for a
-  // back-off period (doubling each time), then try drafting again.
-  double spec_spt = 0, plain_spt = 0;  // exponential moving averages, 0 = not measured yet
-  int plain_left = 0, backoff = 8;
-  int k_now = sopt.draft_tokens;
-  long rounds = 0;
+  // The draft length is chosen by the pay-off rule (DraftTuner), or fixed when not adaptive.
+  detail::DraftTuner tuner(sopt.draft_tokens, drafter.uses_model());
   std::vector<int> draft;
   std::vector<Row> rows;
   rows.reserve(static_cast<std::size_t>(sopt.draft_tokens) + 1);
   model.reserve(sopt.draft_tokens + 1, true);
-  auto ema = [](double& avg, double x) { avg = avg == 0 ? x : 0.8 * avg + 0.2 * x; };
 
   for (;;) {
     const int P = cache.length();  // the position of seq.back(), the token fed next
     // Drafts that can matter: the verification produces at most k + 1 tokens, and its
     // rows must fit the context and allow the rewind.
-    int k = std::min({k_now, opt.max_new_tokens - static_cast<int>(res.tokens.size()) - 1, limit - P - 1,
+    int k = std::min({sopt.adaptive ? tuner.choose() : sopt.draft_tokens,
+                      opt.max_new_tokens - static_cast<int>(res.tokens.size()) - 1, limit - P - 1,
                       detail::max_verify_rows(cache) - 1});
-    const bool probe_plain = sopt.adaptive && plain_spt == 0 && rounds == 1;  // measure plain decoding once early
-    if (plain_left > 0 || probe_plain) k = 0;
+    k = std::max(k, 0);
     auto s0 = Clock::now();
     draft.clear();
     if (k > 0) drafter.propose(seq, k, draft);
@@ -329,7 +393,6 @@ SpeculativeResult<T> generate_speculative(Transformer<T>& model, const std::vect
     };
     const LogitsView<T> logits = verify();
     res.target_forwards += 1;
-    ++rounds;
     const std::uint64_t macs = model.last_macs();
     // Row i's logits choose the token after rows[i]; keep going while it is the next draft.
     int produced = 0;
@@ -355,23 +418,11 @@ SpeculativeResult<T> generate_speculative(Transformer<T>& model, const std::vect
     }
     if (done) break;
     if (!sopt.adaptive) continue;
-    if (draft.empty()) {
-      ema(plain_spt, dt);
-      if (plain_left > 0) --plain_left;
-      continue;
-    }
-    ema(spec_spt, dt / produced);
-    const int accepted = produced - 1;
-    // Draft length: grow after a fully accepted draft, shrink after a wholly rejected one.
-    if (accepted == static_cast<int>(draft.size())) k_now = std::min(sopt.draft_tokens, k_now + 1);
-    else if (accepted == 0) k_now = std::max(1, k_now / 2);
-    if (plain_spt > 0 && spec_spt > plain_spt) {
-      plain_left = backoff;
-      backoff = std::min(backoff * 2, 256);
-      spec_spt = 0;
-    } else if (plain_spt > 0 && spec_spt > 0 && spec_spt < plain_spt) {
-      backoff = 8;
-    }
+    if (draft.empty())
+      tuner.plain_step(dt - draft_dt);
+    else
+      tuner.verified(static_cast<int>(draft.size()), produced - 1, produced - 1 < static_cast<int>(draft.size()),
+                     dt - draft_dt, draft_dt);
   }
   return res;
 }
