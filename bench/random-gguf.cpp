@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,9 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     return run(argc, argv);
+  } catch (const std::logic_error& e) {  // std::stoi's invalid_argument / out_of_range: a bad LAYERS or SEED
+    std::cerr << "kvdecode-random-gguf: bad number: " << e.what() << "\n";
+    return 2;
   } catch (const kvd::ArgumentError& e) {
     std::cerr << "kvdecode-random-gguf: " << e.what() << "\n";
     return 2;
