@@ -55,6 +55,10 @@ class Drafter {
   virtual void propose(const std::vector<int>& seq, int max_tokens, std::vector<int>& out) = 0;
   /// Whether a proposal costs model forwards (used by the pay-off rule). Never throws.
   virtual bool uses_model() const { return false; }
+  /// Seconds the last propose() spent feeding the drafter tokens it had not seen (a
+  /// draft model's prefill of the prompt): a one-off cost the pay-off rule leaves out
+  /// of the per-token drafting cost. Never throws.
+  virtual double last_feed_seconds() const { return 0; }
 };
 
 /// Prompt lookup (n-gram drafting): finds the most recent earlier occurrence of the
@@ -141,10 +145,12 @@ class DraftModelDrafter : public Drafter {
   }
 
   bool uses_model() const override { return true; }
+  double last_feed_seconds() const override { return feed_seconds_; }
   long draft_forwards() const { return forwards_; }  ///< draft model calls so far
 
   void propose(const std::vector<int>& seq, int max_tokens, std::vector<int>& out) override {
     out.clear();
+    feed_seconds_ = 0;
     if (seq.empty() || max_tokens < 1) return;
     const int V = model_->config().vocab_size;
     // Keep what the draft cache shares with seq, minus seq's last token (whose logits we need).
@@ -158,8 +164,11 @@ class DraftModelDrafter : public Drafter {
     if (unfed > room) return;  // the draft's context is full: propose nothing
     max_tokens = std::min(max_tokens, room - static_cast<int>(unfed) + 1);
     pending_.assign(seq.begin() + static_cast<long>(keep), seq.end());
+    const auto f0 = std::chrono::steady_clock::now();
     const T* logits = model_->prefill(pending_, *cache_).data();  // (V): the last row, in the model's workspace
     ++forwards_;
+    // Feeding one token (the last accepted one) is the normal per-round cost; more is catching up.
+    if (pending_.size() > 1) feed_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count();
     fed_.insert(fed_.end(), pending_.begin(), pending_.end());
     history_ = seq;
     for (;;) {
@@ -182,6 +191,7 @@ class DraftModelDrafter : public Drafter {
   std::vector<int> pending_; // tokens of one prefill
   std::vector<int> history_; // seq + the drafts so far (what choose_ sees)
   long forwards_ = 0;
+  double feed_seconds_ = 0;  // of the last propose(): the prefill of more than one token
 };
 
 /// Options of speculative generation.
@@ -235,11 +245,13 @@ int max_verify_rows(const Cache& cache) {
 /// never the output). Model: each drafted token is accepted with probability a
 /// given the previous one was (estimated from recent rounds, prior 1/2), so k drafts
 /// yield E(k) = 1 + a + ... + a^k tokens for one forward of k + 1 rows costing
-/// plain + k * (extra_row + draft_token) seconds; k = 0 is a plain step. The k with
-/// the best expected tokens per second is used. When it is 0, a one-token probe
-/// runs now and then (gaps doubling from 8 steps) to notice the acceptance rising;
-/// a drafter with a model gives up after 3 probes that did not pay, since each probe
-/// must first feed it every token it skipped.
+/// plain + k * (extra_row + draft_token) seconds (a draft model's one-off prefill of
+/// the prompt left out); k = 0 is a plain step. The k with
+/// the best expected tokens per second is used. When it is 0, a prompt-lookup drafter
+/// gets a one-token probe now and then (gaps doubling from 8 steps) to notice the
+/// acceptance rising; a drafter with a model is not probed again (it stops for the
+/// rest of the generation), since a probe must first feed it every token it skipped,
+/// a prefill that costs more than the probe can win back (measured on the 1.1B shape).
 class DraftTuner {
  public:
   DraftTuner(int max_k, bool uses_model) : max_k_(max_k), uses_model_(uses_model) {}
@@ -247,8 +259,13 @@ class DraftTuner {
   int choose() {
     if (plain_s_ <= 0) return 0;             // the first decode step is plain: it measures plain_s_
     if (row_s_ < 0) return max_k_;           // then one verification of max_k measures the rest
+    if (gave_up_) return 0;
     if (best() > 0) return best();
-    if (gave_up_ || --until_probe_ > 0) return 0;
+    if (uses_model_) {
+      gave_up_ = true;
+      return 0;
+    }
+    if (--until_probe_ > 0) return 0;
     probing_ = true;
     return 1;
   }
@@ -266,10 +283,8 @@ class DraftTuner {
       probing_ = false;
       if (best() > 0) {
         gap_ = 8;
-        failed_probes_ = 0;
       } else {
         gap_ = std::min(gap_ * 2, 1024);
-        gave_up_ = uses_model_ && ++failed_probes_ >= 3;
       }
     }
     until_probe_ = gap_;
@@ -297,7 +312,7 @@ class DraftTuner {
   bool uses_model_;
   double plain_s_ = 0, row_s_ = -1, draft_s_ = -1;  // seconds: a plain step, an extra verified row, one draft token
   double acc_ = 0, rej_ = 0;                         // decayed counts of accepted drafts and rejections
-  int until_probe_ = 8, gap_ = 8, failed_probes_ = 0;
+  int until_probe_ = 8, gap_ = 8;
   bool probing_ = false, gave_up_ = false;
 };
 }  // namespace detail
@@ -422,7 +437,7 @@ SpeculativeResult<T> generate_speculative(Transformer<T>& model, const std::vect
       tuner.plain_step(dt - draft_dt);
     else
       tuner.verified(static_cast<int>(draft.size()), produced - 1, produced - 1 < static_cast<int>(draft.size()),
-                     dt - draft_dt, draft_dt);
+                     dt - draft_dt, std::max(0.0, draft_dt - drafter.last_feed_seconds()));
   }
   return res;
 }
