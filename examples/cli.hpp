@@ -154,6 +154,8 @@ struct Params {
   std::optional<std::string> text;         ///< --text: text to encode
   std::optional<std::string> cases;        ///< --cases: llama.cpp's vocab test file
   bool pieces = false, no_bos = false, no_special = false, bench = false;
+  std::optional<std::string> render_chat;  ///< --render-chat: conversations to render
+  std::string chat_template;               ///< --chat-template: a built-in template's name ("" = the model's)
 };
 
 /// One option: declared once in all_options(), taken by the programs in `programs`.
@@ -343,6 +345,12 @@ inline std::vector<Option> all_options(Params& p) {
        flag(p.no_bos)});
   add({{"--no-special"}, "", "tokenize special-token text such as <|im_start|> as plain text", tok,
        kGenerate | kTokenize, none, flag(p.no_special)});
+  add({{"--render-chat"}, "FILE", "render conversations with the model's chat template: FILE is a JSON list of "
+       "{\"messages\": [{\"role\", \"content\"}...], \"add_generation_prompt\": bool}; prints a JSON array of the "
+       "rendered strings", tok, kTokenize, none, [&p](const S&, const S& v) { p.render_chat = v; }});
+  add({{"--chat-template"}, "NAME", "use this built-in chat template instead of the model's: chatml, llama3, llama2, "
+       "mistral, phi3 (BOS/EOS text from the model's vocabulary)", tok, kTokenize, none,
+       [&p](const S&, const S& v) { p.chat_template = v; }});
   add({{"--bench"}, "", "measure encoding throughput (MB/s) on the --text or --cases input", tok, kTokenize, none,
        flag(p.bench)});
 
