@@ -121,6 +121,10 @@ struct Params {
   std::uint64_t seed = 0;                  ///< --seed
   bool ignore_eos = false;                 ///< --ignore-eos
   std::vector<int> model_eos_ids;          ///< set by the program: a model folder's generation_config.json EOS ids
+  // Speculative decoding (generate)
+  std::optional<std::string> draft_model;  ///< --draft-model: a model of the same vocabulary that proposes tokens
+  int draft_tokens = 4;                    ///< --draft-tokens: most tokens proposed per verification
+  int lookup = 0;                          ///< --lookup: prompt-lookup n-gram size; 0 = off
   // Execution
   int threads = 0;                         ///< --threads: 0 = OpenMP's default
   std::string cache_dtype = "f32";         ///< --cache-dtype (generate): f32, bf16, f16
@@ -238,6 +242,19 @@ inline std::vector<Option> all_options(Params& p) {
   add({{"--seed", "-s"}, "S", "sampler seed; same seed, same text", smp, kGenerate, [&p, str] { return str(p.seed); },
        seed});
   add({{"--ignore-eos"}, "", "do not stop at EOS/BOS", smp, kGenerate, none, flag(p.ignore_eos)});
+
+  // ---- speculative decoding
+  const S spec = "Speculative decoding (output identical to plain decoding, bit for bit)";
+  add({{"--draft-model", "-md", "--model-draft"}, "PATH",
+       "a model of the same vocabulary (e.g. a Q2_K copy of the target) proposes tokens that the target verifies "
+       "in one forward", spec, kGenerate, none, [&p](const S&, const S& v) { p.draft_model = v; }});
+  add({{"--draft-tokens", "--draft-max", "--draft"}, "N", "most tokens proposed per verification (adapts below it)",
+       spec, kGenerate, [&p, str] { return str(p.draft_tokens); },
+       [&p](const S& n, const S& v) { p.draft_tokens = static_cast<int>(parse_integer(n, v, 1, 64)); }});
+  add({{"--lookup"}, "N",
+       "prompt lookup: propose the tokens that followed the last N tokens' most recent earlier occurrence in the "
+       "prompt and output (no second model; 0 = off)", spec, kGenerate, [&p, str] { return str(p.lookup); },
+       [&p](const S& n, const S& v) { p.lookup = static_cast<int>(parse_integer(n, v, 0, 64)); }});
 
   // ---- kvdecode-cache-report's models
   add({{"--no-model"}, "", "skip the checkpoint", models, kCacheReport, none, flag(p.no_model)});

@@ -40,7 +40,9 @@ bit-identical, and reports what the cache saved.)";
 
 const char* const kOutro = R"(--json fields: prompt_tokens, generated_tokens, prefill_seconds, decode_seconds,
 decode_tokens_per_second, weight_bytes_per_token, kv_cache_bytes, kv_bytes_per_token,
-cache, cache_dtype, threads, stop_reason, prompt_ids, generated_ids, text, ...
+cache, cache_dtype, threads, stop_reason, prompt_ids, generated_ids, text, ...; with
+--draft-model or --lookup also draft, draft_tokens, draft_proposed, draft_accepted,
+acceptance_rate, target_forwards.
 Options take their value as the next argument or after '=' (--steps=64).
 Exit status: 0 success, 1 model file unusable or results not identical, 2 bad argument.
 )";
@@ -73,6 +75,10 @@ Options parse(int argc, char** argv) {
       std::ifstream(*o.model + "/tokenizer.json").good())
     o.tokenizer = *o.model + "/tokenizer.json";
   if (o.prompt && o.tokenizer.empty()) usage_error("--prompt needs --tokenizer to encode the text");
+  if (o.draft_model && o.lookup > 0) usage_error("give either --draft-model or --lookup, not both");
+  if ((o.draft_model || o.lookup > 0) && o.no_cache)
+    usage_error("speculative decoding (--draft-model, --lookup) verifies against the KV cache; drop --no-cache");
+  if (o.draft_model && o.demo) usage_error("--demo uses a built-in model; drop --draft-model");
   try {
     o.sampler.validate();
   } catch (const kvd::Error& e) {
@@ -84,14 +90,24 @@ Options parse(int argc, char** argv) {
 // One generation run and everything recorded about it.
 struct Run {
   kvd::GenerateResult<float> result;
+  bool speculative = false;  // with a drafter: the counters below are set
+  long draft_proposed = 0, draft_accepted = 0, target_forwards = 0;
   std::vector<float> logits;  // (positions, V): every position fed, in order
   std::uint64_t kv_bytes = 0;
   double total_seconds = 0;
 };
 
+// A drafter for the run, or none: a draft model over its own cache, or prompt lookup.
+struct DraftSetup {
+  kvd::Transformer<float>* draft_model = nullptr;
+  int lookup = 0;
+  bool on() const { return draft_model || lookup > 0; }
+};
+
 template <class S>
 Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o, bool use_cache,
-             bool keep_logits, const kvd::TextTokenizer* tok, bool stream_text, bool progress) {
+             bool keep_logits, const kvd::TextTokenizer* tok, bool stream_text, bool progress,
+             const DraftSetup& ds = {}) {
   Run run;
   const int V = model.config().vocab_size;
   kvd::KVCache<float, S> cache(model.config());
@@ -127,7 +143,33 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
                 << std::fixed << std::setprecision(1) << std::chrono::duration<double>(Clock::now() - t0).count()
                 << " s\n";
   };
-  run.result = kvd::generate(model, prompt, cache, gopt, hooks);
+  if (use_cache && ds.on()) {
+    // The draft proposes with its own sampler of the same settings: the same draw at
+    // the same position, so it agrees with the target wherever their distributions do.
+    kvd::Sampler draft_sampler(o.sampler);
+    kvd::TokenChooser<float> draft_choose = [&](const float* l, int n, const std::vector<int>& hist) {
+      return draft_sampler.sample(l, n, hist);
+    };
+    std::unique_ptr<kvd::KVCache<float>> draft_cache;
+    std::unique_ptr<kvd::Drafter> drafter;
+    if (ds.draft_model) {
+      draft_cache = std::make_unique<kvd::KVCache<float>>(ds.draft_model->config());
+      drafter = std::make_unique<kvd::DraftModelDrafter<float, kvd::KVCache<float>>>(*ds.draft_model, *draft_cache,
+                                                                                     V, draft_choose);
+    } else {
+      drafter = std::make_unique<kvd::PromptLookupDrafter>(ds.lookup);
+    }
+    kvd::SpeculativeOptions so;
+    so.draft_tokens = o.draft_tokens;
+    auto r = kvd::generate_speculative(model, prompt, cache, *drafter, gopt, so, hooks);
+    run.speculative = true;
+    run.draft_proposed = r.draft_proposed;
+    run.draft_accepted = r.draft_accepted;
+    run.target_forwards = r.target_forwards;
+    run.result = std::move(r);
+  } else {
+    run.result = kvd::generate(model, prompt, cache, gopt, hooks);
+  }
   run.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (text) std::cout << text->flush() << "\n";
   run.kv_bytes = use_cache ? cache.bytes_used() : 0;
@@ -136,12 +178,13 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
 }
 
 Run run_dtype(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o, bool use_cache,
-              bool keep_logits, const kvd::TextTokenizer* tok, bool stream_text, bool progress) {
+              bool keep_logits, const kvd::TextTokenizer* tok, bool stream_text, bool progress,
+              const DraftSetup& ds = {}) {
   if (o.cache_dtype == "bf16")
-    return run_once<Eigen::bfloat16>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress);
+    return run_once<Eigen::bfloat16>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress, ds);
   if (o.cache_dtype == "f16")
-    return run_once<Eigen::half>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress);
-  return run_once<float>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress);
+    return run_once<Eigen::half>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress, ds);
+  return run_once<float>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress, ds);
 }
 
 // Prints whether two runs agree bit for bit, and what the cache saved.
@@ -207,6 +250,12 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
      << ",\"cache\":" << (use_cache ? "true" : "false") << ",\"cache_dtype\":\"" << o.cache_dtype << "\""
      << ",\"peak_rss_bytes\":" << kvd::cli::peak_rss_bytes() << ",\"threads\":" << kvd::num_threads() << ",\"stop_reason\":\"" << kvd::stop_reason_name(run.result.stop) << "\"";
   if (identical) js << ",\"identical\":" << (*identical ? "true" : "false");
+  if (run.speculative)
+    js << ",\"draft\":" << kvd::cli::json_string(o.draft_model ? *o.draft_model : "lookup:" + std::to_string(o.lookup))
+       << ",\"draft_tokens\":" << o.draft_tokens << ",\"draft_proposed\":" << run.draft_proposed
+       << ",\"draft_accepted\":" << run.draft_accepted << ",\"acceptance_rate\":"
+       << (run.draft_proposed > 0 ? static_cast<double>(run.draft_accepted) / run.draft_proposed : 0.0)
+       << ",\"target_forwards\":" << run.target_forwards;
   js << ",\"prompt_ids\":[";
   for (std::size_t i = 0; i < prompt.size(); ++i) js << (i ? "," : "") << prompt[i];
   js << "],\"generated_ids\":[";
@@ -248,6 +297,27 @@ int real_main(int argc, char** argv) {
   }
   const kvd::ModelConfig& c = model->config();
 
+  // A draft model: loaded like the target (same planned context).
+  std::optional<kvd::Transformer<float>> draft;
+  if (o.draft_model) {
+    const auto d0 = Clock::now();
+    if (kvd::is_gguf_file(*o.draft_model)) {
+      kvd::GGUFLoadOptions lo;
+      lo.max_seq_len = c.max_seq_len;
+      draft.emplace(kvd::load_gguf_model<float>(*o.draft_model, lo));
+    } else if (kvd::is_hf_folder(*o.draft_model)) {
+      draft.emplace(kvd::load_hf_model<float>(*o.draft_model));
+    } else {
+      draft.emplace(kvd::load_checkpoint<float>(*o.draft_model));
+    }
+    if (draft->config().vocab_size != c.vocab_size)
+      throw kvd::ConfigError(kvd::detail::msg(*o.draft_model, ": the draft model's vocab_size ", draft->config().vocab_size,
+                                              " differs from the target's ", c.vocab_size,
+                                              " (a draft model must share the target's vocabulary)"));
+    if (progress) std::cerr << "loaded draft " << *o.draft_model << " (" << draft->config().summary() << ") in "
+                            << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - d0).count() << " s\n";
+  }
+
   // Any tokenizer format (by default a GGUF model's own vocabulary); a llama2.c
   // tokenizer.bin must hold exactly the model's vocab_size pieces.
   std::unique_ptr<kvd::TextTokenizer> tok;
@@ -259,6 +329,12 @@ int real_main(int argc, char** argv) {
     if (tok->vocab_size() > c.vocab_size)
       throw kvd::FileError(kvd::detail::msg(o.tokenizer, ": the tokenizer has ", tok->vocab_size(),
                                             " tokens, more than the model's vocab_size ", c.vocab_size));
+  }
+
+  // A GGUF draft carries its vocabulary: every token's text and type must be the target's.
+  if (draft && tok && kvd::is_gguf_file(*o.draft_model)) {
+    const auto draft_tok = kvd::load_tokenizer(*o.draft_model);
+    kvd::check_same_vocabulary(*tok, *draft_tok);
   }
 
   // The prompt.
@@ -291,7 +367,10 @@ int real_main(int argc, char** argv) {
 
   if (progress && compare)
     std::cerr << "generating " << o.steps << " tokens after a " << prompt.size() << "-token prompt, with the KV cache...\n";
-  Run run = run_dtype(*model, prompt, o, !o.no_cache, keep_logits, tok.get(), stream_text, progress && compare);
+  DraftSetup ds;
+  ds.draft_model = draft ? &*draft : nullptr;
+  ds.lookup = o.lookup;
+  Run run = run_dtype(*model, prompt, o, !o.no_cache, keep_logits, tok.get(), stream_text, progress && compare, ds);
   std::optional<bool> identical;
   if (compare) {
     if (progress) std::cerr << "...and again without it (every step recomputes the whole sequence)\n";
@@ -326,6 +405,10 @@ int real_main(int argc, char** argv) {
               << r.decode_tokens_per_second() << " tokens/s" << (o.no_cache ? " (cache-free)" : "")
               << "; stop: " << kvd::stop_reason_name(r.stop) << "; KV cache " << kvd::format_count(run.kv_bytes) << " bytes ("
               << o.cache_dtype << ")\n";
+    if (run.speculative)
+      std::cerr << "speculative: " << run.draft_accepted << " of " << run.draft_proposed << " drafted tokens accepted ("
+                << std::setprecision(1) << (run.draft_proposed > 0 ? 100.0 * run.draft_accepted / run.draft_proposed : 0.0)
+                << "%), " << run.target_forwards << " target forwards for " << r.decode_steps << " decoded tokens\n";
   }
   if (o.json) print_json(o, c, model->weight_bytes_per_token(), prompt, run, text, !o.no_cache, identical);
   return identical.value_or(true) ? 0 : 1;

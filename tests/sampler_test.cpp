@@ -1,4 +1,5 @@
-// Sampler tests: the Rng against published test vectors and pinned constants,
+// Sampler tests: the position-keyed generator against SplitMix64's published
+// vector and pinned constants,
 // greedy decoding, every filter against a plain reference implementation,
 // empirical frequencies against softmax, determinism, the repetition penalty,
 // bad inputs (one test each), config validation (one test per field), and
@@ -57,58 +58,52 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // ---------------------------------------------------------------------------
-// Rng.
+// The generator: random_bits_at(seed, pos), counter-based.
 
-TEST(Rng, SplitMix64MatchesPublishedVector) {
+TEST(Random, SplitMix64MatchesPublishedVector) {
   // First outputs of SplitMix64 from seed 1234567 (the reference implementation's
   // test vector, also Java's SplittableRandom mixing).
   std::uint64_t state = 1234567;
   const std::uint64_t want[] = {6457827717110365317ull, 3203168211198807973ull, 9817491932198370423ull,
                                 4593380528125082431ull, 16408922859458223821ull};
-  for (std::uint64_t w : want) EXPECT_EQ(kvd::Rng::splitmix64(state), w);
+  for (std::uint64_t w : want) EXPECT_EQ(kvd::splitmix64(state), w);
 }
 
-TEST(Rng, Xoshiro256StarStarMatchesPublishedVector) {
-  // Outputs of the reference xoshiro256starstar.c from state {1, 2, 3, 4}.
-  auto rng = kvd::Rng::from_state(1, 2, 3, 4);
-  const std::uint64_t want[] = {11520ull,
-                                0ull,
-                                1509978240ull,
-                                1215971899390074240ull,
-                                1216172134540287360ull,
-                                607988272756665600ull,
-                                16172922978634559625ull,
-                                8476171486693032832ull,
-                                10595114339597558777ull,
-                                2904607092377533576ull};
-  for (std::uint64_t w : want) EXPECT_EQ(rng.next_u64(), w);
-}
-
-TEST(Rng, Seed42SequenceIsPinned) {
-  // If this fails, every seeded sample kvdecode produces has changed.
-  kvd::Rng rng(42);
-  EXPECT_EQ(rng.next_u64(), 0x15780B2E0C2EC716ull);
-  EXPECT_EQ(rng.next_u64(), 0x6104D9866D113A7Eull);
-  EXPECT_EQ(rng.next_u64(), 0xAE17533239E499A1ull);
-  EXPECT_EQ(rng.next_u64(), 0xECB8AD4703B360A1ull);
-  EXPECT_EQ(rng.next_u64(), 0xFDE6DC7FE2EC5E64ull);
-  rng.reseed(42);
-  EXPECT_EQ(rng.next_double(), 0.08386297105988216);
-  EXPECT_EQ(rng.next_double(), 0.3789802506626686);
-  EXPECT_EQ(rng.next_double(), 0.6800434110281394);
-}
-
-TEST(Rng, NextDoubleIsTop53BitsInUnitInterval) {
-  kvd::Rng a(7), b(7);
-  for (int i = 0; i < 10000; ++i) {
-    const double d = a.next_double();
-    ASSERT_GE(d, 0.0);
-    ASSERT_LT(d, 1.0);
-    ASSERT_EQ(d, static_cast<double>(b.next_u64() >> 11) / 9007199254740992.0);  // 2^53
+TEST(Random, BitsAtPositionAreTheSplitMixSequenceFromTheKey) {
+  // The documented definition: position p is the p-th output of SplitMix64 started at
+  // key = splitmix64(seed), so walking the sequence and jumping to p agree.
+  for (std::uint64_t seed : {0ull, 1ull, 42ull, 0xFFFFFFFFFFFFFFFFull}) {
+    std::uint64_t key_state = seed;
+    std::uint64_t state = kvd::splitmix64(key_state);
+    for (std::uint64_t pos = 0; pos < 1000; ++pos) ASSERT_EQ(kvd::random_bits_at(seed, pos), kvd::splitmix64(state));
   }
 }
 
-TEST(Rng, FromStateRejectsAllZero) { EXPECT_THROW(kvd::Rng::from_state(0, 0, 0, 0), kvd::ArgumentError); }
+TEST(Random, Seed42IsPinned) {
+  // If this fails, every seeded sample kvdecode produces has changed.
+  EXPECT_EQ(kvd::random_bits_at(42, 0), 0x57E1FABA65107204ull);
+  EXPECT_EQ(kvd::random_bits_at(42, 1), 0xF4ABD143FEB24055ull);
+  EXPECT_EQ(kvd::random_bits_at(42, 1000000), 0x8505DA9E8A915C81ull);
+  EXPECT_EQ(kvd::uniform_at(42, 0), 0.34329192209867343);
+  EXPECT_EQ(kvd::uniform_at(42, 7), 0.73472045846236389);
+}
+
+TEST(Random, UniformIsTop53BitsInUnitInterval) {
+  for (std::uint64_t pos = 0; pos < 10000; ++pos) {
+    const double d = kvd::uniform_at(7, pos);
+    ASSERT_GE(d, 0.0);
+    ASSERT_LT(d, 1.0);
+    ASSERT_EQ(d, static_cast<double>(kvd::random_bits_at(7, pos) >> 11) / 9007199254740992.0);  // 2^53
+  }
+}
+
+TEST(Random, NeighbouringSeedsAreNotShiftsOfEachOther) {
+  // A plain SplitMix64 seeded with s + gamma is seed s shifted by one; the key step
+  // prevents that: no draw of seed 1 at positions 0..99 reappears for seed 2.
+  std::set<std::uint64_t> a;
+  for (std::uint64_t pos = 0; pos < 100; ++pos) a.insert(kvd::random_bits_at(1, pos));
+  for (std::uint64_t pos = 0; pos < 100; ++pos) EXPECT_EQ(a.count(kvd::random_bits_at(2, pos)), 0u);
+}
 
 // ---------------------------------------------------------------------------
 // A plain reference of the documented pipeline: full stable sort for the ranking,
@@ -194,7 +189,7 @@ void expect_matches_reference(const std::vector<double>& logits, const kvd::Samp
   EXPECT_EQ(support(ref), want_support);
   for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-12) << "token " << i;
   std::set<int> drawn;
-  for (int i = 0; i < 2000; ++i) drawn.insert(s.sample(logits.data(), static_cast<int>(logits.size()), history));
+  for (int i = 0; i < 2000; ++i) drawn.insert(s.sample(logits.data(), static_cast<int>(logits.size()), history, i));
   EXPECT_EQ(drawn, want_support);
 }
 
@@ -329,7 +324,7 @@ TEST(SamplerFilters, RandomConfigsMatchReference) {
     const auto ref = reference_distribution(logits, c, history);
     ASSERT_EQ(support(got), support(ref)) << "trial " << trial;
     for (int i = 0; i < V; ++i) ASSERT_NEAR(got[i], ref[i], 1e-12) << "trial " << trial << " token " << i;
-    for (int draw = 0; draw < 20; ++draw) ASSERT_GT(ref[s.sample(logits.data(), V, history)], 0.0);
+    for (int draw = 0; draw < 20; ++draw) ASSERT_GT(ref[s.sample(logits.data(), V, history, draw)], 0.0);
   }
 }
 
@@ -344,7 +339,7 @@ TEST(SamplerStats, FrequenciesMatchSoftmaxWithinStandardErrors) {
   c.seed = 2024;
   kvd::Sampler s(c);
   std::vector<int> counts(4, 0);
-  for (int i = 0; i < N; ++i) ++counts[s.sample(logits.data(), 4)];
+  for (int i = 0; i < N; ++i) ++counts[s.sample(logits.data(), 4, {}, i)];
   double sum = 0;
   std::vector<double> p(4);
   for (int i = 0; i < 4; ++i) sum += p[i] = std::exp(logits[i] / T);
@@ -372,15 +367,40 @@ TEST(SamplerDeterminism, SameSeedSameSequence) { EXPECT_EQ(run(7, 200), run(7, 2
 
 TEST(SamplerDeterminism, DifferentSeedsDiffer) { EXPECT_NE(run(7, 200), run(8, 200)); }
 
-TEST(SamplerDeterminism, ResetRestartsTheSequence) {
-  kvd::Sampler s(with_temperature(1.0));
+TEST(SamplerDeterminism, DrawDependsOnlyOnSeedAndPosition) {
+  // The same position gives the same token whatever was drawn before, in any order;
+  // the default position is history.size().
+  kvd::Sampler a(with_temperature(1.0)), b(with_temperature(1.0));
   const std::vector<double> logits = {0.0, 0.1, 0.2, 0.3, 0.4, 0.5};
-  std::vector<int> a, b;
-  s.reset(11);
-  for (int i = 0; i < 50; ++i) a.push_back(s.sample(logits.data(), 6));
-  s.reset(11);
-  for (int i = 0; i < 50; ++i) b.push_back(s.sample(logits.data(), 6));
-  EXPECT_EQ(a, b);
+  std::vector<int> forward, backward(50);
+  for (int i = 0; i < 50; ++i) forward.push_back(a.sample(logits.data(), 6, {}, i));
+  for (int i = 49; i >= 0; --i) backward[static_cast<std::size_t>(i)] = b.sample(logits.data(), 6, {}, i);
+  EXPECT_EQ(forward, backward);
+  EXPECT_EQ(a.sample(logits.data(), 6, {}, 3), forward[3]);
+  EXPECT_EQ(a.sample(logits.data(), 6, {5, 5, 5}), forward[3]);  // position 3 by default
+  std::set<int> distinct(forward.begin(), forward.end());
+  EXPECT_GT(distinct.size(), 3u) << "positions should not all draw the same token";
+}
+
+TEST(SamplerDeterminism, UsesUniformAtSeedAndPosition) {
+  // Two equally likely tokens: token 0 exactly when uniform_at(seed, pos) * 1 < 0.5.
+  kvd::SamplerConfig c = with_temperature(1.0);
+  c.seed = 31;
+  kvd::Sampler s(c);
+  const std::vector<double> logits = {0.0, 0.0};
+  for (long pos = 0; pos < 200; ++pos)
+    ASSERT_EQ(s.sample(logits.data(), 2, {}, pos), kvd::uniform_at(31, static_cast<std::uint64_t>(pos)) < 0.5 ? 0 : 1);
+}
+
+TEST(SamplerErrors, NegativePosition) {
+  kvd::Sampler s(with_temperature(1.0));
+  const std::vector<double> logits = {0.0, 1.0};
+  try {
+    s.sample(logits.data(), 2, {}, -1);
+    FAIL();
+  } catch (const kvd::ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("pos = -1"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SamplerDeterminism, FloatAndDoubleLogitsAgree) {
@@ -393,13 +413,13 @@ TEST(SamplerDeterminism, FloatAndDoubleLogitsAgree) {
   for (int i = 0; i < 100; ++i) ASSERT_EQ(a.sample(f.data(), 50), b.sample(d.data(), 50));
 }
 
-TEST(SamplerDeterminism, DistributionConsumesNoRandomness) {
+TEST(SamplerDeterminism, DistributionChangesNothing) {
   kvd::Sampler a(with_temperature(1.0)), b(with_temperature(1.0));
   const std::vector<double> logits = {0.3, 0.1, 0.2};
   std::vector<double> probs;
   for (int i = 0; i < 20; ++i) {
     a.distribution(logits.data(), 3, {}, probs);
-    ASSERT_EQ(a.sample(logits.data(), 3), b.sample(logits.data(), 3));
+    ASSERT_EQ(a.sample(logits.data(), 3, {}, i), b.sample(logits.data(), 3, {}, i));
   }
 }
 
@@ -449,13 +469,13 @@ TEST(SamplerPenalty, OverflowingPenaltyStillPicksAValidToken) {
 }
 
 // ---------------------------------------------------------------------------
-// Bad inputs: one test each. A throwing call must not advance the Rng.
+// Bad inputs: one test each. A throwing call leaves nothing behind that changes later draws.
 
 void expect_rng_untouched_after(const std::function<void(kvd::Sampler&)>& bad_call) {
   kvd::Sampler a(with_temperature(1.0)), b(with_temperature(1.0));
   EXPECT_ANY_THROW(bad_call(a));
   const std::vector<double> logits = {0.0, 0.1, 0.2, 0.3};
-  for (int i = 0; i < 20; ++i) ASSERT_EQ(a.sample(logits.data(), 4), b.sample(logits.data(), 4));
+  for (int i = 0; i < 20; ++i) ASSERT_EQ(a.sample(logits.data(), 4, {}, i), b.sample(logits.data(), 4, {}, i));
 }
 
 TEST(SamplerErrors, NullLogits) {

@@ -36,5 +36,6 @@
 #include "kvdecode/chat_template.hpp"
 #include "kvdecode/sampler.hpp"
 #include "kvdecode/batcher.hpp"
+#include "kvdecode/speculative.hpp"
 #include "kvdecode/planner.hpp"
 #include "kvdecode/quantize.hpp"

@@ -1,9 +1,11 @@
 // Sampling: picks the next token from a row of logits. SamplerConfig holds the
 // knobs (temperature, top-k, top-p, min-p, repetition penalty, seed) with
-// "off" defaults; Rng is our own fixed, documented generator so that a seed
-// gives the same token sequence on every platform and standard library (the
-// std:: distributions are implementation-defined); Sampler applies the
-// filters in the order llama.cpp and Hugging Face use and draws one token.
+// "off" defaults; uniform_at(seed, pos) is our own fixed, documented,
+// counter-based generator, so that a seed gives the same tokens on every
+// platform and standard library (the std:: distributions are
+// implementation-defined) and the draw for a position does not depend on how
+// many draws came before (speculative decoding relies on this); Sampler applies
+// the filters in the order llama.cpp and Hugging Face use and draws one token.
 //
 // Pipeline of Sampler::sample over a logits row of vocab_size V:
 //   1. repetition penalty (CTRL): each distinct token among the last
@@ -16,8 +18,10 @@
 //   5. top-p: keep the smallest best-first prefix whose probability,
 //      renormalised over what top-k kept, sums to >= top_p;
 //   6. min-p: drop tokens with p < min_p * (largest kept p);
-//   7. draw u = Rng::next_double() * (sum of kept p) and return the first kept
-//      token, in increasing id order, whose running sum exceeds u.
+//   7. draw u = uniform_at(seed, pos) * (sum of kept p), where pos is the
+//      position of the token being chosen (history.size() unless given), and
+//      return the first kept token, in increasing id order, whose running sum
+//      exceeds u.
 // "Best" means higher penalised logit, then lower id: the probability order, but
 // decided on the logits so that rounding in exp() cannot create ties, which makes
 // top_k = 1 pick exactly the greedy token at any temperature.
@@ -54,7 +58,7 @@ struct SamplerConfig {
   double min_p = 0.0;               ///< in [0, 1]; 0 = off
   double repetition_penalty = 1.0;  ///< > 0; 1 = off; > 1 discourages repeats
   int repetition_last_n = 64;       ///< >= 0; how many trailing history entries the penalty looks at
-  std::uint64_t seed = 0;           ///< seeds the Rng; any value
+  std::uint64_t seed = 0;           ///< keys uniform_at(seed, pos); any value
 
   /// Throws ConfigError naming the first bad field, its value and the allowed range.
   /// NaN and infinite values are rejected everywhere.
@@ -72,105 +76,71 @@ struct SamplerConfig {
   }
 };
 
-/// xoshiro256** 1.0 (Blackman and Vigna, 2018), seeded by SplitMix64, written from
-/// the published reference code. The sequence is part of kvdecode's contract
-/// (tests pin it), so a seed reproduces the same samples everywhere:
-///   reseed(seed): x = seed; s[0..3] = splitmix64(x) four times, where
-///     splitmix64: x += 0x9E3779B97F4A7C15; z = x;
-///                 z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
-///                 z = (z ^ (z >> 27)) * 0x94D049BB133111EB; return z ^ (z >> 31)
-///     (four consecutive SplitMix64 outputs are never all zero, the one state
-///     xoshiro must avoid);
-///   next_u64(): result = rotl(s[1] * 5, 7) * 9; t = s[1] << 17; s[2] ^= s[0];
-///     s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
-///   next_double() = (next_u64() >> 11) * 2^-53, uniform on [0, 1) in steps of 2^-53.
-/// Also a UniformRandomBitGenerator, so it can drive std algorithms.
-class Rng {
- public:
-  using result_type = std::uint64_t;
+/// One SplitMix64 step (Steele, Lea and Flood, 2014), written from the published
+/// reference code: advances `state` by 0x9E3779B97F4A7C15 and returns its mix
+///   z = state; z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9;
+///   z = (z ^ (z >> 27)) * 0x94D049BB133111EB; return z ^ (z >> 31).
+/// Never fails.
+inline std::uint64_t splitmix64(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
-  explicit Rng(std::uint64_t seed = 0) { reseed(seed); }
+/// The random bits of position `pos` under `seed`: a counter-based generator, so a
+/// draw depends on (seed, pos) only, never on how many draws came before. That is
+/// what makes sampled text independent of how the tokens were produced (one at a
+/// time, verified k at a time by speculative decoding, any draft length). Defined
+/// as the pos-th output (from 0) of a SplitMix64 sequence whose state starts at
+/// key = splitmix64(seed) (one step from state = seed), i.e.
+///   random_bits_at(seed, pos) = mix(key + (pos + 1) * 0x9E3779B97F4A7C15)
+/// with mix the SplitMix64 output function above. The values are part of
+/// kvdecode's contract (tests pin them), so a seed reproduces the same samples on
+/// every platform and standard library. Never fails.
+inline std::uint64_t random_bits_at(std::uint64_t seed, std::uint64_t pos) {
+  std::uint64_t key_state = seed;
+  std::uint64_t state = splitmix64(key_state) + pos * 0x9E3779B97F4A7C15ull;  // wraps mod 2^64, as intended
+  return splitmix64(state);
+}
 
-  /// A generator whose xoshiro256** state is exactly {s0, s1, s2, s3}, bypassing
-  /// SplitMix64; for checking against the published test vectors. Throws
-  /// ArgumentError for the all-zero state, from which xoshiro only outputs zeros.
-  static Rng from_state(std::uint64_t s0, std::uint64_t s1, std::uint64_t s2, std::uint64_t s3) {
-    if ((s0 | s1 | s2 | s3) == 0) throw ArgumentError("Rng::from_state: the all-zero state is not allowed");
-    Rng r;
-    r.s_[0] = s0;
-    r.s_[1] = s1;
-    r.s_[2] = s2;
-    r.s_[3] = s3;
-    return r;
-  }
-
-  /// Restarts the sequence from `seed`. Never fails.
-  void reseed(std::uint64_t seed) {
-    std::uint64_t x = seed;
-    for (auto& word : s_) word = splitmix64(x);
-  }
-
-  /// Next 64 random bits. Never fails.
-  std::uint64_t next_u64() {
-    const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const std::uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-
-  /// Uniform double in [0, 1): the top 53 bits of next_u64() times 2^-53. Never fails.
-  double next_double() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
-
-  /// One SplitMix64 step (Steele, Lea and Flood, 2014): advances `state`, returns the output.
-  static std::uint64_t splitmix64(std::uint64_t& state) {
-    std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-
-  std::uint64_t operator()() { return next_u64(); }
-  static constexpr std::uint64_t min() { return 0; }
-  static constexpr std::uint64_t max() { return std::numeric_limits<std::uint64_t>::max(); }
-
- private:
-  static std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-  std::uint64_t s_[4];
-};
+/// Uniform double in [0, 1) for position `pos` under `seed`: the top 53 bits of
+/// random_bits_at(seed, pos) times 2^-53. Never fails.
+inline double uniform_at(std::uint64_t seed, std::uint64_t pos) {
+  return static_cast<double>(random_bits_at(seed, pos) >> 11) * 0x1.0p-53;
+}
 
 /// Draws tokens from logits rows by the pipeline described at the top of this file.
-/// Holds its Rng and scratch buffers sized for the largest vocab_size seen, so after
-/// the first call for a vocab size, sampling allocates nothing. Not thread-safe; use one
-/// Sampler per sequence.
+/// Holds no random state: the draw for position pos is uniform_at(seed, pos), so a
+/// token depends only on its logits, the history the penalty reads, the seed and
+/// its position. Holds scratch buffers sized for the largest vocab_size seen, so
+/// after the first call for a vocab size, sampling allocates nothing. Not
+/// thread-safe (the scratch buffers); use one Sampler per thread.
 class Sampler {
  public:
   /// Throws ConfigError (from config.validate()) if a field is out of range.
-  explicit Sampler(SamplerConfig config) : config_(config), rng_(config.seed) { config_.validate(); }
+  explicit Sampler(SamplerConfig config) : config_(config) { config_.validate(); }
 
-  /// Picks the next token id in [0, vocab_size) for the logits row `logits`
-  /// ((vocab_size) values of any type convertible to double, e.g. float or double;
-  /// never modified). `history` is the sequence so far (prompt and generated ids); only
-  /// its last repetition_last_n entries are read, and only if repetition_penalty != 1.
-  /// Greedy (temperature 0) consumes no random numbers; every other call consumes
-  /// exactly one. -inf logits are allowed and mean "never pick".
-  /// Throws ArgumentError if logits is null, vocab_size <= 0, a logit is NaN or +inf,
-  /// or every logit is -inf; TokenError if a history entry the penalty reads is outside
-  /// [0, vocab_size). On throw the Rng has not advanced.
+  /// Picks the token id in [0, vocab_size) for position `pos` of the sequence from
+  /// the logits row `logits` ((vocab_size) values of any type convertible to double,
+  /// e.g. float or double; never modified). `history` is the sequence before it (prompt
+  /// and generated ids); only its last repetition_last_n entries are read, and only if
+  /// repetition_penalty != 1. Greedy (temperature 0) uses no random number; every
+  /// other call uses uniform_at(config().seed, pos), so calling it again for the same
+  /// position gives the same token. -inf logits are allowed and mean "never pick".
+  /// Throws ArgumentError if logits is null, vocab_size <= 0, pos < 0, a logit is NaN
+  /// or +inf, or every logit is -inf; TokenError if a history entry the penalty reads
+  /// is outside [0, vocab_size). The Sampler keeps no state a throw could leave behind.
   template <class T>
-  int sample(const T* logits, int vocab_size, const std::vector<int>& history = {}) {
+  int sample(const T* logits, int vocab_size, const std::vector<int>& history, long pos) {
+    if (pos < 0) throw ArgumentError(detail::msg("Sampler::sample: pos = ", pos, " must be >= 0"));
     const int greedy = prepare(logits, vocab_size, history);
     if (greedy >= 0) return greedy;
     // Step 7: one uniform draw over the kept mass, walked in increasing id order.
     const auto V = static_cast<std::size_t>(vocab_size);
     double mass = 0;
     for (std::size_t i = 0; i < V; ++i) mass += probs_[i];
-    const double u = rng_.next_double() * mass;
+    const double u = uniform_at(config_.seed, static_cast<std::uint64_t>(pos)) * mass;
     double cum = 0;
     int last = -1;
     for (std::size_t i = 0; i < V; ++i) {
@@ -183,9 +153,16 @@ class Sampler {
     return last;            // only when rounding left u >= the final running sum
   }
 
+  /// sample() for the token that follows `history`: its position is history.size()
+  /// (history is the whole sequence before it). Throws as sample() above does.
+  template <class T>
+  int sample(const T* logits, int vocab_size, const std::vector<int>& history = {}) {
+    return sample(logits, vocab_size, history, static_cast<long>(history.size()));
+  }
+
   /// The distribution sample() would draw from, without drawing: fills `probs`
   /// ((vocab_size)) with the renormalised probabilities of the kept tokens and 0
-  /// elsewhere (one-hot at the argmax when greedy). Consumes no random numbers.
+  /// elsewhere (one-hot at the argmax when greedy). Draws nothing.
   /// Throws as sample() does; on throw `probs` is unchanged.
   template <class T>
   void distribution(const T* logits, int vocab_size, const std::vector<int>& history, std::vector<double>& probs) {
@@ -200,9 +177,6 @@ class Sampler {
     for (std::size_t i = 0; i < V; ++i) mass += probs_[i];
     for (std::size_t i = 0; i < V; ++i) probs[i] = probs_[i] / mass;
   }
-
-  /// Restarts the random sequence from `seed` (config().seed is left as it was).
-  void reset(std::uint64_t seed) { rng_.reseed(seed); }
 
   const SamplerConfig& config() const { return config_; }
 
@@ -327,7 +301,6 @@ class Sampler {
   static constexpr double kInf = std::numeric_limits<double>::infinity();
 
   SamplerConfig config_;
-  Rng rng_;
   std::vector<double> logits_;        // (V) input logits after the repetition penalty
   std::vector<double> probs_;         // (V) softmax probabilities; 0 for filtered-out tokens
   std::vector<int> order_;            // (V) candidate ids, the first n still kept

@@ -23,7 +23,7 @@ endfunction()
 
 expect_rc(0 --help)
 foreach(opt --model --tokenizer --prompt --prompt-ids --steps --temperature --top-k --top-p --min-p --seed --threads
-            --no-cache --compare --ids --dump-logits --json)
+            --no-cache --compare --ids --dump-logits --json --draft-model --draft-tokens --lookup)
   string(FIND "${OUT}" "${opt}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "--help does not mention ${opt}")
@@ -134,6 +134,50 @@ if(EXISTS ${GGUF})
     endif()
   endforeach()
   expect_same_logits_without_cache(${GGUF} "GGUF")
+
+  # Speculative decoding: a Q4_K_M draft model or prompt lookup gives the same ids and
+  # --dump-logits bytes as plain decoding, greedy and sampled, for several draft lengths.
+  set(DRAFT ${SHARED}/models/gguf/stories260K-Q4_K_M.gguf)
+  foreach(sampling "--temperature;0" "--temperature;0.8;--top-k;40;--top-p;0.9;--min-p;0.02;--repeat-penalty;1.2;--seed;5")
+    expect_rc(0 -m ${GGUF} --prompt-ids 1,403,407 -n 48 ${sampling} --ids --dump-logits ${WORK_DIR}/plain.bin --quiet)
+    set(plain_ids "${OUT}")
+    file(SHA256 ${WORK_DIR}/plain.bin h_plain)
+    foreach(spec "-md;${DRAFT};--draft-tokens;1" "--draft-model;${DRAFT}" "--draft-model;${DRAFT};--draft-tokens;8"
+                 "--lookup;2" "--lookup;1;--draft-tokens;6")
+      expect_rc(0 -m ${GGUF} --prompt-ids 1,403,407 -n 48 ${sampling} ${spec} --ids --dump-logits ${WORK_DIR}/spec.bin --quiet)
+      file(SHA256 ${WORK_DIR}/spec.bin h_spec)
+      if(NOT OUT STREQUAL plain_ids OR NOT h_spec STREQUAL h_plain)
+        message(FATAL_ERROR "${spec} ${sampling}: ids or --dump-logits differ from plain decoding:
+${OUT}
+vs
+${plain_ids}")
+      endif()
+    endforeach()
+  endforeach()
+  expect_rc(0 -m ${GGUF} -md ${DRAFT} --prompt-ids 1,403,407 -n 30 --json --quiet)
+  foreach(field draft_proposed draft_accepted target_forwards acceptance_rate)
+    string(FIND "${OUT}" "\"${field}\":" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "--json with --draft-model lacks ${field}:\n${OUT}")
+    endif()
+  endforeach()
+  expect_rc(0 -m ${GGUF} --prompt-ids 1,403,407 -n 30 --json --quiet)
+  string(FIND "${OUT}" "\"draft_proposed\"" at)
+  if(NOT at EQUAL -1)
+    message(FATAL_ERROR "--json without a drafter reports draft counters:\n${OUT}")
+  endif()
+  expect_rc(2 -m ${GGUF} -md ${DRAFT} --lookup 2)
+  expect_rc(2 -m ${GGUF} --lookup 2 --no-cache)
+  expect_rc(2 -m ${GGUF} --draft-tokens 0)
+  # A draft of another vocabulary is refused, naming the first differing id.
+  set(OTHER ${SHARED}/models/gguf/qwen2arch-F32.gguf)
+  if(EXISTS ${OTHER})
+    expect_rc(1 -m ${SHARED}/models/gguf/rand256-F32.gguf -md ${OTHER} -n 3 --quiet)
+    string(FIND "${ERR}" "vocab" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "a draft of another vocabulary: no vocabulary error:\n${ERR}")
+    endif()
+  endif()
 endif()
 
 # A Hugging Face folder (config.json + safetensors, one file or BF16 shards) is a

@@ -1,0 +1,117 @@
+// kvdecode-random-gguf: writes a GGUF model of TinyLlama-1.1B's shape (d_model
+// 2048, hidden 5632, 22 layers, 32 query / 4 KV heads, vocab 32000, context 2048)
+// with seeded random f16 weights and a synthetic SentencePiece-style vocabulary,
+// so that kvdecode-quantize and kvdecode-generate (--draft-model, --lookup) can be
+// measured on a model of that size without downloading one:
+//   kvdecode-random-gguf OUT.gguf [LAYERS] [SEED]
+// LAYERS (default 22) shrinks the model for a quicker run. Every matrix holds its own
+// values, uniform in [-0.03, 0.03), from SplitMix64(seed, tensor index); norms are 1.
+// Exit status: 0 success, 1 the file could not be written, 2 bad argument.
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kvdecode/kvdecode.hpp"
+
+namespace {
+
+int run(int argc, char** argv) {
+  if (argc < 2 || argc > 4 || std::string(argv[1]) == "--help") {
+    std::cerr << "usage: kvdecode-random-gguf OUT.gguf [LAYERS (1..22, default 22)] [SEED (default 1)]\n";
+    return argc < 2 || argc > 4 ? 2 : 0;
+  }
+  const std::string path = argv[1];
+  const int layers = argc > 2 ? std::stoi(argv[2]) : 22;
+  const std::uint64_t seed = argc > 3 ? std::stoull(argv[3]) : 1;
+  if (layers < 1 || layers > 22) throw kvd::ArgumentError(kvd::detail::msg("LAYERS = ", layers, " must be in [1, 22]"));
+  const std::uint64_t d = 2048, ff = 5632, H = 32, KV = 4, V = 32000, dh = 64;
+
+  kvd::GGUFWriter w;
+  w.set_string("general.architecture", "llama");
+  w.set_string("general.name", "random TinyLlama-1.1B shape");
+  w.set_u32("llama.context_length", 2048);
+  w.set_u32("llama.embedding_length", d);
+  w.set_u32("llama.block_count", static_cast<std::uint32_t>(layers));
+  w.set_u32("llama.feed_forward_length", ff);
+  w.set_u32("llama.attention.head_count", H);
+  w.set_u32("llama.attention.head_count_kv", KV);
+  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_f32("llama.rope.freq_base", 10000.f);
+  // Vocabulary: <unk>, <s>, </s>, the 256 byte pieces, then "▁t<i>" pieces.
+  std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
+  std::vector<std::int32_t> types{2, 3, 3};  // unknown, control, control
+  for (int b = 0; b < 256; ++b) {
+    char piece[8];
+    std::snprintf(piece, sizeof piece, "<0x%02X>", b);
+    tokens.push_back(piece);
+    types.push_back(6);  // byte
+  }
+  while (tokens.size() < V) {
+    tokens.push_back("\xE2\x96\x81t" + std::to_string(tokens.size()));
+    types.push_back(1);  // normal
+  }
+  std::vector<float> scores(V);
+  for (std::uint64_t i = 0; i < V; ++i) scores[i] = -static_cast<float>(i);
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_f32_array("tokenizer.ggml.scores", scores);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+
+  // Tensors reference their buffers until write(), so all are kept (2.2 GB at 22 layers).
+  std::vector<std::vector<std::uint16_t>> mats;
+  std::vector<float> ones(d, 1.f);
+  mats.reserve(2 + 7 * static_cast<std::size_t>(layers));
+  auto mat = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows) {
+    std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + mats.size();
+    mats.emplace_back(cols * rows);
+    for (auto& x : mats.back()) {
+      const double u = static_cast<double>(kvd::splitmix64(state) >> 11) * 0x1.0p-53;  // [0, 1)
+      x = Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(static_cast<float>(0.06 * u - 0.03)));
+    }
+    w.add_tensor_ref(name, kvd::WeightType::kF16, {cols, rows}, mats.back().data(), cols * rows * 2);
+  };
+  auto norm = [&](const std::string& name) {
+    w.add_tensor_ref(name, kvd::WeightType::kF32, {d}, ones.data(), d * 4);
+  };
+  mat("token_embd.weight", d, V);
+  norm("output_norm.weight");
+  mat("output.weight", d, V);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    norm(p + "attn_norm.weight");
+    mat(p + "attn_q.weight", d, H * dh);
+    mat(p + "attn_k.weight", d, KV * dh);
+    mat(p + "attn_v.weight", d, KV * dh);
+    mat(p + "attn_output.weight", H * dh, d);
+    norm(p + "ffn_norm.weight");
+    mat(p + "ffn_gate.weight", d, ff);
+    mat(p + "ffn_down.weight", ff, d);
+    mat(p + "ffn_up.weight", d, ff);
+  }
+  w.write(path);
+  std::cerr << "wrote " << path << " (" << layers << " layers, f16)\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::logic_error& e) {  // std::stoi's invalid_argument / out_of_range: a bad LAYERS or SEED
+    std::cerr << "kvdecode-random-gguf: bad number: " << e.what() << "\n";
+    return 2;
+  } catch (const kvd::ArgumentError& e) {
+    std::cerr << "kvdecode-random-gguf: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "kvdecode-random-gguf: " << e.what() << "\n";
+    return 1;
+  }
+}
