@@ -128,6 +128,12 @@ struct Params {
   // Output
   bool ids = false, json = false, quiet = false, help = false;
   std::string dump_logits;                 ///< --dump-logits FILE
+  // Conversations and prompt caches (kvdecode-generate)
+  std::optional<std::string> conversation; ///< --conversation FILE.json: a list of user messages
+  bool chat = false;                       ///< --chat: interactive, one user message per stdin line
+  std::optional<std::string> system;       ///< --system TEXT: the conversation's system message
+  bool no_cache_reuse = false;             ///< --no-cache-reuse: re-prefill the whole history each turn
+  std::string prompt_cache;                ///< --prompt-cache FILE
   // kvdecode-cache-report
   bool no_model = false, no_random = false;
   std::optional<std::uint64_t> tokens;     ///< --tokens: cache-report's generated tokens, plan's context
@@ -289,6 +295,21 @@ inline std::vector<Option> all_options(Params& p) {
        flag(p.compare)});
   add({{"--demo"}, "", "run the built-in demo (the default with no arguments)", exe, kGenerate, none, flag(p.demo)});
 
+  // ---- conversations and prompt caches (kvdecode-generate)
+  const S conv = "Conversations and prompt caches";
+  add({{"--conversation"}, "FILE", "a JSON list of user messages; each assistant reply is generated in turn, the KV "
+       "cache kept across turns (only tokens not already cached are prefilled)", conv, kGenerate, none,
+       [&p](const S&, const S& v) { p.conversation = v; }});
+  add({{"--chat", "-cnv"}, "", "interactive chat: one user message per line on stdin, the reply streamed, tokens "
+       "prefilled and reused reported per turn", conv, kGenerate, none, flag(p.chat)});
+  add({{"--system", "-sys"}, "TEXT", "system message opening the --conversation / --chat", conv, kGenerate, none,
+       [&p](const S&, const S& v) { p.system = v; }});
+  add({{"--no-cache-reuse"}, "", "re-prefill the whole conversation every turn (the baseline: identical tokens and "
+       "logits)", conv, kGenerate, none, flag(p.no_cache_reuse)});
+  add({{"--prompt-cache"}, "FILE", "restore the KV cache of a prompt's first tokens from FILE and prefill only the "
+       "rest; save it there after the prompt (a file of another model, or damaged, is ignored with a warning)",
+       conv, kGenerate, none, [&p](const S&, const S& v) { p.prompt_cache = v; }});
+
   // ---- kvdecode-roofline
   add({{"--out-dir"}, "DIR", "where to write summary.csv, time_per_token.csv and time_per_token.svg", meas, kRoofline,
        [&p] { return p.out_dir; }, [&p](const S&, const S& v) { p.out_dir = v; }});
@@ -321,7 +342,8 @@ inline std::vector<Option> all_options(Params& p) {
   // ---- output
   add({{"--ids"}, "", "print prompt ids on line 1 and generated ids on line 2", out, kGenerate, none, flag(p.ids)});
   add({{"--dump-logits"}, "FILE", "raw little-endian float32, vocab_size values per row, one row per position fed "
-       "to the model, from position 0 (prompt included)", out, kGenerate, none,
+       "to the model, from position 0 (prompt included); with --conversation, turn by turn, one row per position the "
+       "turn added (its new prompt tokens, then the generated ones), the same rows with or without --no-cache-reuse", out, kGenerate, none,
        [&p](const S&, const S& v) { p.dump_logits = v; }});
   add({{"--json"}, "", "also print the results as one JSON object on the last line", out,
        kGenerate | kCacheReport | kPlan, none, flag(p.json)});

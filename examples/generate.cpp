@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "chat_cli.hpp"
 #include "cli.hpp"
 #include "kvdecode/kvdecode.hpp"
 #include "kvdecode/sampler.hpp"
@@ -73,6 +74,17 @@ Options parse(int argc, char** argv) {
       std::ifstream(*o.model + "/tokenizer.json").good())
     o.tokenizer = *o.model + "/tokenizer.json";
   if (o.prompt && o.tokenizer.empty()) usage_error("--prompt needs --tokenizer to encode the text");
+  // Conversations and prompt caches (chat_cli.hpp).
+  const bool conversing = o.conversation || o.chat;
+  if (o.conversation && o.chat) usage_error("give either --conversation FILE or --chat, not both");
+  if (conversing && (o.prompt || o.prompt_ids)) usage_error("--conversation / --chat take their prompts as messages; drop --prompt");
+  if (conversing && (o.no_cache || o.compare || o.demo))
+    usage_error("--conversation / --chat run with the cache; compare with --no-cache-reuse instead");
+  if (conversing && o.tokenizer.empty()) usage_error("--conversation / --chat need a tokenizer (--tokenizer, or a GGUF model)");
+  if (!conversing && (o.no_cache_reuse || o.system)) usage_error("--no-cache-reuse and --system go with --conversation or --chat");
+  if (!o.prompt_cache.empty() && (conversing || o.no_cache || o.compare || o.demo || !o.dump_logits.empty()))
+    usage_error("--prompt-cache goes with one cached prompt: drop --conversation, --chat, --no-cache, --compare, "
+                "--demo and --dump-logits");
   try {
     o.sampler.validate();
   } catch (const kvd::Error& e) {
@@ -94,7 +106,8 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
              bool keep_logits, const kvd::TextTokenizer* tok, bool stream_text, bool progress) {
   Run run;
   const int V = model.config().vocab_size;
-  kvd::KVCache<float, S> cache(model.config());
+  // (with --prompt-cache the conversation in chat_cli.hpp holds the cache; this one is not used)
+  kvd::KVCache<float, S> cache(model.config(), o.prompt_cache.empty() ? 0 : 1);
   kvd::GenerateOptions gopt;
   gopt.max_new_tokens = o.steps;
   gopt.use_cache = use_cache;
@@ -127,10 +140,13 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
                 << std::fixed << std::setprecision(1) << std::chrono::duration<double>(Clock::now() - t0).count()
                 << " s\n";
   };
-  run.result = kvd::generate(model, prompt, cache, gopt, hooks);
+  if (!o.prompt_cache.empty() && use_cache)
+    run.result = kvd::cli::generate_with_prompt_cache<S>(model, prompt, o, gopt, hooks, &run.kv_bytes);
+  else
+    run.result = kvd::generate(model, prompt, cache, gopt, hooks);
   run.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (text) std::cout << text->flush() << "\n";
-  run.kv_bytes = use_cache ? cache.bytes_used() : 0;
+  if (o.prompt_cache.empty()) run.kv_bytes = use_cache ? cache.bytes_used() : 0;
   (void)V;
   return run;
 }
@@ -259,6 +275,12 @@ int real_main(int argc, char** argv) {
     if (tok->vocab_size() > c.vocab_size)
       throw kvd::FileError(kvd::detail::msg(o.tokenizer, ": the tokenizer has ", tok->vocab_size(),
                                             " tokens, more than the model's vocab_size ", c.vocab_size));
+  }
+
+  if (o.conversation || o.chat) {  // chat_cli.hpp
+    if (o.cache_dtype == "bf16") return kvd::cli::run_conversation<Eigen::bfloat16>(*model, *tok, o);
+    if (o.cache_dtype == "f16") return kvd::cli::run_conversation<Eigen::half>(*model, *tok, o);
+    return kvd::cli::run_conversation<float>(*model, *tok, o);
   }
 
   // The prompt.

@@ -119,6 +119,24 @@ class Conversation {
     history_ = std::move(tokens);
   }
 
+  /// Declares that cache(), filled in place while tokens() was empty (e.g. by
+  /// restore_prompt_cache(path, conversation.cache(), id)), holds the K and V of `tokens`.
+  /// Throws ArgumentError if tokens.size() != cache().length(), TokenError if a token is
+  /// outside [0, vocab_size); the cache is then cleared and tokens() left empty.
+  void adopt(std::vector<int> tokens) {
+    try {
+      if (!history_.empty()) throw ArgumentError("adopt(tokens): the conversation already has a history (reset() it)");
+      if (static_cast<int>(tokens.size()) != cache_.length())
+        throw ArgumentError(detail::msg("adopt: ", tokens.size(), " tokens given for a cache of ", cache_.length(),
+                                        " positions (they must be the cached positions' tokens)"));
+      check_tokens(tokens);
+    } catch (...) {
+      reset();
+      throw;
+    }
+    history_ = std::move(tokens);
+  }
+
   /// Makes the cache hold exactly `tokens`: keeps the longest common prefix with
   /// tokens() that is cached, rewinds the rest, prefills tokens[reused, n).
   /// `on_logits`, if given, sees the logits of every position in [first_new, n),
