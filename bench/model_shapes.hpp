@@ -23,6 +23,15 @@ inline kvd::ModelConfig shape_config(Shape s) {
   return c;
 }
 
+/// TinyLlama-1.1B's shape (d_model 2048, hidden 5632, 22 layers, 32/4 heads, vocab
+/// 32000) with the given max_seq_len.
+inline kvd::ModelConfig tinyllama_config(int max_seq_len = 512) {
+  kvd::ModelConfig c;
+  c.vocab_size = 32000; c.d_model = 2048; c.n_layers = 22; c.n_heads = 32; c.n_kv_heads = 4;
+  c.head_dim = 64; c.hidden_dim = 5632; c.max_seq_len = max_seq_len;
+  return c;
+}
+
 /// n token ids, uniform in [0, vocab_size), the same for every run.
 inline std::vector<int> random_tokens(int n, int vocab_size, std::uint64_t seed = 7) {
   std::mt19937_64 rng(seed);

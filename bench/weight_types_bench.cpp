@@ -15,12 +15,7 @@
 
 namespace {
 
-kvd::ModelConfig tinyllama_config() {
-  kvd::ModelConfig c;
-  c.vocab_size = 32000; c.d_model = 2048; c.n_layers = 22; c.n_heads = 32; c.n_kv_heads = 4;
-  c.head_dim = 64; c.hidden_dim = 5632; c.max_seq_len = 512;
-  return c;
-}
+using kvd_bench::tinyllama_config;  // max_seq_len 512
 
 /// Streaming-read bandwidth over a 1 GiB array (GB/s), best of 3 passes with
 /// the current thread count: the limit a decode step can approach.

@@ -103,6 +103,7 @@ enum Program : unsigned {
   kRoofline = 1u << 3,     ///< kvdecode-roofline
   kTokenize = 1u << 4,     ///< kvdecode-tokenize
   kQuantize = 1u << 5,     ///< kvdecode-quantize
+  kConversation = 1u << 6, ///< kvdecode-conversation (bench/conversation.cpp)
 };
 
 /// Every value any program's options can set. A program sets its own defaults
@@ -198,7 +199,7 @@ inline std::vector<Option> all_options(Params& p) {
        "version-1 float32)", in,
        kGenerate | kCacheReport | kPlan | kTokenize, none, [&p](const S&, const S& v) { p.model = v; }});
   add({{"--tokenizer"}, "PATH", "tokenizer for --prompt and text output: GGUF, tokenizer.json (any name) or its "
-       "folder, or llama2.c tokenizer.bin", in, kGenerate | kQuantize, none,
+       "folder, or llama2.c tokenizer.bin", in, kGenerate | kQuantize | kConversation, none,
        [&p](const S&, const S& v) { p.tokenizer = v; }});
   add({{"--ctx-size", "-c"}, "N",
        "longest sequence to plan for (RoPE table, KV cache); caps a GGUF file's context_length "
@@ -208,7 +209,7 @@ inline std::vector<Option> all_options(Params& p) {
        [&p](const S&, const S& v) { p.prompt = v; }});
   add({{"--prompt-ids"}, "CSV", "prompt token ids used exactly as given, e.g. 1,403,407", in, kGenerate, none,
        [&p](const S& n, const S& v) { p.prompt_ids = parse_id_list(n, v); }});
-  add({{"--steps", "-n", "--n-predict"}, "N", "new tokens to generate (capped by the context)", in, kGenerate,
+  add({{"--steps", "-n", "--n-predict"}, "N", "new tokens to generate (capped by the context)", in, kGenerate | kConversation,
        [&p, str] { return str(p.steps); },
        [&p](const S& n, const S& v) { p.steps = static_cast<int>(parse_integer(n, v, 1, 1 << 30)); }});
 
@@ -279,7 +280,7 @@ inline std::vector<Option> all_options(Params& p) {
 
   // ---- execution
   add({{"--threads", "-t"}, "N", "OpenMP threads (results are identical for any N)", exe,
-       kGenerate | kCacheReport | kRoofline | kQuantize,
+       kGenerate | kCacheReport | kRoofline | kQuantize | kConversation,
        [&p, str] { return p.threads > 0 ? str(p.threads) : S("OpenMP's default"); },
        [&p](const S& n, const S& v) { p.threads = static_cast<int>(parse_integer(n, v, 1, 1024)); }});
   add({{"--cache-dtype"}, "T", "KV cache element type: f32, bf16, f16", exe, kGenerate,
@@ -311,10 +312,10 @@ inline std::vector<Option> all_options(Params& p) {
        conv, kGenerate, none, [&p](const S&, const S& v) { p.prompt_cache = v; }});
 
   // ---- kvdecode-roofline
-  add({{"--out-dir"}, "DIR", "where to write summary.csv, time_per_token.csv and time_per_token.svg", meas, kRoofline,
+  add({{"--out-dir"}, "DIR", "where to write summary.csv, time_per_token.csv and time_per_token.svg", meas, kRoofline | kConversation,
        [&p] { return p.out_dir; }, [&p](const S&, const S& v) { p.out_dir = v; }});
   add({{"--quick"}, "", "smoke run: 256 MiB bandwidth array, fewer repetitions, and the stories15M shape only "
-       "(takes seconds, figures are rough)", meas, kRoofline, none, flag(p.quick)});
+       "(takes seconds, figures are rough)", meas, kRoofline | kConversation, none, flag(p.quick)});
   add({{"--max-others"}, "P", "on a shared machine: before each measurement wait until other processes use at most "
        "P% of the CPUs, and repeat a measurement during which they used more", meas, kRoofline,
        [&p, str] { return str(p.max_others * 100); },
@@ -349,7 +350,7 @@ inline std::vector<Option> all_options(Params& p) {
        kGenerate | kCacheReport | kPlan, none, flag(p.json)});
   add({{"--list-gpus"}, "", "print the built-in card table and exit", out, kPlan, none, flag(p.list_gpus)});
   add({{"--quiet"}, "", "no progress or timing on stderr", out, kGenerate | kCacheReport | kQuantize, none, flag(p.quiet)});
-  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline | kTokenize | kQuantize, none,
+  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline | kTokenize | kQuantize | kConversation, none,
        flag(p.help)});
   return o;
 }
