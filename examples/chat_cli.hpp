@@ -181,11 +181,13 @@ int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const 
 /// then a full prefill), prefills the prompt's tokens the file lacks, saves the
 /// cache after the prompt when the file did not already hold exactly it, then
 /// generates. Tokens and logits are the same as without the file.
+/// *kv_bytes = the cache's bytes used at the end, *reused = prompt positions restored.
 /// Throws what generation throws; a file that cannot be written is a warning.
 template <class S>
 GenerateResult<float> generate_with_prompt_cache(Transformer<float>& model, const std::vector<int>& prompt,
                                                  const Params& o, const GenerateOptions& gopt,
-                                                 const GenerateHooks<float>& hooks, std::uint64_t* kv_bytes) {
+                                                 const GenerateHooks<float>& hooks, std::uint64_t* kv_bytes,
+                                                 int* reused) {
   const ModelConfig& c = model.config();
   const std::string& path = o.prompt_cache;
   const bool progress = !o.quiet;
@@ -224,6 +226,7 @@ GenerateResult<float> generate_with_prompt_cache(Transformer<float>& model, cons
   g.decode_seconds = r.decode_seconds;
   g.decode_steps = r.decode_steps;
   *kv_bytes = conv.cache().bytes_used();
+  *reused = pre.reused;
   return g;
 }
 

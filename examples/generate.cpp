@@ -41,7 +41,9 @@ bit-identical, and reports what the cache saved.)";
 
 const char* const kOutro = R"(--json fields: prompt_tokens, generated_tokens, prefill_seconds, decode_seconds,
 decode_tokens_per_second, weight_bytes_per_token, kv_cache_bytes, kv_bytes_per_token,
-cache, cache_dtype, threads, stop_reason, prompt_ids, generated_ids, text, ...
+cache, cache_dtype, threads, stop_reason, prompt_ids, generated_ids, text, ...; with
+--prompt-cache also reused and prefilled; with --conversation one object
+{model, cache_reuse, cache_dtype, turns: [{prompt_tokens, reused, prefilled, ...}]}
 Options take their value as the next argument or after '=' (--steps=64).
 Exit status: 0 success, 1 model file unusable or results not identical, 2 bad argument.
 )";
@@ -99,6 +101,7 @@ struct Run {
   std::vector<float> logits;  // (positions, V): every position fed, in order
   std::uint64_t kv_bytes = 0;
   double total_seconds = 0;
+  int reused = -1;  // --prompt-cache: prompt positions restored from the file (-1: no prompt cache)
 };
 
 template <class S>
@@ -141,7 +144,7 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
                 << " s\n";
   };
   if (!o.prompt_cache.empty() && use_cache)
-    run.result = kvd::cli::generate_with_prompt_cache<S>(model, prompt, o, gopt, hooks, &run.kv_bytes);
+    run.result = kvd::cli::generate_with_prompt_cache<S>(model, prompt, o, gopt, hooks, &run.kv_bytes, &run.reused);
   else
     run.result = kvd::generate(model, prompt, cache, gopt, hooks);
   run.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -223,6 +226,8 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
      << ",\"cache\":" << (use_cache ? "true" : "false") << ",\"cache_dtype\":\"" << o.cache_dtype << "\""
      << ",\"peak_rss_bytes\":" << kvd::cli::peak_rss_bytes() << ",\"threads\":" << kvd::num_threads() << ",\"stop_reason\":\"" << kvd::stop_reason_name(run.result.stop) << "\"";
   if (identical) js << ",\"identical\":" << (*identical ? "true" : "false");
+  if (run.reused >= 0)
+    js << ",\"reused\":" << run.reused << ",\"prefilled\":" << prompt.size() - static_cast<std::size_t>(run.reused);
   js << ",\"prompt_ids\":[";
   for (std::size_t i = 0; i < prompt.size(); ++i) js << (i ? "," : "") << prompt[i];
   js << "],\"generated_ids\":[";

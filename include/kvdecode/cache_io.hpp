@@ -1,7 +1,10 @@
 // Cache files: saving one sequence's KV cache to disk and restoring it, so a
 // conversation can be parked and resumed without recomputing its prompt.
 // Restoring is exact: decoding after load_cache() gives the same logits, bit
-// for bit, as if the cache had never left memory.
+// for bit, as if the cache had never left memory. Contiguous caches (KVCache)
+// and paged sequences (PagedSequence) both save and restore, in the same format:
+// a file written by either kind restores into either. prompt_cache.hpp embeds
+// these files, with their tokens, in prompt cache files.
 //
 // File layout (version 1, little-endian):
 //   offset  bytes  field
