@@ -80,6 +80,7 @@ inline std::vector<int> stop_tokens_of(const Params& o, const TextTokenizer* tok
 /// prompt, encode, Conversation::turn (reusing the cache unless --no-cache-reuse),
 /// decode the reply into an assistant message. Writes --dump-logits rows (each turn's
 /// new positions), --ids (one line of generated ids per turn) and the --json object.
+/// With --prompt-cache, the opening messages' rendering comes from / goes to the file.
 /// Returns the exit status. Throws what the tokenizer, the model or the files throw.
 template <class S>
 int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const Params& o) {
@@ -94,6 +95,20 @@ int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const 
       conv, render_conversation, [&](const std::string& text) { return tok.encode(text, true, !o.no_special); },
       [&](const std::vector<int>& ids) { return tok.decode(ids); }, opening);
 
+  // --prompt-cache: the rendered opening messages (the system prompt) are what later
+  // runs share; the first turn then prefills only what follows them.
+  // (Turn 1's "reused" then counts the opening positions, whether restored or prefilled
+  // here; prompt_cache_restored in --json says how many came from the file.)
+  int pc_restored = -1;
+  if (!o.prompt_cache.empty()) {
+    const std::vector<int> head = tok.encode(render_conversation(opening, false), true, !o.no_special);
+    double seconds = 0;
+    pc_restored = prime_from_prompt_cache(conv, head, o, &seconds);
+    if (progress)
+      std::cerr << "prompt cache: " << pc_restored << " of " << head.size() << " opening tokens restored, "
+                << head.size() - pc_restored << " prefilled in " << std::fixed << std::setprecision(2) << seconds * 1e3
+                << " ms\n";
+  }
   Sampler sampler(o.sampler);
   GenerateOptions gopt;
   gopt.max_new_tokens = o.steps;
@@ -169,11 +184,50 @@ int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const 
     if (!dump) throw FileError("cannot write logits to '" + o.dump_logits + "'");
     if (progress) std::cerr << "wrote " << rows << " rows x " << c.vocab_size << " float32 logits to " << o.dump_logits << "\n";
   }
-  if (o.json)
+  if (o.json) {
     std::cout << "{\"model\":" << json_string(o.model ? *o.model : std::string()) << ",\"cache_reuse\":"
-              << (o.no_cache_reuse ? "false" : "true") << ",\"cache_dtype\":\"" << o.cache_dtype
-              << "\",\"turns\":[" << turns_json.str() << "]}" << std::endl;
+              << (o.no_cache_reuse ? "false" : "true") << ",\"cache_dtype\":\"" << o.cache_dtype << "\"";
+    if (pc_restored >= 0) std::cout << ",\"prompt_cache_restored\":" << pc_restored;
+    std::cout << ",\"turns\":[" << turns_json.str() << "]}" << std::endl;
+  }
   return 0;
+}
+
+/// --prompt-cache FILE: restores the file into the (empty) conversation when it is
+/// this model's (a file that is missing, damaged or of another model is ignored: a
+/// warning), then extend_to(head) (prefilling what the file lacks) and saves the
+/// cache holding `head` when the file did not already hold exactly it (a file that
+/// cannot be written is a warning). Returns the positions of `head` restored.
+/// Throws what prefill throws.
+template <class Cache>
+int prime_from_prompt_cache(Conversation<float, Cache>& conv, const std::vector<int>& head, const Params& o,
+                            double* seconds) {
+  const std::string& path = o.prompt_cache;
+  Transformer<float>& model = conv.model();
+  const std::uint64_t id = model_fingerprint(model);
+  std::vector<int> restored;
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    try {
+      restored = restore_prompt_cache(path, conv.cache(), id);
+      conv.adopt(restored);
+    } catch (const Error& e) {
+      restored.clear();
+      conv.reset();
+      std::cerr << "warning: ignoring the prompt cache: " << e.what() << "; prefilling the whole prompt\n";
+    }
+  }
+  const TurnResult pre = conv.extend_to(head);
+  if (seconds) *seconds = pre.prefill_seconds;
+  if (conv.tokens() != restored) {
+    try {
+      save_prompt_cache(conv.cache(), conv.tokens(), model.config().vocab_size, path, id);
+      if (!o.quiet) std::cerr << "saved the prompt cache (" << head.size() << " tokens) to " << path << "\n";
+    } catch (const Error& e) {
+      std::cerr << "warning: the prompt cache was not saved: " << e.what() << "\n";
+    }
+  }
+  return pre.reused;
 }
 
 /// --prompt-cache FILE for one prompt: restores the file when it is this model's
@@ -189,44 +243,22 @@ GenerateResult<float> generate_with_prompt_cache(Transformer<float>& model, cons
                                                  const GenerateHooks<float>& hooks, std::uint64_t* kv_bytes,
                                                  int* reused) {
   const ModelConfig& c = model.config();
-  const std::string& path = o.prompt_cache;
-  const bool progress = !o.quiet;
-  const std::uint64_t id = model_fingerprint(model);
   Conversation<float, KVCache<float, S>> conv(model, KVCache<float, S>(c));
-  std::vector<int> restored;
-  std::error_code ec;
-  if (std::filesystem::exists(path, ec)) {
-    try {
-      restored = restore_prompt_cache(path, conv.cache(), id);
-      conv.adopt(restored);
-    } catch (const Error& e) {
-      restored.clear();
-      conv.reset();
-      std::cerr << "warning: ignoring the prompt cache: " << e.what() << "; prefilling the whole prompt\n";
-    }
-  }
   const std::vector<int> head(prompt.begin(), prompt.end() - 1);
-  const TurnResult pre = conv.extend_to(head);
-  if (conv.tokens() != restored) {
-    try {
-      save_prompt_cache(conv.cache(), conv.tokens(), c.vocab_size, path, id);
-      if (progress) std::cerr << "saved the prompt cache (" << head.size() << " tokens) to " << path << "\n";
-    } catch (const Error& e) {
-      std::cerr << "warning: the prompt cache was not saved: " << e.what() << "\n";
-    }
-  }
+  double head_seconds = 0;
+  const int restored = prime_from_prompt_cache(conv, head, o, &head_seconds);
   const TurnResult r = conv.turn(prompt, gopt, hooks);
-  if (progress)
-    std::cerr << "prompt cache: " << pre.reused << " of " << prompt.size() << " prompt tokens restored, "
-              << pre.prefilled + r.prefilled << " prefilled\n";
+  if (!o.quiet)
+    std::cerr << "prompt cache: " << restored << " of " << prompt.size() << " prompt tokens restored, "
+              << prompt.size() - restored << " prefilled\n";
   GenerateResult<float> g;
   g.tokens = r.tokens;
   g.stop = r.stop;
-  g.prefill_seconds = pre.prefill_seconds + r.prefill_seconds;
+  g.prefill_seconds = head_seconds + r.prefill_seconds;
   g.decode_seconds = r.decode_seconds;
   g.decode_steps = r.decode_steps;
   *kv_bytes = conv.cache().bytes_used();
-  *reused = pre.reused;
+  *reused = restored;
   return g;
 }
 

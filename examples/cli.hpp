@@ -308,7 +308,8 @@ inline std::vector<Option> all_options(Params& p) {
   add({{"--no-cache-reuse"}, "", "re-prefill the whole conversation every turn (the baseline: identical tokens and "
        "logits)", conv, kGenerate, none, flag(p.no_cache_reuse)});
   add({{"--prompt-cache"}, "FILE", "restore the KV cache of a prompt's first tokens from FILE and prefill only the "
-       "rest; save it there after the prompt (a file of another model, or damaged, is ignored with a warning)",
+       "rest; save it there after the prompt (a file of another model, or damaged, is ignored with a warning); with "
+       "--conversation / --chat, the rendered --system message",
        conv, kGenerate, none, [&p](const S&, const S& v) { p.prompt_cache = v; }});
 
   // ---- kvdecode-roofline

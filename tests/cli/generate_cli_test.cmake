@@ -209,6 +209,20 @@ if(at EQUAL -1 OR NOT OUT STREQUAL want_ids)
   message(FATAL_ERROR "--prompt-cache of a damaged file: no warning or other ids:\n${OUT}\n${ERR}")
 endif()
 expect_rc(2 -m ${MODEL} --tokenizer ${TOK} -p "x" --prompt-cache ${PC} --no-cache)
+# With --conversation, --prompt-cache holds the rendered --system message: the second
+# run restores it, and every turn's ids are those of a run without the file.
+set(SYS_PC ${WORK_DIR}/system.kvdp)
+file(REMOVE ${SYS_PC})
+expect_rc(0 ${CONV} --ids)
+set(want_conv "${OUT}")
+expect_rc(0 ${CONV} --ids --prompt-cache ${SYS_PC})
+expect_rc(0 ${CONV} --ids --prompt-cache ${SYS_PC} --json)
+string(FIND "${OUT}" "${want_conv}" at)
+string(REGEX MATCH "\"prompt_cache_restored\":[1-9]" pc_conv "${OUT}")
+if(NOT at EQUAL 0 OR NOT pc_conv)
+  message(FATAL_ERROR "--conversation --prompt-cache: other ids or nothing restored:\n${OUT}\nvs\n${want_conv}")
+endif()
+expect_rc(2 -m ${MODEL} --tokenizer ${TOK} --conversation ${WORK_DIR}/conv.json --prompt-cache ${SYS_PC})
 
 # A GGUF file is recognised by its magic whatever its name, needs no --tokenizer, and
 # its F32, F16 and Q4_K_M copies give llama2.c's greedy ids (the F16/Q4_K_M roundings of
