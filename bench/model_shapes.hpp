@@ -1,13 +1,18 @@
-// The two model shapes every benchmark program measures (random float32 weights
-// of llama2.c's stories15M and stories110M shapes) and their fixed inputs.
-// Shared by kvdecode-bench and kvdecode-roofline so both measure the same thing.
+// The model shapes the benchmark programs measure (random float32 weights of
+// llama2.c's stories15M and stories110M shapes, and the TinyLlama-1.1B shape in
+// any storage type) and their fixed inputs. Shared by kvdecode-bench and
+// kvdecode-roofline so both measure the same thing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "kvdecode/detail/quant.hpp"
 #include "kvdecode/kv_cache.hpp"
+#include "kvdecode/quantize.hpp"
 #include "kvdecode/transformer.hpp"
 
 namespace kvd_bench {
@@ -20,15 +25,6 @@ inline const char* shape_name(Shape s) { return s == Shape::k15M ? "stories15M" 
 inline kvd::ModelConfig shape_config(Shape s) {
   kvd::ModelConfig c = s == Shape::k15M ? kvd::stories15m_config() : kvd::stories110m_config();
   c.max_seq_len = 1024;
-  return c;
-}
-
-/// TinyLlama-1.1B's shape (d_model 2048, hidden 5632, 22 layers, 32/4 heads, vocab
-/// 32000) with the given max_seq_len.
-inline kvd::ModelConfig tinyllama_config(int max_seq_len = 512) {
-  kvd::ModelConfig c;
-  c.vocab_size = 32000; c.d_model = 2048; c.n_layers = 22; c.n_heads = 32; c.n_kv_heads = 4;
-  c.head_dim = 64; c.hidden_dim = 5632; c.max_seq_len = max_seq_len;
   return c;
 }
 
@@ -49,6 +45,67 @@ inline std::vector<kvd::KVCache<float>> batch_caches(kvd::Transformer<float>& m,
   m.prefill(random_tokens(pos, m.config().vocab_size), caches[0]);
   for (int b = 1; b < batch; ++b) caches.push_back(caches[0].copy());
   return caches;
+}
+
+/// The TinyLlama-1.1B shape: d_model 2048, hidden 5632, 22 layers, 32 query and 4
+/// KV heads, vocab 32000 (4.4 GB of f32 weights: far larger than any last-level cache).
+inline kvd::ModelConfig tinyllama_config(int max_seq_len = 1024) {
+  kvd::ModelConfig c;
+  c.vocab_size = 32000; c.d_model = 2048; c.n_layers = 22; c.n_heads = 32; c.n_kv_heads = 4;
+  c.head_dim = 64; c.hidden_dim = 5632; c.max_seq_len = max_seq_len;
+  return c;
+}
+
+/// Rows quantized per matrix by weights_in_scheme(); the rest repeat their bytes.
+constexpr long kQuantTileRows = 64;
+
+/// `m` stored as type t, for speed measurements. f32/f16/bf16 convert every value.
+/// Block types quantize the first kQuantTileRows rows with the library's quantizer and
+/// repeat their bytes down the matrix: every row still has its own bytes in memory, so a
+/// step streams exactly what a fully quantized matrix would, and building a 1.1B model
+/// takes seconds instead of minutes per type. (Values repeat, so use it for speed only.)
+inline kvd::WeightMatrix stored_as(const kvd::WeightMatrix& m, kvd::WeightType t) {
+  if (t == m.type()) return m;
+  if (kvd::weight_type_traits(t).block_size <= 1) return m.converted_to(t);
+  const long rows = m.rows(), cols = m.cols(), tile = std::min(rows, kQuantTileRows);
+  const std::uint64_t rb = kvd::weight_row_bytes(t, static_cast<std::uint64_t>(cols));
+  std::vector<unsigned char> bytes(rb * static_cast<std::uint64_t>(rows));  // (rows, rb)
+  std::vector<float> row(static_cast<std::size_t>(cols));                   // (cols)
+  for (long r = 0; r < tile; ++r) {
+    m.dequantize_row(r, row.data());
+    kvd::detail::quantize_row(t, row.data(), bytes.data() + rb * r, cols);
+  }
+  for (long r = tile; r < rows; ++r) std::copy_n(bytes.data() + rb * (r % tile), rb, bytes.data() + rb * r);
+  return kvd::WeightMatrix::copy_of(t, rows, cols, bytes.data(), bytes.size());
+}
+
+/// The weights with each matrix stored as `scheme` chooses for its GGUF tensor name
+/// (kvd::choose_tensor_type: the plain types, or llama.cpp's mixes such as Q4_K_M), through
+/// stored_as(). Norms stay f32. Throws as stored_as does.
+inline kvd::ModelWeights<float> weights_in_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantScheme scheme) {
+  const kvd::ModelConfig& c = f32.config;
+  kvd::TypeChoiceContext ctx;
+  ctx.n_layers = c.n_layers; ctx.n_heads = c.n_heads; ctx.n_kv_heads = c.n_kv_heads;
+  ctx.has_output = !c.shared_classifier;
+  auto as = [&](const kvd::WeightMatrix& m, const std::string& name) {
+    const std::vector<std::uint64_t> ne = {static_cast<std::uint64_t>(m.cols()), static_cast<std::uint64_t>(m.rows())};
+    return stored_as(m, kvd::choose_tensor_type(scheme, name, ne, ctx));
+  };
+  kvd::ModelWeights<float> w = f32;
+  w.token_embedding = as(f32.token_embedding, "token_embd.weight");
+  if (!c.shared_classifier) w.classifier = as(f32.classifier, "output.weight");
+  for (int l = 0; l < c.n_layers; ++l) {
+    auto& L = w.layers[static_cast<std::size_t>(l)];
+    const std::string b = "blk." + std::to_string(l) + ".";
+    L.wq = as(L.wq, b + "attn_q.weight");
+    L.wk = as(L.wk, b + "attn_k.weight");
+    L.wv = as(L.wv, b + "attn_v.weight");
+    L.wo = as(L.wo, b + "attn_output.weight");
+    L.w1 = as(L.w1, b + "ffn_gate.weight");
+    L.w2 = as(L.w2, b + "ffn_down.weight");
+    L.w3 = as(L.w3, b + "ffn_up.weight");
+  }
+  return w;
 }
 
 }  // namespace kvd_bench

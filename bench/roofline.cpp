@@ -54,6 +54,7 @@
 #include <functional>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -75,7 +76,10 @@
 #include "svg_chart.hpp"
 #include "kvdecode/detail/simd.hpp"
 #include "kvdecode/kernels.hpp"
+#include "kvdecode/checkpoint.hpp"
+#include "kvdecode/gguf_model.hpp"
 #include "kvdecode/kv_cache.hpp"
+#include "kvdecode/quantize.hpp"
 #include "kvdecode/transformer.hpp"
 #include "kvdecode/version.hpp"
 
@@ -103,6 +107,8 @@ struct Options {
   bool quick = false;
   double max_others = 0.10;  ///< a measurement during which others took more of the CPUs is repeated
   double patience = -1;      ///< seconds we may spend waiting and repeating (-1: 1200, 0 with --quick)
+  std::vector<kvd::QuantScheme> schemes;  ///< --weight-types (empty: section 4 skipped)
+  std::string quality_model;              ///< --quality-model
 };
 
 const char* const kIntro = R"(usage: kvdecode-roofline [options]
@@ -111,7 +117,9 @@ Measures this machine's streaming-read bandwidth and FMA peak, then kvdecode's
 decode, prefill and batched decode on random weights of the stories15M and
 stories110M shapes (float32), and prints each figure as a fraction of its limit
 with the project's targets. Also times one token against position with and
-without the KV cache (stories15M shape).)";
+without the KV cache (stories15M shape). With --weight-types, the same figures
+for each storage scheme on the TinyLlama-1.1B shape, and with --quality-model
+what each scheme costs in accuracy on a real model.)";
 
 const char* const kOutro = "A full run takes a few minutes; progress goes to stderr.\n";
 
@@ -146,6 +154,16 @@ Options parse_options(int argc, char** argv) {
   o.quick = p.quick;
   o.max_others = p.max_others;
   o.patience = p.patience < 0 ? (p.quick ? 0 : 1200) : p.patience;
+  if (p.weight_types == "all") {
+    for (const auto& i : kvd::detail::quant_schemes()) o.schemes.push_back(i.scheme);
+  } else {
+    std::stringstream list(p.weight_types);
+    for (std::string name; std::getline(list, name, ',');)
+      if (!name.empty()) o.schemes.push_back(kvd::parse_quant_scheme(name));  // ArgumentError naming the text
+  }
+  o.quality_model = p.quality_model;
+  if (!o.quality_model.empty() && o.schemes.empty())
+    throw kvd::ArgumentError("--quality-model rates the schemes of --weight-types, which is not given");
   return o;
 }
 
@@ -599,6 +617,139 @@ std::vector<PositionPoint> measure_time_per_token(bool quick, Undisturbed& u) {
   return pts;
 }
 
+// ---------------------------------------------------------------- 4. storage schemes (TinyLlama-1.1B shape)
+
+/// One storage scheme's figures on the 1.1B shape, and optionally its quality.
+struct SchemeFigures {
+  kvd::QuantScheme scheme;
+  std::uint64_t matrix_bytes = 0, matrix_values = 0;  // the 2-D weights as stored
+  std::uint64_t step_bytes = 0;                       // bytes one decode step at position 256 reads
+  Samples decode, prefill, batch1, batchN;
+  std::uint64_t prefill_macs = 0;
+  double decode_busy = -1, prefill_busy = -1, batch_busy = -1;
+  bool rated = false;
+  double kl = 0, top1 = 0, ppl = 0;  // quality on --quality-model's text
+  std::uint64_t quality_file_bytes = 0;
+  std::string quality_types;          // tensor types of the rated file ("q5_0 x10, q8_0 x1")
+  double bits_per_weight() const { return matrix_values ? 8.0 * matrix_bytes / matrix_values : 0; }
+};
+
+constexpr int kTypePos = 256, kTypePrefill = 256, kTypeBatch = 8, kQualityTokens = 320;
+
+SchemeFigures measure_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantScheme scheme, bool quick, Undisturbed& u) {
+  const std::string name = std::string("1.1B ") + kvd::quant_scheme_name(scheme);
+  progress("%s: storing the weights", name.c_str());
+  SchemeFigures f;
+  f.scheme = scheme;
+  kvd::ModelWeights<float> w = kvd_bench::weights_in_scheme(f32, scheme);
+  auto count = [&](const kvd::WeightMatrix& m) {
+    f.matrix_bytes += m.bytes();
+    f.matrix_values += static_cast<std::uint64_t>(m.rows()) * static_cast<std::uint64_t>(m.cols());
+  };
+  count(w.token_embedding);
+  count(w.classifier);
+  for (const auto& l : w.layers)
+    for (const kvd::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) count(*m);
+  const kvd::ModelConfig cfg = w.config;
+  Model m(std::move(w));
+  f.step_bytes = m.weight_bytes_per_token() + cfg.kv_bytes_per_token(kvd::DType::kF32) * (kTypePos + 1);
+
+  const Reps decode_reps = quick ? Reps{5, 0.3, 100} : Reps{15, 2.0, 1000};
+  f.decode = u.run(name + " decode", [&] { return time_decode(m, kTypePos, decode_reps); }, f.decode_busy);
+  progress("%s: decode at position %d: median %.2f ms/token; other processes used %.0f%% of the CPUs", name.c_str(),
+           kTypePos, f.decode.median() * 1e3, 100 * f.decode_busy);
+  if (!quick) {
+    Cache cache(cfg, kTypePrefill);
+    const std::vector<int> prompt = random_tokens(kTypePrefill, cfg.vocab_size);
+    m.reserve(kTypePrefill);
+    f.prefill = u.run(name + " prefill", [&] {
+      return time_calls([&] { m.prefill(prompt, cache); }, [&] { cache.clear(); }, 1, 3, 0.0, 3);
+    }, f.prefill_busy);
+    f.prefill_macs = m.last_macs();
+    progress("%s: prefill %d tokens: median %.0f ms; other processes used %.0f%% of the CPUs", name.c_str(),
+             kTypePrefill, f.prefill.median() * 1e3, 100 * f.prefill_busy);
+    const Reps batch_reps{10, 1.0, 500};
+    auto both = u.run(name + " decode_batch", [&] {
+      return std::make_pair(time_batch(m, 1, kTypePos, batch_reps), time_batch(m, kTypeBatch, kTypePos, batch_reps));
+    }, f.batch_busy);
+    f.batch1 = both.first;
+    f.batchN = both.second;
+    progress("%s: decode_batch: batch 1 %.2f ms/step, batch %d %.2f ms/step; other processes used %.0f%% of the CPUs",
+             name.c_str(), f.batch1.median() * 1e3, kTypeBatch, f.batchN.median() * 1e3, 100 * f.batch_busy);
+  }
+  return f;
+}
+
+/// Natural-log softmax of a logits row, in double.
+std::vector<double> log_softmax(const float* x, int n) {
+  double mx = x[0];
+  for (int i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
+  double z = 0;
+  for (int i = 0; i < n; ++i) z += std::exp(x[i] - mx);
+  const double lz = mx + std::log(z);
+  std::vector<double> l(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) l[i] = x[i] - lz;
+  return l;
+}
+
+/// `n` tokens the model itself samples from BOS (token 1) at temperature 1 (seed fixed),
+/// through the cache; its text for the quality figures.
+std::vector<int> sampled_text(Model& m, int n) {
+  std::vector<int> text = {1};
+  Cache cache(m.config(), n);
+  std::mt19937_64 rng(2024);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  const int V = m.config().vocab_size;
+  std::vector<float> row(static_cast<std::size_t>(V));  // (V) logits of the last position
+  auto keep_last = [&](const kvd::LogitsView<float>& l) { for (int i = 0; i < V; ++i) row[i] = l(l.rows() - 1, i); };
+  keep_last(m.prefill(text, cache));
+  while (static_cast<int>(text.size()) < n) {
+    const std::vector<double> lp = log_softmax(row.data(), V);
+    double r = uni(rng), acc = 0;
+    int next = V - 1;
+    for (int i = 0; i < V; ++i)
+      if ((acc += std::exp(lp[i])) > r) { next = i; break; }
+    text.push_back(next);
+    keep_last(m.decode_step(next, cache));
+  }
+  return text;
+}
+
+/// Quantizes `path` (an F32 GGUF) with `scheme` through kvd::quantize_model into a scratch
+/// file, loads it, and rates its next-token distributions over `text` against `ref`
+/// (the F32 model's logits, one row per position): mean KL(F32 || scheme), top-1 agreement,
+/// perplexity of the text.
+void rate_scheme(SchemeFigures& f, const std::string& path, const fs::path& scratch_dir, const std::vector<int>& text,
+                 const kvd::RowMatrix<float>& ref) {
+  const fs::path tmp = scratch_dir / (std::string("quality-") + kvd::quant_scheme_name(f.scheme) + ".gguf");
+  const kvd::QuantizeResult q = kvd::quantize_model(path, tmp.string(), f.scheme);
+  std::map<std::string, int> types;
+  for (const auto& t : q.tensors)
+    if (t.ne.size() >= 2) ++types[kvd::weight_type_name(t.type)];
+  for (const auto& [t, n] : types) f.quality_types += (f.quality_types.empty() ? "" : ", ") + t + " x" + std::to_string(n);
+  f.quality_file_bytes = q.file_bytes;
+  kvd::GGUFLoadOptions lo;
+  lo.max_seq_len = static_cast<int>(text.size());
+  Model qm(kvd::load_gguf_model<float>(tmp.string(), lo));
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  const kvd::RowMatrix<float> got = qm.forward_reference(text, /*all_logits=*/true);  // (n, V)
+  const int V = qm.config().vocab_size, n = static_cast<int>(text.size()) - 1;  // positions with a next token
+  double kl = 0, nll = 0;
+  int agree = 0;
+  for (int p = 0; p < n; ++p) {
+    const std::vector<double> lp = log_softmax(ref.data() + static_cast<long>(p) * V, V);
+    const std::vector<double> lq = log_softmax(got.data() + static_cast<long>(p) * V, V);
+    for (int i = 0; i < V; ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+    agree += kvd::argmax(ref.data() + static_cast<long>(p) * V, V) == kvd::argmax(got.data() + static_cast<long>(p) * V, V);
+    nll -= lq[text[p + 1]];
+  }
+  f.rated = true;
+  f.kl = kl / n;
+  f.top1 = static_cast<double>(agree) / n;
+  f.ppl = std::exp(nll / n);
+}
+
 // The SVG chart (line_chart_svg, Series, fmt, xml_escape) is in svg_chart.hpp.
 
 // ---------------------------------------------------------------- report
@@ -650,6 +801,99 @@ void print_table(const std::vector<TableRow>& rows) {
 }
 
 std::string pct(double f) { return fmt("%.1f%%", 100.0 * f); }
+
+/// Decode target per scheme (fraction of the bandwidth bound): the issues' figures.
+double decode_target(kvd::QuantScheme s) {
+  switch (kvd::quant_scheme_type(s)) {
+    case kvd::WeightType::kF16:
+    case kvd::WeightType::kBF16: return 0.90;
+    case kvd::WeightType::kF32:
+    case kvd::WeightType::kQ8_0: return 0.85;
+    case kvd::WeightType::kQ4_K:
+    case kvd::WeightType::kQ6_K:
+    case kvd::WeightType::kQ4_0: return 0.75;
+    default: return 0.60;
+  }
+}
+
+/// The per-scheme table on stdout, weight_types.csv, and two charts against bits per
+/// weight: decode tokens/s (with the bandwidth bound) and, when rated, KL divergence.
+void print_schemes(const std::vector<SchemeFigures>& v, double bw_gbs, double fma_gflops, int T, const fs::path& dir) {
+  constexpr double kPrefillTarget = 0.45, kBatchTarget = 5.0;
+  const bool rated = v.front().rated;
+  std::printf("\nStorage schemes on the TinyLlama-1.1B shape (random weights; block types quantize 64 rows per matrix\n"
+              "and repeat them, so each row still streams its own bytes), %d thread(s), decode at position %d, prefill\n"
+              "of %d tokens, batch %d vs 1; limits: %.2f GB/s and %.1f GFLOP/s from above. Medians.\n",
+              T, kTypePos, kTypePrefill, kTypeBatch, bw_gbs, fma_gflops);
+  std::printf("%-7s %5s %8s %8s %7s %8s %6s %9s %8s %7s %9s %6s", "scheme", "bpw", "MB/step", "tok/s", "GB/s",
+              "of bw", "target", "prefill/s", "of FMA", "b8/b1", "others", "");
+  if (rated) std::printf(" %9s %6s %8s  %s", "KL", "top-1", "ppl", "tensors (quality model)");
+  std::printf("\n");
+  std::ostringstream csv;
+  csv << "scheme,bits_per_weight,step_bytes,decode_tokens_per_s,decode_GB_per_s,decode_fraction_of_bandwidth,"
+         "decode_target,prefill_tokens_per_s,prefill_GFLOP_per_s,prefill_fraction_of_fma,batch8_over_batch1,"
+         "decode_others_cpu,prefill_others_cpu,batch_others_cpu,kl,top1,perplexity,quality_file_bytes,quality_types\n";
+  Series speed{"decode tokens/s (median)", "#1f63b4", {}, {}}, bound{"bandwidth bound", "#999999", {}, {}, true};
+  Series kl{"mean KL(F32 || scheme) per position", "#d6452a", {}, {}};
+  std::vector<const SchemeFigures*> by_bits;
+  for (const auto& f : v) by_bits.push_back(&f);
+  std::stable_sort(by_bits.begin(), by_bits.end(),
+                   [](const SchemeFigures* a, const SchemeFigures* b) { return a->bits_per_weight() < b->bits_per_weight(); });
+  for (const SchemeFigures* p : by_bits) {
+    const SchemeFigures& f = *p;
+    const double tps = 1.0 / f.decode.median(), gbs = f.step_bytes * tps / 1e9, frac = gbs / bw_gbs;
+    const bool has_pf = f.prefill.size() > 0;
+    const double pf_tps = has_pf ? kTypePrefill / f.prefill.median() : 0;
+    const double pf_frac = has_pf ? 2.0 * f.prefill_macs / f.prefill.median() / 1e9 / fma_gflops : 0;
+    const double ratio = f.batchN.size() ? (kTypeBatch / f.batchN.median()) / (1.0 / f.batch1.median()) : 0;
+    const double target = decode_target(f.scheme);
+    const bool is_q4k = f.scheme == kvd::QuantScheme::kQ4_K;
+    std::string met = frac >= target ? "yes" : "NO";
+    if (has_pf && pf_frac < kPrefillTarget) met += " pf-NO";
+    if (is_q4k && f.batchN.size() && ratio < kBatchTarget) met += " b-NO";
+    const double others = std::max({f.decode_busy, f.prefill_busy, f.batch_busy});
+    std::printf("%-7s %5.2f %8.1f %8.2f %7.2f %7.1f%% %5.0f%% %9s %7s%% %7s %8.0f%% %6s", kvd::quant_scheme_name(f.scheme),
+                f.bits_per_weight(), f.step_bytes / 1e6, tps, gbs, 100 * frac, 100 * target,
+                has_pf ? fmt("%.1f", pf_tps).c_str() : "-", has_pf ? fmt("%.1f", 100 * pf_frac).c_str() : "-",
+                f.batchN.size() ? fmt("%.2fx", ratio).c_str() : "-", 100 * std::max(others, 0.0), met.c_str());
+    if (f.rated) std::printf(" %9.5f %5.1f%% %8.3f  %s", f.kl, 100 * f.top1, f.ppl, f.quality_types.c_str());
+    std::printf("\n");
+    csv << kvd::quant_scheme_name(f.scheme) << ',' << fmt("%.4f", f.bits_per_weight()) << ',' << f.step_bytes << ','
+        << fmt("%.4f", tps) << ',' << fmt("%.3f", gbs) << ',' << fmt("%.4f", frac) << ',' << target << ','
+        << (has_pf ? fmt("%.3f", pf_tps) : "") << ',' << (has_pf ? fmt("%.2f", 2.0 * f.prefill_macs / f.prefill.median() / 1e9) : "")
+        << ',' << (has_pf ? fmt("%.4f", pf_frac) : "") << ',' << (f.batchN.size() ? fmt("%.3f", ratio) : "") << ','
+        << fmt("%.3f", f.decode_busy) << ',' << fmt("%.3f", f.prefill_busy) << ',' << fmt("%.3f", f.batch_busy) << ','
+        << (f.rated ? fmt("%.6g", f.kl) : "") << ',' << (f.rated ? fmt("%.4f", f.top1) : "") << ','
+        << (f.rated ? fmt("%.5f", f.ppl) : "") << ',' << (f.rated ? std::to_string(f.quality_file_bytes) : "") << ",\""
+        << f.quality_types << "\"\n";
+    speed.x.push_back(f.bits_per_weight());
+    speed.y.push_back(tps);
+    bound.x.push_back(f.bits_per_weight());
+    bound.y.push_back(bw_gbs * 1e9 / f.step_bytes);
+    if (f.rated && f.kl > 0) {
+      kl.x.push_back(f.bits_per_weight());
+      kl.y.push_back(f.kl);
+    }
+  }
+  if (rated)
+    std::printf("KL, top-1 and ppl: each scheme's copy of --quality-model (written by kvd::quantize_model, the types\n"
+                "listed) against the F32 file, over %d positions of the F32 model's own sampled text.\n", kQualityTokens - 1);
+  write_file(dir / "weight_types.csv", csv.str());
+  const std::string sub = "TinyLlama-1.1B shape, random weights, " + std::to_string(T) + " thread(s), position " +
+                          std::to_string(kTypePos) + "; " + cpu_model();
+  write_file(dir / "weight_types_speed.svg",
+             line_chart_svg("Decode speed by storage scheme", sub, "bits per weight (matrices)",
+                            "tokens/s (log scale)", {bound, speed}));
+  std::printf("wrote %s, %s", (dir / "weight_types.csv").string().c_str(), (dir / "weight_types_speed.svg").string().c_str());
+  if (kl.x.size() >= 2) {
+    write_file(dir / "weight_types_kl.svg",
+               line_chart_svg("What quantization costs: KL divergence from F32", "stories260K, " +
+                              std::to_string(kQualityTokens - 1) + " positions of its own text",
+                              "bits per weight (matrices, 1.1B shape)", "mean KL per position (log scale)", {kl}));
+    std::printf(", %s", (dir / "weight_types_kl.svg").string().c_str());
+  }
+  std::printf("\n");
+}
 
 }  // namespace
 
@@ -726,6 +970,36 @@ int roofline_main(int argc, char** argv) {
 
   // ---- 3. time per token against position
   const std::vector<PositionPoint> pts = measure_time_per_token(opt.quick, u);
+
+  // ---- 4. storage schemes on the TinyLlama-1.1B shape (and their quality on a real model)
+  std::vector<SchemeFigures> schemes;
+  if (!opt.schemes.empty()) {
+    std::unique_ptr<Model> qref;
+    std::vector<int> qtext;
+    kvd::RowMatrix<float> qlogits;  // (n, V) the F32 model's logits over its own text
+    if (!opt.quality_model.empty()) {
+      qref = std::make_unique<Model>(kvd::is_gguf_file(opt.quality_model)
+                                         ? kvd::load_gguf_model<float>(opt.quality_model)
+                                         : kvd::load_checkpoint<float>(opt.quality_model));
+      if (qref->config().max_seq_len < kQualityTokens)
+        throw kvd::ArgumentError(kvd::detail::msg("--quality-model ", opt.quality_model, " holds ",
+                                                  qref->config().max_seq_len, " positions; the quality figures need ",
+                                                  kQualityTokens, " (stories260K.bin holds 512, its GGUF 128)"));
+      qtext = sampled_text(*qref, kQualityTokens);
+      qlogits = qref->forward_reference(qtext, /*all_logits=*/true);
+      progress("quality: %s sampled %d tokens of its own text (temperature 1)", opt.quality_model.c_str(), kQualityTokens);
+    }
+    progress("1.1B shape: generating random float32 weights (%s)", kvd_bench::tinyllama_config().summary().c_str());
+    const kvd::ModelWeights<float> f32 = kvd::ModelWeights<float>::random(kvd_bench::tinyllama_config(), 2024);
+    for (kvd::QuantScheme sc : opt.schemes) {
+      schemes.push_back(measure_scheme(f32, sc, opt.quick, u));
+      if (qref) {
+        rate_scheme(schemes.back(), opt.quality_model, opt.out_dir, qtext, qlogits);
+        progress("quality of %s: KL %.5f, top-1 %.1f%%, perplexity %.3f (%s)", kvd::quant_scheme_name(sc),
+                 schemes.back().kl, 100 * schemes.back().top1, schemes.back().ppl, schemes.back().quality_types.c_str());
+      }
+    }
+  }
 
   // ---- outputs
   {
@@ -884,6 +1158,8 @@ int roofline_main(int argc, char** argv) {
                 p.reference.median() / p.cached.median(), busy_str(p.busy).c_str());
   std::printf("\nwrote %s, %s, %s\n", (opt.out_dir / "summary.csv").string().c_str(),
               (opt.out_dir / "time_per_token.csv").string().c_str(), (opt.out_dir / "time_per_token.svg").string().c_str());
+
+  if (!schemes.empty()) print_schemes(schemes, bw.best_gbs, fmaT.best_gflops, T, opt.out_dir);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // Decode speed by weight storage type on the TinyLlama-1.1B shape (d_model 2048,
 // hidden 5632, 22 layers, 32/4 heads, vocab 32000): 4.4 GB of f32 weights, 2.2 GB
-// in f16/bf16, far larger than any last-level cache, so every step streams its
+// in f16/bf16, and every kvdecode-quantize scheme (block types through
+// kvd_bench::weights_in_scheme); far larger than any last-level cache, so every step streams its
 // weights from memory. Each benchmark reports the bytes a step reads (packed
 // weights, one embedding row, norms, and the K/V it attends over) and divides by
 // the streaming-read bandwidth measured in the same process.
@@ -14,8 +15,6 @@
 #include "model_shapes.hpp"
 
 namespace {
-
-using kvd_bench::tinyllama_config;  // max_seq_len 512
 
 /// Streaming-read bandwidth over a 1 GiB array (GB/s), best of 3 passes with
 /// the current thread count: the limit a decode step can approach.
@@ -59,30 +58,24 @@ double read_bandwidth_gbs() {
   return gbs;
 }
 
-/// The model with its matrices stored as `type` (built once per type).
-kvd::Transformer<float>& model_of(kvd::WeightType type) {
+/// The model with its matrices stored as `scheme` chooses (kvd_bench::weights_in_scheme),
+/// built once per scheme from one set of random f32 weights.
+kvd::Transformer<float>& model_of(kvd::QuantScheme scheme) {
   static std::optional<kvd::ModelWeights<float>> f32;
   static std::unique_ptr<kvd::Transformer<float>> current;
-  static kvd::WeightType current_type = kvd::WeightType::kF32;
-  if (current && current_type == type) return *current;
+  static kvd::QuantScheme current_scheme = kvd::QuantScheme::kF32;
+  if (current && current_scheme == scheme) return *current;
   current.reset();
-  if (!f32) f32 = kvd::ModelWeights<float>::random(tinyllama_config(), 2024);
-  kvd::ModelWeights<float> w = *f32;
-  if (type != kvd::WeightType::kF32) {
-    w.token_embedding = w.token_embedding.converted_to(type);
-    for (auto& l : w.layers)
-      for (kvd::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) *m = m->converted_to(type);
-    w.classifier = w.classifier.converted_to(type);
-  }
-  current = std::make_unique<kvd::Transformer<float>>(std::move(w));
-  current_type = type;
+  if (!f32) f32 = kvd::ModelWeights<float>::random(kvd_bench::tinyllama_config(512), 2024);
+  current = std::make_unique<kvd::Transformer<float>>(kvd_bench::weights_in_scheme(*f32, scheme));
+  current_scheme = scheme;
   return *current;
 }
 
 // One decode step at position 256 (2 threads by default), cache prefilled once.
-void BM_Decode1p1B(benchmark::State& st, kvd::WeightType type) {
+void BM_Decode1p1B(benchmark::State& st, kvd::QuantScheme scheme) {
   const double bw = read_bandwidth_gbs();
-  kvd::Transformer<float>& m = model_of(type);
+  kvd::Transformer<float>& m = model_of(scheme);
   constexpr int kPos = 256;
   kvd::KVCache<float> cache(m.config(), kPos + 1);
   m.prefill(kvd_bench::random_tokens(kPos, m.config().vocab_size), cache);
@@ -99,8 +92,21 @@ void BM_Decode1p1B(benchmark::State& st, kvd::WeightType type) {
   st.counters["fraction"] = benchmark::Counter(bytes * 1e-9 / bw, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-BENCHMARK_CAPTURE(BM_Decode1p1B, f32, kvd::WeightType::kF32)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3);
-BENCHMARK_CAPTURE(BM_Decode1p1B, f16, kvd::WeightType::kF16)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3);
-BENCHMARK_CAPTURE(BM_Decode1p1B, bf16, kvd::WeightType::kBF16)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3);
+#define KVD_DECODE_1P1B(name, scheme) \
+  BENCHMARK_CAPTURE(BM_Decode1p1B, name, kvd::QuantScheme::scheme)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(3)
+KVD_DECODE_1P1B(f32, kF32);
+KVD_DECODE_1P1B(f16, kF16);
+KVD_DECODE_1P1B(bf16, kBF16);
+KVD_DECODE_1P1B(q8_0, kQ8_0);
+KVD_DECODE_1P1B(q6_K, kQ6_K);
+KVD_DECODE_1P1B(q5_K_M, kQ5_K_M);
+KVD_DECODE_1P1B(q4_K_M, kQ4_K_M);
+KVD_DECODE_1P1B(q4_K, kQ4_K);
+KVD_DECODE_1P1B(q4_0, kQ4_0);
+KVD_DECODE_1P1B(q4_1, kQ4_1);
+KVD_DECODE_1P1B(q5_0, kQ5_0);
+KVD_DECODE_1P1B(q5_1, kQ5_1);
+KVD_DECODE_1P1B(q3_K_M, kQ3_K_M);
+KVD_DECODE_1P1B(q2_K, kQ2_K);
 
 }  // namespace

@@ -141,7 +141,7 @@ struct Params {
   int random_tokens = 256;                 ///< --random-tokens
   // kvdecode-plan
   std::optional<int> layers, kv_heads, head_dim;
-  std::optional<DType> weight_dtype;
+  std::optional<std::string> weight_dtype;  ///< --weight-dtype: a kvdecode-quantize scheme name (checked by kvdecode-plan)
   DType dtype = DType::kF16;               ///< --dtype: the planned cache's element type
   std::optional<double> memory_gb, bandwidth_gb_s, weights_gb;
   std::optional<std::string> gpu;
@@ -151,10 +151,14 @@ struct Params {
   bool quick = false;
   double max_others = 0.10;                ///< a fraction; --max-others takes a percentage
   double patience = -1;                    ///< -1: 1200 s, or 0 with --quick
+  std::string weight_types;                ///< --weight-types: comma-separated schemes, "all", "" = skip
+  std::string quality_model;               ///< --quality-model: an F32 model whose own text rates each scheme
   // kvdecode-tokenize
   std::optional<std::string> text;         ///< --text: text to encode
   std::optional<std::string> cases;        ///< --cases: llama.cpp's vocab test file
   bool pieces = false, no_bos = false, no_special = false, bench = false;
+  std::optional<std::string> render_chat;  ///< --render-chat: conversations to render
+  std::string chat_template;               ///< --chat-template: a built-in template's name ("" = the model's)
 };
 
 /// One option: declared once in all_options(), taken by the programs in `programs`.
@@ -261,9 +265,10 @@ inline std::vector<Option> all_options(Params& p) {
        [&p](const S& n, const S& v) { p.kv_heads = static_cast<int>(parse_positive(n, v, kIntMax)); }});
   add({{"--head-dim"}, "N", "width of one head (Dh)", shape, kPlan, none,
        [&p](const S& n, const S& v) { p.head_dim = static_cast<int>(parse_positive(n, v, kIntMax)); }});
-  add({{"--weight-dtype"}, "T", "with --model: estimate the weights as stored as T from the parameter count (default: "
-       "the exact bytes of the file's tensors as stored)",
-       shape, kPlan, none, [&p](const S& n, const S& v) { p.weight_dtype = parse_dtype_value(n, v); }});
+  add({{"--weight-dtype"}, "T", "with --model: the weights as kvdecode-quantize would store them with scheme T (F32, "
+       "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q3_K_M, Q4_K, Q4_K_M, Q5_K, Q5_K_M, Q6_K: each tensor's "
+       "type and exact bytes); default: the file's tensors as stored",
+       shape, kPlan, none, [&p](const S&, const S& v) { p.weight_dtype = v; }});
   add({{"--dtype"}, "T", "cache element type: f32, f64, bf16, f16, q8 (also fp16, int8, ...)", plan, kPlan,
        [&p] { return S(dtype_name(p.dtype)); }, [&p](const S& n, const S& v) { p.dtype = parse_dtype_value(n, v); }});
   add({{"--tokens", "-c", "--ctx-size"}, "N",
@@ -325,6 +330,14 @@ inline std::vector<Option> all_options(Params& p) {
        "marked in the table", meas, kRoofline,
        [&p, str] { return p.patience < 0 ? S("1200; 0 with --quick") : str(p.patience); },
        [&p](const S& n, const S& v) { p.patience = parse_number(n, v, 0, false, 1e6); }});
+  add({{"--weight-types"}, "LIST", "also measure decode, prefill of 256 tokens and batch 8 on the TinyLlama-1.1B shape "
+       "with each storage scheme in LIST (comma-separated kvdecode-quantize names such as F16,Q8_0,Q4_K_M, or all); "
+       "writes weight_types.csv and weight_types.svg", meas, kRoofline,
+       [&p] { return p.weight_types.empty() ? S("none") : p.weight_types; },
+       [&p](const S&, const S& v) { p.weight_types = v; }});
+  add({{"--quality-model"}, "FILE", "with --weight-types: an F32 model, GGUF or llama2.c (e.g. stories260K.bin, 320 "
+       "positions or more); each scheme's copy of it is rated on the F32 model's own sampled text (KL, top-1 agreement, perplexity)", meas, kRoofline,
+       none, [&p](const S&, const S& v) { p.quality_model = v; }});
 
   // ---- kvdecode-tokenize
   const S tok = "Tokenize";
@@ -338,6 +351,12 @@ inline std::vector<Option> all_options(Params& p) {
        flag(p.no_bos)});
   add({{"--no-special"}, "", "tokenize special-token text such as <|im_start|> as plain text", tok,
        kGenerate | kTokenize, none, flag(p.no_special)});
+  add({{"--render-chat"}, "FILE", "render conversations with the model's chat template: FILE is a JSON list of "
+       "{\"messages\": [{\"role\", \"content\"}...], \"add_generation_prompt\": bool}; prints a JSON array of the "
+       "rendered strings", tok, kTokenize, none, [&p](const S&, const S& v) { p.render_chat = v; }});
+  add({{"--chat-template"}, "NAME", "use this built-in chat template instead of the model's: chatml, llama3, llama2, "
+       "mistral, phi3 (BOS/EOS text from the model's vocabulary)", tok, kTokenize, none,
+       [&p](const S&, const S& v) { p.chat_template = v; }});
   add({{"--bench"}, "", "measure encoding throughput (MB/s) on the --text or --cases input", tok, kTokenize, none,
        flag(p.bench)});
 

@@ -25,6 +25,7 @@
 #include "kvdecode/gguf.hpp"
 #include "kvdecode/gguf_model.hpp"
 #include "kvdecode/planner.hpp"
+#include "kvdecode/quantize.hpp"
 
 namespace {
 
@@ -102,7 +103,6 @@ struct ModelFile {
   std::uint64_t context = 0;       ///< positions the model was made for, as the file says
   std::uint64_t weight_bytes = 0;  ///< every weight tensor the model uses, as stored
   std::string stored_as;           ///< "f32", or "F16 2.20 GB + F32 184.32 kB" for a GGUF file
-  std::optional<kvd::DType> stored_dtype;  ///< the one DType all weights are stored as, when there is one
 };
 
 /// Reads a GGUF file (recognised by its magic, whatever its name) or a llama2.c
@@ -130,7 +130,6 @@ ModelFile read_model_file(const std::string& path) {
   m.context = static_cast<std::uint64_t>(c.config.max_seq_len);
   m.weight_bytes = c.weight_bytes;
   m.stored_as = "f32";
-  m.stored_dtype = kvd::DType::kF32;
   return m;
 }
 
@@ -139,7 +138,8 @@ int run(const Options& o) {
   kvd::PlanInput in;
   in.dtype = o.dtype;
   std::optional<ModelFile> info;
-  bool estimated = false;  // weight bytes from the parameter count rather than the file
+  bool estimated = false;  // weight bytes of --weight-dtype's scheme rather than of the file
+  std::string scheme_as;   // "Q4_K_M: q4_K 3.2 GB + q6_K ..." with --weight-dtype
   if (o.model) {
     auto reject = [](bool given, const char* opt) {
       if (given) throw ArgumentError(msg(opt, " cannot be combined with --model (the model file gives it)"));
@@ -151,10 +151,17 @@ int run(const Options& o) {
     info = read_model_file(*o.model);  // FileError/FormatError -> exit 1
     in = kvd::plan_input_for(info->config, o.dtype);
     // Without --weight-dtype: the exact bytes of the tensors as the file stores them.
-    // With it, an estimate from the parameter count (for q8, groups of 32 over the
-    // whole count rather than per tensor row: a few bytes off).
-    estimated = o.weight_dtype && o.weight_dtype != info->stored_dtype;
-    in.weight_bytes = estimated ? kvd::dtype_bytes_for(*o.weight_dtype, info->config.n_params()) : info->weight_bytes;
+    // With it, the bytes kvdecode-quantize would write with that scheme, tensor by tensor.
+    in.weight_bytes = info->weight_bytes;
+    if (o.weight_dtype) {
+      const kvd::QuantScheme scheme = kvd::parse_quant_scheme(*o.weight_dtype);  // ArgumentError listing the names
+      const kvd::SchemeBytes sb = kvd::scheme_weight_bytes(info->config, scheme);
+      estimated = true;
+      in.weight_bytes = sb.total;
+      scheme_as = msg(kvd::quant_scheme_name(scheme), ":");
+      for (const auto& [type, bytes] : sb.by_type)
+        scheme_as += msg(scheme_as.back() == ':' ? " " : " + ", kvd::weight_type_name(type), " ", kvd::format_bytes(bytes));
+    }
   } else {
     if (o.weight_dtype) throw ArgumentError("--weight-dtype needs --model (use --weights-gb to give weight bytes)");
     std::string missing;
@@ -208,8 +215,8 @@ int run(const Options& o) {
   row(os, "bytes per sequence", bytes_both(p.bytes_per_sequence));
   if (info)
     row(os, "weights", msg(bytes_both(p.weight_bytes), ", ", kvd::format_count(info->config.n_params()),
-                           " parameters as ", estimated ? kvd::dtype_name(*o.weight_dtype) : info->stored_as,
-                           estimated ? " (estimated from the parameter count)" : ""));
+                           " parameters as ", estimated ? scheme_as : info->stored_as,
+                           estimated ? " (as kvdecode-quantize would store them)" : ""));
   else if (o.weights_gb)
     row(os, "weights", bytes_both(p.weight_bytes));
   else

@@ -5,6 +5,7 @@
 //   kvdecode-tokenize --model ../shared/models/vocab/vocab-llama3.gguf --text "Hello world" --pieces
 //   kvdecode-tokenize --model ../shared/models/tokenizer-json/qwen3 --cases ../shared/reference/vocab/ggml-vocab-qwen2.gguf.inp
 //   kvdecode-tokenize --model ../shared/models/tokenizer-json/llama3 --cases FILE --bench
+//   kvdecode-tokenize --model ../shared/models/vocab/vocab-qwen3.gguf --render-chat ../shared/reference/chat/conversations.json
 //
 // Exit status: 0 on success, 1 if the tokenizer or input cannot be used, 2 on a bad argument.
 #include <algorithm>
@@ -16,7 +17,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli.hpp"
+#include "kvdecode/chat_template.hpp"
 #include "kvdecode/tokenizer_loader.hpp"
 
 namespace {
@@ -29,6 +33,7 @@ const char* const kIntro = R"(kvdecode-tokenize: text to token ids with a model'
 Usage:
   kvdecode-tokenize --model PATH --text TEXT [--pieces] [--no-bos] [--no-special]
   kvdecode-tokenize --model PATH --cases FILE
+  kvdecode-tokenize --model PATH --render-chat FILE [--chat-template NAME]
   kvdecode-tokenize --model PATH (--text TEXT | --cases FILE) --bench)";
 
 const char* const kOutro = R"(Options take their value as the next argument or after '=' (--text=hi).
@@ -76,6 +81,78 @@ std::string printable(const std::string& s) {
   return out + "'";
 }
 
+// s as a JSON string the way JSON.stringify / json.dumps(ensure_ascii=False) write it.
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// --render-chat: FILE is a JSON list of {"messages": [{"role", "content"}...],
+// "add_generation_prompt": bool}; prints the renderings as a JSON array, one per line.
+int render_chat(const kvd::cli::Params& p) {
+  kvd::ChatTemplate tmpl = [&] {
+    if (p.chat_template.empty()) return kvd::load_chat_template(*p.model);
+    kvd::ChatTemplate t = [&] {
+      try {
+        return kvd::ChatTemplate::builtin(p.chat_template);
+      } catch (const kvd::ConfigError& e) {
+        throw ArgumentError(msg("--chat-template: ", e.what()));
+      }
+    }();
+    const auto tok = kvd::load_tokenizer(*p.model);  // the built-in gets this vocabulary's BOS/EOS text
+    t.set_special_tokens(tok->bos_id() >= 0 ? tok->token_text(tok->bos_id()) : std::string(),
+                         tok->eos_id() >= 0 ? tok->token_text(tok->eos_id()) : std::string());
+    return t;
+  }();
+  const std::string& file = *p.render_chat;
+  const nlohmann::json all = kvd::detail::parse_json(read_file(file), file);
+  if (!all.is_array()) throw kvd::FormatError(msg(file, ": expected a JSON list of conversations"));
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const nlohmann::json& c = all[i];
+    const std::string where = msg(file, ": conversation ", i);
+    if (!c.is_object() || !c.contains("messages") || !c["messages"].is_array())
+      throw kvd::FormatError(where + " is not {\"messages\": [...], \"add_generation_prompt\": bool}");
+    std::vector<kvd::ChatMessage> messages;
+    for (std::size_t k = 0; k < c["messages"].size(); ++k) {
+      const nlohmann::json& m = c["messages"][k];
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+          !m["content"].is_string())
+        throw kvd::FormatError(msg(where, ": messages[", k, "] is not {\"role\": string, \"content\": string}"));
+      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+    bool gen = false;
+    if (c.contains("add_generation_prompt")) {
+      if (!c["add_generation_prompt"].is_boolean()) throw kvd::FormatError(where + ": add_generation_prompt is not a boolean");
+      gen = c["add_generation_prompt"].get<bool>();
+    }
+    out.push_back(tmpl.render(messages, gen));
+  }
+  std::cout << "[";
+  for (std::size_t i = 0; i < out.size(); ++i) std::cout << (i ? ",\n " : "\n ") << json_quote(out[i]);
+  std::cout << (out.empty() ? "]\n" : "\n]\n");
+  return 0;
+}
+
 int run(int argc, char** argv) {
   kvd::cli::Params p;
   kvd::cli::OptionTable table(kvd::cli::kTokenize, p, kIntro, kOutro);
@@ -87,8 +164,13 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (!p.model) throw ArgumentError("--model is required");
+  if (!p.chat_template.empty() && !p.render_chat) throw ArgumentError("--chat-template goes with --render-chat");
+  if (p.render_chat) {
+    if (p.text || p.cases || p.pieces || p.bench) throw ArgumentError("--render-chat excludes --text, --cases, --pieces and --bench");
+    return render_chat(p);
+  }
   if (p.text && p.cases) throw ArgumentError("--text and --cases exclude each other");
-  if (!p.text && !p.cases) throw ArgumentError("give --text TEXT or --cases FILE");
+  if (!p.text && !p.cases) throw ArgumentError("give --text TEXT, --cases FILE or --render-chat FILE");
   if (p.cases && p.pieces) throw ArgumentError("--pieces goes with --text");
 
   const auto tok = kvd::load_tokenizer(*p.model);

@@ -99,7 +99,7 @@ TEST(CliTable, PlanAndRooflineValues) {
   EXPECT_EQ(p.bandwidth_gb_s.value_or(0), 3350.0);
   EXPECT_EQ(p.gpu.value_or(""), "h100");
   EXPECT_EQ(p.weights_gb.value_or(-1), 0.0);
-  EXPECT_EQ(p.weight_dtype.value_or(kvd::DType::kF32), kvd::DType::kBF16);
+  EXPECT_EQ(p.weight_dtype.value_or(""), "bf16");
   EXPECT_TRUE(p.list_gpus);
 
   const Params r = parse(kvd::cli::kRoofline, {"--out-dir", "d", "--quick", "--max-others", "25", "--patience=3"});

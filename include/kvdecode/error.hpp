@@ -65,6 +65,13 @@ class ArgumentError : public Error {
   using Error::Error;
 };
 
+/// A chat template that cannot be parsed or rendered: a syntax error, an unsupported
+/// construct, raise_exception() in the template, an invalid operation or an exceeded
+/// limit. The message names the construct and its line and column in the source.
+class TemplateError : public Error {
+  using Error::Error;
+};
+
 namespace detail {
 /// Builds a message from streamable pieces: detail::msg("token ", t, " >= ", n).
 template <class... Parts>

@@ -34,6 +34,7 @@
 #include "kvdecode/tokenizer_json.hpp"
 #include "kvdecode/tokenizer_gguf.hpp"
 #include "kvdecode/tokenizer_loader.hpp"
+#include "kvdecode/chat_template.hpp"
 #include "kvdecode/sampler.hpp"
 #include "kvdecode/batcher.hpp"
 #include "kvdecode/planner.hpp"

@@ -232,6 +232,51 @@ inline WeightType choose_tensor_type(QuantScheme scheme, const std::string& name
   return t;
 }
 
+/// The bytes of a model of config `c` stored as `scheme`, by storage type: every
+/// tensor of the GGUF llama layout, each of the type choose_tensor_type() gives it
+/// (norms, biases and RoPE factors f32). What kvdecode-plan --weight-dtype uses.
+struct SchemeBytes {
+  std::uint64_t total = 0;
+  std::vector<std::pair<WeightType, std::uint64_t>> by_type;  ///< in order of first use
+};
+
+/// Throws ConfigError if c is invalid or a byte count overflows 64 bits.
+inline SchemeBytes scheme_weight_bytes(const ModelConfig& c, QuantScheme scheme) {
+  c.validate();
+  TypeChoiceContext ctx;
+  ctx.n_layers = c.n_layers; ctx.n_heads = c.n_heads; ctx.n_kv_heads = c.n_kv_heads;
+  ctx.has_output = !c.shared_classifier;
+  SchemeBytes out;
+  auto add = [&](WeightType t, std::uint64_t rows, std::uint64_t cols) {
+    const std::uint64_t b = detail::checked_mul(weight_row_bytes(t, cols), rows, "scheme_weight_bytes");
+    out.total = detail::checked_add(out.total, b, "scheme_weight_bytes");
+    for (auto& e : out.by_type)
+      if (e.first == t) { e.second += b; return; }
+    out.by_type.emplace_back(t, b);
+  };
+  auto matrix = [&](const std::string& name, std::uint64_t rows, std::uint64_t cols) {
+    add(choose_tensor_type(scheme, name, {cols, rows}, ctx), rows, cols);
+  };
+  const std::uint64_t D = c.d_model, V = c.vocab_size, F = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
+  matrix("token_embd.weight", V, D);
+  if (!c.shared_classifier) matrix("output.weight", V, D);
+  add(WeightType::kF32, 1, D);  // output_norm
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    matrix(b + "attn_q.weight", q, D);
+    matrix(b + "attn_k.weight", kv, D);
+    matrix(b + "attn_v.weight", kv, D);
+    matrix(b + "attn_output.weight", D, q);
+    matrix(b + "ffn_gate.weight", F, D);
+    matrix(b + "ffn_up.weight", F, D);
+    matrix(b + "ffn_down.weight", D, F);
+    add(WeightType::kF32, 2, D);  // attn_norm, ffn_norm
+    if (c.qkv_bias) add(WeightType::kF32, 1, q + 2 * kv);
+    if (c.qk_norm) add(WeightType::kF32, 2, static_cast<std::uint64_t>(c.head_dim));
+  }
+  return out;
+}
+
 /// One tensor as written, for progress and the summary.
 struct QuantizedTensorReport {
   std::string name;

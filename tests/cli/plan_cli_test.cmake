@@ -62,9 +62,23 @@ string(REGEX MATCH "\"tokens_per_sequence\":([0-9]+)" _ "${OUT}")
 if(CMAKE_MATCH_1 LESS 1)
   message(FATAL_ERROR "no tokens_per_sequence from the file's context_length: ${OUT}")
 endif()
-# --weight-dtype estimates from the parameter count: f32 gives the F32 file's bytes.
+# --weight-dtype gives the bytes kvdecode-quantize would store, tensor by tensor: f32 gives
+# the F32 file's bytes, and each scheme applied to rand256-F32 gives exactly the bytes of
+# the file llama-quantize wrote with that scheme (same per-tensor types and block sizes).
 expect_rc(0 -m ${G}/stories260K-F16.gguf --memory-gb 1 --weight-dtype f32 --json)
 expect_json(weight_bytes 1171200)
+foreach(scheme F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K)
+  expect_rc(0 -m ${G}/rand256-${scheme}.gguf --memory-gb 1 --json)
+  string(REGEX MATCH "\"weight_bytes\":([0-9]+)" _ "${OUT}")
+  set(file_bytes ${CMAKE_MATCH_1})
+  expect_rc(0 -m ${G}/rand256-F32.gguf --memory-gb 1 --weight-dtype ${scheme} --json)
+  expect_json(weight_bytes ${file_bytes})
+endforeach()
+expect_rc(2 -m ${G}/rand256-F32.gguf --memory-gb 1 --weight-dtype Q7_K)
+string(FIND "${ERR}" "unknown quantization type 'Q7_K'" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "--weight-dtype Q7_K: the error does not name the value: ${ERR}")
+endif()
 # qwen2 with biases is read too; its shape comes from the file.
 expect_rc(0 -m ${G}/qwen2arch-F32.gguf --memory-gb 1 --json)
 expect_json(n_layers 2 n_kv_heads 2 head_dim 32)

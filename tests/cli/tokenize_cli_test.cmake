@@ -10,7 +10,7 @@ function(expect_rc want)
 endfunction()
 
 expect_rc(0 --help)
-foreach(opt --model --text --cases --pieces --no-bos --no-special --bench)
+foreach(opt --model --text --cases --pieces --no-bos --no-special --bench --render-chat --chat-template)
   string(FIND "${OUT}" "${opt}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "--help does not mention ${opt}")
@@ -19,6 +19,45 @@ endforeach()
 expect_rc(2 --no-such-option)
 expect_rc(2 --model x)
 expect_rc(1 --model ${SHARED}/does-not-exist --text hi)
+
+expect_rc(2 --model x --chat-template chatml)
+expect_rc(2 --model x --render-chat y --text z)
+
+# --render-chat against @huggingface/jinja's renderings of the reference conversations,
+# byte for byte, with the template from a GGUF, a folder, a tokenizer.json and a
+# tokenizer_config.json.
+set(CHAT ${SHARED}/reference/chat)
+if(EXISTS ${CHAT})
+  set(CHAT_PAIRS
+    "vocab/vocab-llama3.gguf=llama3"
+    "vocab/vocab-qwen3.gguf=qwen3"
+    "tokenizer-json/llama3/tokenizer.json=llama3"
+    "tokenizer-json/qwen3=qwen3"
+    "tokenizer-json/qwen3/tokenizer_config.json=qwen3")
+  foreach(pair ${CHAT_PAIRS})
+    string(REPLACE "=" ";" parts "${pair}")
+    list(GET parts 0 model)
+    list(GET parts 1 ref)
+    expect_rc(0 --model ${SHARED}/models/${model} --render-chat ${CHAT}/conversations.json)
+    file(READ ${CHAT}/${ref}.json want)
+    if(NOT OUT STREQUAL want)
+      message(FATAL_ERROR "kvdecode-tokenize --model ${model} --render-chat differs from ${ref}.json:\n${OUT}")
+    endif()
+    message(STATUS "${model}: reference/chat/${ref}.json reproduced")
+  endforeach()
+  # Mistral's config has no template: exit 1 naming it; a built-in renders instead.
+  expect_rc(1 --model ${SHARED}/models/tokenizer-json/mistral --render-chat ${CHAT}/conversations.json)
+  expect_rc(0 --model ${SHARED}/models/tokenizer-json/mistral --render-chat ${CHAT}/conversations.json
+            --chat-template mistral)
+  string(FIND "${OUT}" "\"<s>[INST] Hello! [/INST]\"" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "--chat-template mistral: unexpected rendering\n${OUT}")
+  endif()
+  expect_rc(2 --model ${SHARED}/models/tokenizer-json/mistral --render-chat ${CHAT}/conversations.json
+            --chat-template vicuna)
+else()
+  message(STATUS "SKIP: ${CHAT} is absent; --render-chat not compared")
+endif()
 
 set(REF ${SHARED}/reference/vocab)
 if(NOT EXISTS ${REF})
