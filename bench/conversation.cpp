@@ -9,8 +9,7 @@
 // prefilled, as a Markdown table, <out-dir>/conversation_ttft.csv and
 // <out-dir>/conversation_ttft.svg.
 //
-// Rendering is ChatML through examples/chat_cli.hpp's render_conversation (the
-// placeholder the chat-template engine replaces); with --tokenizer (e.g.
+// Rendering is ChatML (kvd::ChatTemplate::builtin("chatml")); with --tokenizer (e.g.
 // ../shared/models/tokenizer.bin, Llama 2's 32000 pieces, TinyLlama's vocabulary)
 // the text is encoded with it, else one token per byte.
 //   ./build/bin/kvdecode-conversation --tokenizer ../shared/models/tokenizer.bin
@@ -35,7 +34,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Cache = kvd::KVCache<float>;
-using kvd::cli::Message;
+using Message = kvd::ChatMessage;
 
 const char* const kIntro = R"(usage: kvdecode-conversation [options]
 
@@ -67,7 +66,11 @@ struct Side {
   Side(kvd::Transformer<float>& model, bool reuse, const kvd::Chat<float, Cache, Message>::Encoder& enc,
        const kvd::Chat<float, Cache, Message>::Decoder& dec)
       : conv(model, Cache(model.config()), kvd::ConversationOptions{reuse}),
-        chat(conv, kvd::cli::render_conversation, enc, dec, {{"system", kSystem}}) {}
+        chat(conv, render, enc, dec, {{"system", kSystem}}) {}
+  static std::string render(const std::vector<Message>& m, bool add_generation_prompt) {
+    static const kvd::ChatTemplate chatml = kvd::ChatTemplate::builtin("chatml");
+    return chatml.render(m, add_generation_prompt);
+  }
 };
 
 struct TurnFigures {

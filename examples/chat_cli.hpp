@@ -3,11 +3,11 @@
 // --prompt-cache FILE, on kvd::Conversation / kvd::Chat (conversation.hpp) and
 // the prompt cache files of prompt_cache.hpp.
 //
-// Rendering: until the chat-template engine (include/kvdecode/chat_template.hpp)
-// is merged, every conversation is rendered by render_conversation() below, a
-// small built-in ChatML renderer. THE INTEGRATOR REPLACES render_conversation()
-// (and Message) by kvd::ChatTemplate::render / kvd::ChatMessage: the model's own
-// template, or --chat-template NAME. Nothing else here depends on the format.
+// Rendering: the model's own chat template (kvd::ChatTemplate, chat_template.hpp:
+// a GGUF's tokenizer.chat_template, a tokenizer.json's tokenizer_config.json), or
+// the built-in --chat-template NAME; a model without one (a llama2.c tokenizer.bin)
+// falls back to the built-in ChatML, with a note. Prompts are encoded with
+// kvd::encode_chat (one BOS, even if the template wrote it).
 #pragma once
 
 #include <algorithm>
@@ -28,20 +28,33 @@
 
 namespace kvd::cli {
 
-/// One message, as kvd::ChatMessage (chat_template.hpp) has it; replaced by it on integration.
-struct Message {
-  std::string role;
-  std::string content;
-};
+using Message = ChatMessage;
 
-/// ChatML: "<|im_start|>{role}\n{content}<|im_end|>\n" per message, and with
-/// add_generation_prompt "<|im_start|>assistant\n". PLACEHOLDER for the model's own
-/// chat template (kvd::ChatTemplate::render): see the comment at the top. Never fails.
-inline std::string render_conversation(const std::vector<Message>& messages, bool add_generation_prompt) {
-  std::string out;
-  for (const Message& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_generation_prompt) out += "<|im_start|>assistant\n";
-  return out;
+/// The chat template a conversation is rendered with: --chat-template NAME (a
+/// built-in, with the vocabulary's BOS/EOS text), else the model's own (from
+/// `source`, the tokenizer's file), else the built-in ChatML with a note on stderr.
+/// Throws ArgumentError for an unknown NAME; TemplateError / FormatError for a model
+/// template that does not parse.
+inline ChatTemplate chat_template_for(const Params& o, const std::string& source, const TextTokenizer& tok) {
+  auto builtin = [&](const std::string& name) {
+    ChatTemplate t = [&] {
+      try {
+        return ChatTemplate::builtin(name);
+      } catch (const ConfigError& e) {
+        throw ArgumentError(detail::msg("--chat-template: ", e.what()));
+      }
+    }();
+    t.set_special_tokens(tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : std::string(),
+                         tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : std::string());
+    return t;
+  };
+  if (!o.chat_template.empty()) return builtin(o.chat_template);
+  try {
+    return load_chat_template(source);
+  } catch (const ConfigError& e) {
+    if (!o.quiet) std::cerr << "note: " << e.what() << "; using the built-in chatml\n";
+    return builtin("chatml");
+  }
 }
 
 /// The user messages of a --conversation file: a JSON array of strings.
@@ -91,8 +104,10 @@ int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const 
   Conversation<float, KVCache<float, S>> conv(model, KVCache<float, S>(c), copt);
   std::vector<Message> opening;
   if (o.system) opening.push_back({"system", *o.system});
+  const ChatTemplate tmpl = chat_template_for(o, o.tokenizer, tok);
+  auto render = [&tmpl](const std::vector<Message>& m, bool gen) { return tmpl.render(m, gen); };
   Chat<float, KVCache<float, S>, Message> chat(
-      conv, render_conversation, [&](const std::string& text) { return tok.encode(text, true, !o.no_special); },
+      conv, render, [&](const std::string& text) { return encode_chat(tok, text); },
       [&](const std::vector<int>& ids) { return tok.decode(ids); }, opening);
 
   // --prompt-cache: the rendered opening messages (the system prompt) are what later
@@ -101,7 +116,7 @@ int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const 
   // here; prompt_cache_restored in --json says how many came from the file.)
   int pc_restored = -1;
   if (!o.prompt_cache.empty()) {
-    const std::vector<int> head = tok.encode(render_conversation(opening, false), true, !o.no_special);
+    const std::vector<int> head = encode_chat(tok, render(opening, false));
     double seconds = 0;
     pc_restored = prime_from_prompt_cache(conv, head, o, &seconds);
     if (progress)

@@ -355,7 +355,7 @@ inline std::vector<Option> all_options(Params& p) {
        "{\"messages\": [{\"role\", \"content\"}...], \"add_generation_prompt\": bool}; prints a JSON array of the "
        "rendered strings", tok, kTokenize, none, [&p](const S&, const S& v) { p.render_chat = v; }});
   add({{"--chat-template"}, "NAME", "use this built-in chat template instead of the model's: chatml, llama3, llama2, "
-       "mistral, phi3 (BOS/EOS text from the model's vocabulary)", tok, kTokenize, none,
+       "mistral, phi3 (BOS/EOS text from the model's vocabulary)", tok, kTokenize | kGenerate, none,
        [&p](const S&, const S& v) { p.chat_template = v; }});
   add({{"--bench"}, "", "measure encoding throughput (MB/s) on the --text or --cases input", tok, kTokenize, none,
        flag(p.bench)});

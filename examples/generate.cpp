@@ -83,7 +83,8 @@ Options parse(int argc, char** argv) {
   if (conversing && (o.no_cache || o.compare || o.demo))
     usage_error("--conversation / --chat run with the cache; compare with --no-cache-reuse instead");
   if (conversing && o.tokenizer.empty()) usage_error("--conversation / --chat need a tokenizer (--tokenizer, or a GGUF model)");
-  if (!conversing && (o.no_cache_reuse || o.system)) usage_error("--no-cache-reuse and --system go with --conversation or --chat");
+  if (!conversing && (o.no_cache_reuse || o.system || !o.chat_template.empty()))
+    usage_error("--no-cache-reuse, --system and --chat-template go with --conversation or --chat");
   if (!o.prompt_cache.empty() && (o.no_cache || o.no_cache_reuse || o.compare || o.demo || !o.dump_logits.empty()))
     usage_error("--prompt-cache reuses a cached prompt: drop --no-cache, --no-cache-reuse, --compare, --demo and "
                 "--dump-logits");
