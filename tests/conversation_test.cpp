@@ -4,12 +4,14 @@
 // cache: greedy and sampled (with a repetition penalty, which reads the whole
 // history), contiguous and paged caches, bf16 storage, sliding windows that
 // cannot rewind, and a chat renderer that rewrites earlier turns as Qwen3's
-// template does. Bad inputs each get their own test, with nothing changed.
+// template does (a renderer written here, and Qwen3's own template). Bad inputs
+// each get their own test, with nothing changed.
 #include <gtest/gtest.h>
 
 #include <map>
 #include <memory>
 
+#include "kvdecode/chat_template.hpp"
 #include "kvdecode/conversation.hpp"
 #include "kvdecode/paged_cache.hpp"
 #include "test_util.hpp"
@@ -224,10 +226,11 @@ std::string qwen3_like_render(const std::vector<Msg>& messages, bool add_generat
   return out;
 }
 
-template <class Cache>
-void check_chat_rewrites(Transformer<float>& model, Cache cache, bool sample) {
+template <class M = Msg, class Cache>
+void check_chat_rewrites(Transformer<float>& model, Cache cache, bool sample,
+                         ChatRenderer<M> render = qwen3_like_render) {
   Conversation conv(model, std::move(cache));
-  Chat<float, Cache, Msg> chat(conv, qwen3_like_render, byte_encode, byte_decode, {{"system", "Be brief."}});
+  Chat<float, Cache, M> chat(conv, render, byte_encode, byte_decode, {{"system", "Be brief."}});
   Sampler a(sample ? sampled(5) : SamplerConfig{}), b(sample ? sampled(5) : SamplerConfig{});
   GenerateOptions opt;
   opt.max_new_tokens = 12;
@@ -276,6 +279,20 @@ TEST(ConversationChat, RewritingRendererPagedSampled) {
   Transformer<float> model(ModelWeights<float>::random(c, 9));
   BlockPool<float> pool(c, 40, 16);
   check_chat_rewrites(model, PagedSequence<float>(pool), true);
+}
+
+// Qwen3's own template (tokenizer_config.json, rendered by kvd::ChatTemplate) with
+// enable_thinking = false rewrites history the same way.
+TEST(ConversationChat, Qwen3TemplateRewritesHistoryPaged) {
+  const std::string shared = kvd_test::shared_dir();
+  if (shared.empty()) GTEST_SKIP() << "../shared is absent: no Qwen3 tokenizer_config.json";
+  ChatTemplate qwen3 = ChatTemplate::from_tokenizer_config(shared + "/models/tokenizer-json/qwen3/tokenizer_config.json");
+  qwen3.set_variable("enable_thinking", "false");
+  const ModelConfig c = conv_config(0, 512);
+  Transformer<float> model(ModelWeights<float>::random(c, 9));
+  BlockPool<float> pool(c, 40, 16);
+  check_chat_rewrites<ChatMessage>(model, PagedSequence<float>(pool), true,
+                                   [&](const std::vector<ChatMessage>& m, bool g) { return qwen3.render(m, g); });
 }
 
 // A real model and its real tokenizer: stories260K with tok512's BPE merges, where a
