@@ -103,6 +103,7 @@ enum Program : unsigned {
   kRoofline = 1u << 3,     ///< kvdecode-roofline
   kTokenize = 1u << 4,     ///< kvdecode-tokenize
   kQuantize = 1u << 5,     ///< kvdecode-quantize
+  kConversation = 1u << 6, ///< kvdecode-conversation (bench/conversation.cpp)
 };
 
 /// Every value any program's options can set. A program sets its own defaults
@@ -132,6 +133,12 @@ struct Params {
   // Output
   bool ids = false, json = false, quiet = false, help = false;
   std::string dump_logits;                 ///< --dump-logits FILE
+  // Conversations and prompt caches (kvdecode-generate)
+  std::optional<std::string> conversation; ///< --conversation FILE.json: a list of user messages
+  bool chat = false;                       ///< --chat: interactive, one user message per stdin line
+  std::optional<std::string> system;       ///< --system TEXT: the conversation's system message
+  bool no_cache_reuse = false;             ///< --no-cache-reuse: re-prefill the whole history each turn
+  std::string prompt_cache;                ///< --prompt-cache FILE
   // kvdecode-cache-report
   bool no_model = false, no_random = false;
   std::optional<std::uint64_t> tokens;     ///< --tokens: cache-report's generated tokens, plan's context
@@ -200,7 +207,7 @@ inline std::vector<Option> all_options(Params& p) {
        "version-1 float32)", in,
        kGenerate | kCacheReport | kPlan | kTokenize, none, [&p](const S&, const S& v) { p.model = v; }});
   add({{"--tokenizer"}, "PATH", "tokenizer for --prompt and text output: GGUF, tokenizer.json (any name) or its "
-       "folder, or llama2.c tokenizer.bin", in, kGenerate | kQuantize, none,
+       "folder, or llama2.c tokenizer.bin", in, kGenerate | kQuantize | kConversation, none,
        [&p](const S&, const S& v) { p.tokenizer = v; }});
   add({{"--ctx-size", "-c"}, "N",
        "longest sequence to plan for (RoPE table, KV cache); caps a GGUF file's context_length "
@@ -210,7 +217,7 @@ inline std::vector<Option> all_options(Params& p) {
        [&p](const S&, const S& v) { p.prompt = v; }});
   add({{"--prompt-ids"}, "CSV", "prompt token ids used exactly as given, e.g. 1,403,407", in, kGenerate, none,
        [&p](const S& n, const S& v) { p.prompt_ids = parse_id_list(n, v); }});
-  add({{"--steps", "-n", "--n-predict"}, "N", "new tokens to generate (capped by the context)", in, kGenerate,
+  add({{"--steps", "-n", "--n-predict"}, "N", "new tokens to generate (capped by the context)", in, kGenerate | kConversation,
        [&p, str] { return str(p.steps); },
        [&p](const S& n, const S& v) { p.steps = static_cast<int>(parse_integer(n, v, 1, 1 << 30)); }});
 
@@ -295,7 +302,7 @@ inline std::vector<Option> all_options(Params& p) {
 
   // ---- execution
   add({{"--threads", "-t"}, "N", "OpenMP threads (results are identical for any N)", exe,
-       kGenerate | kCacheReport | kRoofline | kQuantize,
+       kGenerate | kCacheReport | kRoofline | kQuantize | kConversation,
        [&p, str] { return p.threads > 0 ? str(p.threads) : S("OpenMP's default"); },
        [&p](const S& n, const S& v) { p.threads = static_cast<int>(parse_integer(n, v, 1, 1024)); }});
   add({{"--cache-dtype"}, "T", "KV cache element type: f32, bf16, f16", exe, kGenerate,
@@ -311,11 +318,27 @@ inline std::vector<Option> all_options(Params& p) {
        flag(p.compare)});
   add({{"--demo"}, "", "run the built-in demo (the default with no arguments)", exe, kGenerate, none, flag(p.demo)});
 
+  // ---- conversations and prompt caches (kvdecode-generate)
+  const S conv = "Conversations and prompt caches";
+  add({{"--conversation"}, "FILE", "a JSON list of user messages; each assistant reply is generated in turn, the KV "
+       "cache kept across turns (only tokens not already cached are prefilled)", conv, kGenerate, none,
+       [&p](const S&, const S& v) { p.conversation = v; }});
+  add({{"--chat", "-cnv"}, "", "interactive chat: one user message per line on stdin, the reply streamed, tokens "
+       "prefilled and reused reported per turn", conv, kGenerate, none, flag(p.chat)});
+  add({{"--system", "-sys"}, "TEXT", "system message opening the --conversation / --chat", conv, kGenerate, none,
+       [&p](const S&, const S& v) { p.system = v; }});
+  add({{"--no-cache-reuse"}, "", "re-prefill the whole conversation every turn (the baseline: identical tokens and "
+       "logits)", conv, kGenerate, none, flag(p.no_cache_reuse)});
+  add({{"--prompt-cache"}, "FILE", "restore the KV cache of a prompt's first tokens from FILE and prefill only the "
+       "rest; save it there after the prompt (a file of another model, or damaged, is ignored with a warning); with "
+       "--conversation / --chat, the rendered --system message",
+       conv, kGenerate, none, [&p](const S&, const S& v) { p.prompt_cache = v; }});
+
   // ---- kvdecode-roofline
-  add({{"--out-dir"}, "DIR", "where to write summary.csv, time_per_token.csv and time_per_token.svg", meas, kRoofline,
+  add({{"--out-dir"}, "DIR", "where to write summary.csv, time_per_token.csv and time_per_token.svg", meas, kRoofline | kConversation,
        [&p] { return p.out_dir; }, [&p](const S&, const S& v) { p.out_dir = v; }});
   add({{"--quick"}, "", "smoke run: 256 MiB bandwidth array, fewer repetitions, and the stories15M shape only "
-       "(takes seconds, figures are rough)", meas, kRoofline, none, flag(p.quick)});
+       "(takes seconds, figures are rough)", meas, kRoofline | kConversation, none, flag(p.quick)});
   add({{"--max-others"}, "P", "on a shared machine: before each measurement wait until other processes use at most "
        "P% of the CPUs, and repeat a measurement during which they used more", meas, kRoofline,
        [&p, str] { return str(p.max_others * 100); },
@@ -349,7 +372,7 @@ inline std::vector<Option> all_options(Params& p) {
        "{\"messages\": [{\"role\", \"content\"}...], \"add_generation_prompt\": bool}; prints a JSON array of the "
        "rendered strings", tok, kTokenize, none, [&p](const S&, const S& v) { p.render_chat = v; }});
   add({{"--chat-template"}, "NAME", "use this built-in chat template instead of the model's: chatml, llama3, llama2, "
-       "mistral, phi3 (BOS/EOS text from the model's vocabulary)", tok, kTokenize, none,
+       "mistral, phi3 (BOS/EOS text from the model's vocabulary)", tok, kTokenize | kGenerate, none,
        [&p](const S&, const S& v) { p.chat_template = v; }});
   add({{"--bench"}, "", "measure encoding throughput (MB/s) on the --text or --cases input", tok, kTokenize, none,
        flag(p.bench)});
@@ -357,13 +380,14 @@ inline std::vector<Option> all_options(Params& p) {
   // ---- output
   add({{"--ids"}, "", "print prompt ids on line 1 and generated ids on line 2", out, kGenerate, none, flag(p.ids)});
   add({{"--dump-logits"}, "FILE", "raw little-endian float32, vocab_size values per row, one row per position fed "
-       "to the model, from position 0 (prompt included)", out, kGenerate, none,
+       "to the model, from position 0 (prompt included); with --conversation, turn by turn, one row per position the "
+       "turn added (its new prompt tokens, then the generated ones), the same rows with or without --no-cache-reuse", out, kGenerate, none,
        [&p](const S&, const S& v) { p.dump_logits = v; }});
   add({{"--json"}, "", "also print the results as one JSON object on the last line", out,
        kGenerate | kCacheReport | kPlan, none, flag(p.json)});
   add({{"--list-gpus"}, "", "print the built-in card table and exit", out, kPlan, none, flag(p.list_gpus)});
   add({{"--quiet"}, "", "no progress or timing on stderr", out, kGenerate | kCacheReport | kQuantize, none, flag(p.quiet)});
-  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline | kTokenize | kQuantize, none,
+  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline | kTokenize | kQuantize | kConversation, none,
        flag(p.help)});
   return o;
 }

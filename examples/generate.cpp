@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "chat_cli.hpp"
 #include "cli.hpp"
 #include "kvdecode/kvdecode.hpp"
 #include "kvdecode/sampler.hpp"
@@ -42,7 +43,9 @@ const char* const kOutro = R"(--json fields: prompt_tokens, generated_tokens, pr
 decode_tokens_per_second, weight_bytes_per_token, kv_cache_bytes, kv_bytes_per_token,
 cache, cache_dtype, threads, stop_reason, prompt_ids, generated_ids, text, ...; with
 --draft-model or --lookup also draft, draft_tokens, draft_proposed, draft_accepted,
-acceptance_rate, target_forwards.
+acceptance_rate, target_forwards; with
+--prompt-cache also reused and prefilled; with --conversation one object
+{model, cache_reuse, cache_dtype, turns: [{prompt_tokens, reused, prefilled, ...}]}
 Options take their value as the next argument or after '=' (--steps=64).
 Exit status: 0 success, 1 model file unusable or results not identical, 2 bad argument.
 )";
@@ -79,6 +82,23 @@ Options parse(int argc, char** argv) {
   if ((o.draft_model || o.lookup > 0) && o.no_cache)
     usage_error("speculative decoding (--draft-model, --lookup) verifies against the KV cache; drop --no-cache");
   if (o.draft_model && o.demo) usage_error("--demo uses a built-in model; drop --draft-model");
+  // Conversations and prompt caches (chat_cli.hpp).
+  const bool conversing = o.conversation || o.chat;
+  if (o.conversation && o.chat) usage_error("give either --conversation FILE or --chat, not both");
+  if (conversing && (o.prompt || o.prompt_ids)) usage_error("--conversation / --chat take their prompts as messages; drop --prompt");
+  if (conversing && (o.no_cache || o.compare || o.demo))
+    usage_error("--conversation / --chat run with the cache; compare with --no-cache-reuse instead");
+  if (conversing && o.tokenizer.empty()) usage_error("--conversation / --chat need a tokenizer (--tokenizer, or a GGUF model)");
+  if (!conversing && (o.no_cache_reuse || o.system || !o.chat_template.empty()))
+    usage_error("--no-cache-reuse, --system and --chat-template go with --conversation or --chat");
+  if (!o.prompt_cache.empty() && (o.no_cache || o.no_cache_reuse || o.compare || o.demo || !o.dump_logits.empty()))
+    usage_error("--prompt-cache reuses a cached prompt: drop --no-cache, --no-cache-reuse, --compare, --demo and "
+                "--dump-logits");
+  if (!o.prompt_cache.empty() && conversing && !o.system)
+    usage_error("--prompt-cache with --conversation / --chat caches the --system message: give --system TEXT");
+  if ((o.draft_model || o.lookup > 0) && (conversing || !o.prompt_cache.empty()))
+    usage_error("speculative decoding (--draft-model, --lookup) runs single prompts; drop --conversation, --chat and "
+                "--prompt-cache");
   try {
     o.sampler.validate();
   } catch (const kvd::Error& e) {
@@ -95,6 +115,7 @@ struct Run {
   std::vector<float> logits;  // (positions, V): every position fed, in order
   std::uint64_t kv_bytes = 0;
   double total_seconds = 0;
+  int reused = -1;  // --prompt-cache: prompt positions restored from the file (-1: no prompt cache)
 };
 
 // A drafter for the run, or none: a draft model over its own cache, or prompt lookup.
@@ -110,7 +131,8 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
              const DraftSetup& ds = {}) {
   Run run;
   const int V = model.config().vocab_size;
-  kvd::KVCache<float, S> cache(model.config());
+  // (with --prompt-cache the conversation in chat_cli.hpp holds the cache; this one is not used)
+  kvd::KVCache<float, S> cache(model.config(), o.prompt_cache.empty() ? 0 : 1);
   kvd::GenerateOptions gopt;
   gopt.max_new_tokens = o.steps;
   gopt.use_cache = use_cache;
@@ -143,7 +165,9 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
                 << std::fixed << std::setprecision(1) << std::chrono::duration<double>(Clock::now() - t0).count()
                 << " s\n";
   };
-  if (use_cache && ds.on()) {
+  if (!o.prompt_cache.empty() && use_cache) {
+    run.result = kvd::cli::generate_with_prompt_cache<S>(model, prompt, o, gopt, hooks, &run.kv_bytes, &run.reused);
+  } else if (use_cache && ds.on()) {
     // The draft proposes with its own sampler of the same settings: the same draw at
     // the same position, so it agrees with the target wherever their distributions do.
     kvd::Sampler draft_sampler(o.sampler);
@@ -172,7 +196,7 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
   }
   run.total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   if (text) std::cout << text->flush() << "\n";
-  run.kv_bytes = use_cache ? cache.bytes_used() : 0;
+  if (o.prompt_cache.empty()) run.kv_bytes = use_cache ? cache.bytes_used() : 0;
   (void)V;
   return run;
 }
@@ -256,6 +280,8 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
        << ",\"draft_accepted\":" << run.draft_accepted << ",\"acceptance_rate\":"
        << (run.draft_proposed > 0 ? static_cast<double>(run.draft_accepted) / run.draft_proposed : 0.0)
        << ",\"target_forwards\":" << run.target_forwards;
+  if (run.reused >= 0)
+    js << ",\"reused\":" << run.reused << ",\"prefilled\":" << prompt.size() - static_cast<std::size_t>(run.reused);
   js << ",\"prompt_ids\":[";
   for (std::size_t i = 0; i < prompt.size(); ++i) js << (i ? "," : "") << prompt[i];
   js << "],\"generated_ids\":[";
@@ -335,6 +361,12 @@ int real_main(int argc, char** argv) {
   if (draft && tok && kvd::is_gguf_file(*o.draft_model)) {
     const auto draft_tok = kvd::load_tokenizer(*o.draft_model);
     kvd::check_same_vocabulary(*tok, *draft_tok);
+  }
+
+  if (o.conversation || o.chat) {  // chat_cli.hpp
+    if (o.cache_dtype == "bf16") return kvd::cli::run_conversation<Eigen::bfloat16>(*model, *tok, o);
+    if (o.cache_dtype == "f16") return kvd::cli::run_conversation<Eigen::half>(*model, *tok, o);
+    return kvd::cli::run_conversation<float>(*model, *tok, o);
   }
 
   // The prompt.

@@ -1,7 +1,10 @@
 // Cache files: saving one sequence's KV cache to disk and restoring it, so a
 // conversation can be parked and resumed without recomputing its prompt.
 // Restoring is exact: decoding after load_cache() gives the same logits, bit
-// for bit, as if the cache had never left memory.
+// for bit, as if the cache had never left memory. Contiguous caches (KVCache)
+// and paged sequences (PagedSequence) both save and restore, in the same format:
+// a file written by either kind restores into either. prompt_cache.hpp embeds
+// these files, with their tokens, in prompt cache files.
 //
 // File layout (version 1, little-endian):
 //   offset  bytes  field
@@ -57,6 +60,7 @@
 #include "kvdecode/dtype.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/kv_cache.hpp"
+#include "kvdecode/paged_cache.hpp"
 
 namespace kvd {
 
@@ -243,28 +247,12 @@ inline CacheFileInfo parse_header(const std::string& path, const unsigned char* 
   return info;
 }
 
-/// Maps, reads and checks a whole cache file. Throws FileError naming the path
-/// and the problem (FormatError when its bytes break the format); reads nothing
-/// beyond the first 64 bytes until the header and the file size agree, and
-/// allocates nothing in proportion to the file (the data stays in the mapping).
-inline Contents read(const std::string& path) {
-  require_little_endian(path);
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::file_status st = fs::status(fs::path(path), ec);
-  if (st.type() == fs::file_type::not_found) fail(path, "file does not exist");
-  if (ec) fail(path, "cannot inspect the file: ", ec.message());
-  if (st.type() == fs::file_type::directory) fail(path, "is a directory, not a cache file");
-  if (st.type() != fs::file_type::regular) fail(path, "is not a regular file");
-
-  Contents c;
-  try {
-    c.file = MappedFile::open(path);
-  } catch (const FileError& e) {
-    fail(path, "cannot be read: ", e.what());
-  }
-  const std::uint64_t file_bytes = c.file.size();
-  const unsigned char* h = c.file.data();
+/// Checks the cache file held in bytes [h, h + file_bytes) (a whole file, or one
+/// embedded in another file such as a prompt cache) and fills c.info and c.data
+/// (pointing into those bytes, which must outlive c). `path` names it in errors.
+/// Throws FormatError naming the problem; reads nothing beyond the first 64 bytes
+/// until the header and the size agree.
+inline void parse_into(Contents& c, const std::string& path, const unsigned char* h, std::uint64_t file_bytes) {
   if (file_bytes == 0) bad(path, "file is empty (0 bytes); a cache file starts with a ", kHeaderBytes, "-byte header");
   if (file_bytes < 4 || std::memcmp(h, kMagic, 4) != 0) {
     char got[5] = {0, 0, 0, 0, 0};
@@ -284,7 +272,104 @@ inline Contents read(const std::string& path) {
   if (computed != c.info.checksum)
     bad(path, "checksum mismatch: the file records ", std::hex, "0x", c.info.checksum, " but its contents hash to 0x",
          computed, std::dec, "; the file is corrupt");
+}
+
+/// Opens `path` as a regular file and maps it. Throws FileError naming the path
+/// (missing, a directory, not a regular file, unreadable).
+inline MappedFile open_regular(const std::string& path, const char* kind) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(fs::path(path), ec);
+  if (st.type() == fs::file_type::not_found) fail(path, "file does not exist");
+  if (ec) fail(path, "cannot inspect the file: ", ec.message());
+  if (st.type() == fs::file_type::directory) fail(path, "is a directory, not a ", kind);
+  if (st.type() != fs::file_type::regular) fail(path, "is not a regular file");
+  try {
+    return MappedFile::open(path);
+  } catch (const FileError& e) {
+    fail(path, "cannot be read: ", e.what());
+  }
+}
+
+/// Maps, reads and checks a whole cache file. Throws FileError naming the path
+/// and the problem (FormatError when its bytes break the format); reads nothing
+/// beyond the first 64 bytes until the header and the file size agree, and
+/// allocates nothing in proportion to the file (the data stays in the mapping).
+inline Contents read(const std::string& path) {
+  require_little_endian(path);
+  Contents c;
+  c.file = open_regular(path, "cache file");
+  parse_into(c, path, c.file.data(), c.file.size());
   return c;
+}
+
+/// Writes a file through `body` to "<path>.tmp", then renames it over `path`.
+/// Throws FileError naming the path if it cannot be written; `path` is then
+/// untouched and no temporary file remains.
+template <class Body>
+void write_atomically(const std::string& path, Body&& body) {
+  const std::string tmp = path + ".tmp";
+  auto fail_tmp = [&](const std::string& what) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    fail(path, what);
+  };
+  {
+    errno = 0;
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out.is_open())
+      fail_tmp(msg("cannot open '", tmp, "' for writing", errno ? msg(": ", std::strerror(errno)) : std::string()));
+    body(out);
+    out.close();
+    if (!out) fail_tmp(msg("write error on '", tmp, "' (disk full?)"));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) fail_tmp(msg("cannot rename '", tmp, "' to the destination: ", ec.message()));
+}
+
+/// Bytes a cache file of `cache` takes: header, its positions [first, length), checksum.
+template <class Cache>
+std::uint64_t file_bytes_of(const Cache& cache) {
+  return kHeaderBytes + cache.bytes_per_token() * static_cast<std::uint64_t>(cache.length() - cache.first_position()) +
+         kChecksumBytes;
+}
+
+/// Writes `cache` in the format above to `out` (header, data, checksum). Reads the
+/// cache through k_block/v_block only, so KVCache and PagedSequence share it.
+template <class Cache>
+void write_cache(const Cache& cache, std::ostream& out, std::uint64_t model_id) {
+  using S = typename Cache::Storage;
+  const CacheShape& shape = cache.shape();
+  const int L = shape.n_layers, Hk = shape.n_kv_heads, Dh = shape.head_dim, kB = kLanes;
+  const int first = cache.first_position();  // 0 without a sliding window
+  const std::uint64_t data_bytes = cache.bytes_per_token() * static_cast<std::uint64_t>(cache.length() - first);
+  const auto header = make_header(shape, cache.dtype(), cache.capacity(), cache.length(), first, model_id, data_bytes);
+  out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
+  std::uint64_t hash = fnv1a64(header.data(), header.size());
+  // One position's record: K then V, each (n_layers, n_kv_heads, head_dim), gathered from the blocks.
+  std::vector<S> record(static_cast<std::size_t>(2L * L * Hk * Dh));
+  for (int pos = first; pos < cache.length(); ++pos) {
+    const int b = pos / kB, lane = pos % kB;  // k_block takes the absolute block (a ring maps it to its slot)
+    S* k = record.data();
+    S* v = record.data() + static_cast<long>(L) * Hk * Dh;
+    for (int l = 0; l < L; ++l) {
+      const S* kb = cache.k_block(l, b);  // (Hk, Dh, 16)
+      const S* vb = cache.v_block(l, b);  // (Hk, 16, Dh)
+      for (int h = 0; h < Hk; ++h)
+        for (int d = 0; d < Dh; ++d) {
+          *k++ = kb[(static_cast<long>(h) * Dh + d) * kB + lane];
+          *v++ = vb[(static_cast<long>(h) * kB + lane) * Dh + d];
+        }
+    }
+    const auto* bytes = reinterpret_cast<const unsigned char*>(record.data());
+    const std::size_t n = record.size() * sizeof(S);
+    hash = fnv1a64(bytes, n, hash);
+    out.write(reinterpret_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+  }
+  std::array<unsigned char, kChecksumBytes> trailer{};
+  store_u64_le(trailer.data(), hash);
+  out.write(reinterpret_cast<const char*>(trailer.data()), static_cast<std::streamsize>(trailer.size()));
 }
 
 /// Throws CacheMismatchError unless a sound file fits a cache of `shape` storing `dtype`.
@@ -302,6 +387,20 @@ inline void check_compatible(const std::string& path, const CacheFileInfo& info,
                                  ", expected 0x", model_id, std::dec, " (a cache of another model)"));
 }
 
+/// Copies position `pos`'s record (K then V, each (n_layers, n_kv_heads * head_dim)
+/// of S) from the checked file contents into `record` as T.
+template <class T, class S>
+void load_record(const Contents& c, int pos, std::vector<T>& record) {
+  const CacheShape& s = c.info.shape;
+  const std::size_t per_token = 2ull * s.n_layers * s.n_kv_heads * s.head_dim;
+  const unsigned char* src = c.data + static_cast<std::size_t>(pos - c.info.first) * per_token * sizeof(S);
+  for (std::size_t i = 0; i < per_token; ++i) {
+    S x;
+    std::memcpy(static_cast<void*>(&x), src + i * sizeof(S), sizeof(S));
+    record[i] = from_storage<T>(x);  // every stored value is an S image of a T: exact both ways
+  }
+}
+
 /// Replaces cache's contents with the checked file contents: clear(), write()
 /// positions [first, length) in increasing order (so a ring cache keeps the newest),
 /// then commit_append(length). Cannot fail once the staging buffer exists: the
@@ -311,21 +410,37 @@ template <class T, class S>
 void fill(const Contents& c, KVCache<T, S>& cache) {
   const CacheShape& s = c.info.shape;
   const long kv = static_cast<long>(s.n_kv_heads) * s.head_dim;
-  const long per_token = 2L * s.n_layers * kv;  // K (n_layers, kv) then V (n_layers, kv)
-  std::vector<T> record(static_cast<std::size_t>(per_token));
+  std::vector<T> record(static_cast<std::size_t>(2L * s.n_layers * kv));  // K (n_layers, kv) then V (n_layers, kv)
   cache.clear();
   for (int pos = c.info.first; pos < c.info.length; ++pos) {
-    const unsigned char* src =
-        c.data + static_cast<std::size_t>(pos - c.info.first) * static_cast<std::size_t>(per_token) * sizeof(S);
-    for (long i = 0; i < per_token; ++i) {
-      S x;
-      std::memcpy(static_cast<void*>(&x), src + i * sizeof(S), sizeof(S));
-      // Every stored value is an S image of a T, so S -> T -> S (in write) is exact.
-      record[i] = from_storage<T>(x);
-    }
+    load_record<T, S>(c, pos, record);
     for (int l = 0; l < s.n_layers; ++l) cache.write(l, pos, record.data() + l * kv, record.data() + (s.n_layers + l) * kv);
   }
   cache.commit_restored(c.info.first, c.info.length);
+}
+
+/// A new sequence of `pool` holding the checked file contents: positions appended a
+/// pool block at a time (so a sliding window's blocks are released as it goes and the
+/// pool never needs more than the window), those before `first` left unwritten and
+/// marked as never restored. Throws OutOfBlocksError if the pool runs out; the
+/// partial sequence is then destroyed and its blocks returned.
+template <class T, class S>
+PagedSequence<T, S> fill_paged(const Contents& c, BlockPool<T, S>& pool) {
+  const CacheShape& s = c.info.shape;
+  const long kv = static_cast<long>(s.n_kv_heads) * s.head_dim;
+  std::vector<T> record(static_cast<std::size_t>(2L * s.n_layers * kv));
+  PagedSequence<T, S> seq(pool);
+  for (int pos0 = 0; pos0 < c.info.length; pos0 += pool.block_size()) {
+    const int n = std::min(pool.block_size(), c.info.length - pos0);
+    seq.prepare_append(n);
+    for (int pos = std::max(pos0, c.info.first); pos < pos0 + n; ++pos) {
+      load_record<T, S>(c, pos, record);
+      for (int l = 0; l < s.n_layers; ++l) seq.write(l, pos, record.data() + l * kv, record.data() + (s.n_layers + l) * kv);
+    }
+    seq.commit_append(n);
+  }
+  seq.commit_restored(c.info.first);
+  return seq;
 }
 
 }  // namespace cache_file
@@ -374,57 +489,18 @@ inline CacheFileInfo read_cache_info(const std::string& path) { return detail::c
 /// `path` is untouched and no temporary file remains.
 template <class T, class S>
 void save_cache(const KVCache<T, S>& cache, const std::string& path, std::uint64_t model_id = 0) {
-  namespace cf = detail::cache_file;
-  cf::require_little_endian(path);
-  const CacheShape& shape = cache.shape();
-  const int L = shape.n_layers, Hk = shape.n_kv_heads, Dh = shape.head_dim, kB = KVCache<T, S>::kBlock;
-  const int first = cache.first_position();  // 0 without a sliding window
-  const std::uint64_t data_bytes = cache.bytes_per_token() * static_cast<std::uint64_t>(cache.length() - first);
-  const auto header =
-      cf::make_header(shape, cache.dtype(), cache.capacity(), cache.length(), first, model_id, data_bytes);
+  detail::cache_file::require_little_endian(path);
+  detail::cache_file::write_atomically(path, [&](std::ostream& out) { detail::cache_file::write_cache(cache, out, model_id); });
+}
 
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const std::string& what) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    cf::fail(path, what);
-  };
-  {
-    errno = 0;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out.is_open())
-      fail(detail::msg("cannot open '", tmp, "' for writing", errno ? detail::msg(": ", std::strerror(errno)) : std::string()));
-    out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
-    std::uint64_t hash = detail::fnv1a64(header.data(), header.size());
-    // One position's record: K then V, each (n_layers, n_kv_heads, head_dim), gathered from the blocks.
-    std::vector<S> record(static_cast<std::size_t>(2L * L * Hk * Dh));
-    for (int pos = first; pos < cache.length(); ++pos) {
-      const int b = pos / kB, lane = pos % kB;  // k_block takes the absolute block (a ring maps it to its slot)
-      S* k = record.data();
-      S* v = record.data() + static_cast<long>(L) * Hk * Dh;
-      for (int l = 0; l < L; ++l) {
-        const S* kb = cache.k_block(l, b);  // (Hk, Dh, 16)
-        const S* vb = cache.v_block(l, b);  // (Hk, 16, Dh)
-        for (int h = 0; h < Hk; ++h)
-          for (int d = 0; d < Dh; ++d) {
-            *k++ = kb[(static_cast<long>(h) * Dh + d) * kB + lane];
-            *v++ = vb[(static_cast<long>(h) * kB + lane) * Dh + d];
-          }
-      }
-      const auto* bytes = reinterpret_cast<const unsigned char*>(record.data());
-      const std::size_t n = record.size() * sizeof(S);
-      hash = detail::fnv1a64(bytes, n, hash);
-      out.write(reinterpret_cast<const char*>(bytes), static_cast<std::streamsize>(n));
-    }
-    std::array<unsigned char, cf::kChecksumBytes> trailer{};
-    detail::store_u64_le(trailer.data(), hash);
-    out.write(reinterpret_cast<const char*>(trailer.data()), static_cast<std::streamsize>(trailer.size()));
-    out.close();
-    if (!out) fail(detail::msg("write error on '", tmp, "' (disk full?)"));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail(detail::msg("cannot rename '", tmp, "' to the destination: ", ec.message()));
+/// The same for a paged sequence: positions [first_position(), length()) gathered
+/// from its blocks; the file records capacity = max_seq_len. The file is the same as
+/// a KVCache of the same contents would write (apart from that capacity), and either
+/// kind of cache restores it.
+template <class T, class S>
+void save_cache(const PagedSequence<T, S>& cache, const std::string& path, std::uint64_t model_id = 0) {
+  detail::cache_file::require_little_endian(path);
+  detail::cache_file::write_atomically(path, [&](std::ostream& out) { detail::cache_file::write_cache(cache, out, model_id); });
 }
 
 /// Replaces the contents of `cache` with the positions saved in `path`.
@@ -446,6 +522,24 @@ void restore_cache(const std::string& path, KVCache<T, S>& cache, std::uint64_t 
     throw CacheFullError(detail::msg("cache file '", path, "': holds ", c.info.length,
                                      " positions, more than the target cache's capacity of ", cache.capacity()));
   detail::cache_file::fill(c, cache);
+}
+
+/// Replaces the contents of paged sequence `seq` with the positions saved in `path`,
+/// in new blocks of its pool (a file from a contiguous cache or a paged one).
+/// Result as for the KVCache overload; a restored sliding-window sequence holds
+/// positions [first, length) only and truncate() refuses lengths whose window needs older ones.
+/// Failure (the sequence and its blocks unchanged in every case): FileError as for
+/// read_cache_info(); CacheMismatchError if the file was saved for another cache shape,
+/// element type S or model_id; CacheFullError if it holds more than max_seq_len
+/// positions; OutOfBlocksError if the pool lacks the blocks (while `seq` still holds its own).
+template <class T, class S>
+void restore_cache(const std::string& path, PagedSequence<T, S>& seq, std::uint64_t model_id = 0) {
+  const detail::cache_file::Contents c = detail::cache_file::read(path);
+  detail::cache_file::check_compatible(path, c.info, seq.shape(), seq.dtype(), model_id);
+  if (c.info.length > seq.capacity())
+    throw CacheFullError(detail::msg("cache file '", path, "': holds ", c.info.length,
+                                     " positions, more than the sequence's capacity of ", seq.capacity()));
+  seq = detail::cache_file::fill_paged(c, seq.pool());
 }
 
 /// A new cache of `config`'s shape holding the positions saved in `path`, with

@@ -268,6 +268,7 @@ class PagedSequence {
       if (b >= 0) pool_->retain(b);
     f.length_ = length_;
     f.released_ = released_;
+    f.restored_first_ = restored_first_;
     return f;
   }
 
@@ -310,6 +311,11 @@ class PagedSequence {
       throw CacheFullError(detail::msg("cannot rewind this sliding-window sequence to ", length, " positions: position ",
                                        std::max(0, length - w + 1), " was released; the oldest kept is ",
                                        released_ * pool_->block_size()));
+    if (length > 0 && detail::first_visible(length, w) < restored_first_)
+      throw CacheFullError(detail::msg("cannot rewind this restored sliding-window sequence to ", length,
+                                       " positions: position ", detail::first_visible(length, w),
+                                       " was not restored; the oldest held is ", restored_first_));
+    if (length == 0) restored_first_ = 0;
     const std::size_t keep = static_cast<std::size_t>(pool_->blocks_for(length));
     while (table_.size() > keep) pop_block();
     released_ = std::min(released_, static_cast<int>(table_.size()));
@@ -405,6 +411,15 @@ class PagedSequence {
     }
   }
 
+  /// After a restore appended positions [0, length) but wrote only [first, length)
+  /// (a sliding-window file holds no older ones): marks the older ones as never held,
+  /// so truncate() refuses a length whose window would read them.
+  /// Precondition (asserted): 0 <= first <= length().
+  void commit_restored(int first) {
+    KVD_ASSERT(first >= 0 && first <= length_ && pending_ == 0);
+    restored_first_ = first;
+  }
+
   /// K sub-block b (positions [16b, 16b + 16)) of a layer: (n_kv_heads, head_dim, 16).
   /// One table look-up, no division: the attention kernel calls this per position.
   const S* k_block(int layer, int b) const {
@@ -450,6 +465,7 @@ class PagedSequence {
     sub_ = std::move(o.sub_);
     length_ = o.length_;
     released_ = o.released_;
+    restored_first_ = o.restored_first_;
     layer_stride_ = o.layer_stride_;
     sub_elems_ = o.sub_elems_;
     if (pool_) pool_->replace(&o, this);
@@ -458,13 +474,14 @@ class PagedSequence {
     o.sub_.clear();
     o.length_ = 0;
     o.released_ = 0;
+    o.restored_first_ = 0;
   }
   // Returns every block and leaves the pool's registry.
   void detach() {
     if (!pool_) return;
     KVD_ASSERT(pending_ == 0);
     while (!table_.empty()) pop_block();
-    length_ = released_ = 0;
+    length_ = released_ = restored_first_ = 0;
     pool_->withdraw(this);
     pool_ = nullptr;
   }
@@ -476,6 +493,7 @@ class PagedSequence {
   long sub_elems_ = 0;         // elements of one K (or V) sub-block; V follows K
   int length_ = 0;
   int released_ = 0;           // leading table entries released behind a sliding window (now -1)
+  int restored_first_ = 0;     // oldest position a restore wrote (older ones in held blocks were never written)
   int slot_ = -1;              // index in pool_->live_
   // An append between prepare_append and commit_append / cancel_append:
   int pending_ = 0;            // positions prepared

@@ -136,6 +136,52 @@ void cache_files(const fs::path& tmp) {
   put("cache-file", "window-truncated", truncated(b, 9));
 }
 
+template <class S>
+void prompt_cache_file(const fs::path& tmp, const std::string& name, kvd::ModelConfig c, int length, int capacity,
+                       bool paged = false) {
+  std::vector<float> k(static_cast<std::size_t>(c.n_layers) * c.kv_dim()), v(k.size());
+  std::vector<int> tokens;
+  auto fill = [&](auto& cache) {
+    for (int pos = 0; pos < length; ++pos) {
+      for (std::size_t i = 0; i < k.size(); ++i) { k[i] = 0.5f * pos - 0.02f * i; v[i] = 1 - k[i]; }
+      cache.check_room(1);
+      cache.prepare_append(1);
+      for (int l = 0; l < c.n_layers; ++l) cache.write(l, pos, k.data() + l * c.kv_dim(), v.data() + l * c.kv_dim());
+      cache.commit_append(1);
+      tokens.push_back((pos * 7 + 1) % c.vocab_size);
+    }
+  };
+  const fs::path p = tmp / "prompt.kvdp";
+  if (paged) {
+    kvd::BlockPool<float, S> pool(c, c.max_seq_len / 16 + 2, 16);
+    kvd::PagedSequence<float, S> seq(pool);
+    fill(seq);
+    kvd::save_prompt_cache(seq, tokens, c.vocab_size, p.string(), kvd::config_fingerprint(c));
+  } else {
+    kvd::KVCache<float, S> cache(c, capacity);
+    fill(cache);
+    kvd::save_prompt_cache(cache, tokens, c.vocab_size, p.string(), kvd::config_fingerprint(c));
+  }
+  put("prompt-cache", name, read_all(p));
+}
+
+void prompt_cache_files(const fs::path& tmp) {
+  kvd::ModelConfig c = tiny(true);
+  prompt_cache_file<float>(tmp, "f32-3of8", c, 3, 8);
+  prompt_cache_file<float>(tmp, "f32-empty", c, 0, 8);
+  prompt_cache_file<double>(tmp, "f64-2of4", c, 2, 4);
+  prompt_cache_file<Eigen::bfloat16>(tmp, "bf16-5of8", c, 5, 8);
+  prompt_cache_file<Eigen::half>(tmp, "f16-1of1", c, 1, 1);
+  c.max_seq_len = 32;
+  prompt_cache_file<float>(tmp, "paged-f32-20of32", c, 20, 0, true);
+  c.sliding_window = 3;
+  c.max_seq_len = 40;
+  prompt_cache_file<float>(tmp, "f32-window3-20of40", c, 20, 40);
+  prompt_cache_file<float>(tmp, "paged-window3-20of40", c, 20, 0, true);
+  Bytes b = read_all(tmp / "prompt.kvdp");
+  put("prompt-cache", "window-truncated", truncated(b, 9));
+}
+
 void ggufs() {
   // Every metadata type, and tensors of several weight types.
   kvd::GGUFWriter w;
@@ -451,6 +497,7 @@ int main(int argc, char** argv) {
     checkpoints(tmp);
     tokenizers();
     cache_files(tmp);
+    prompt_cache_files(tmp);
     ggufs();
     gguf_vocabs();
     gguf_model(kvd::WeightType::kF16, "tiny-llama-f16");
