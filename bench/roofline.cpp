@@ -962,18 +962,11 @@ int roofline_main(int argc, char** argv) {
              "CPUs", kIsa, T, fmaT.best_gflops, fmaT.median_gflops, 100 * fma_busy);
   }
 
-  // ---- 2. model figures
-  kvd::set_num_threads(T);
-  std::vector<ModelFigures> figs;
-  figs.push_back(measure_model(Shape::k15M, opt.quick, u));
-  if (!opt.quick) figs.push_back(measure_model(Shape::k110M, opt.quick, u));
-
-  // ---- 3. time per token against position
-  const std::vector<PositionPoint> pts = measure_time_per_token(opt.quick, u);
-
   // ---- 4. storage schemes on the TinyLlama-1.1B shape (and their quality on a real model)
-  std::vector<SchemeFigures> schemes;
+  // With --weight-types only the limits and these figures are measured.
   if (!opt.schemes.empty()) {
+    kvd::set_num_threads(T);
+    std::vector<SchemeFigures> schemes;
     std::unique_ptr<Model> qref;
     std::vector<int> qtext;
     kvd::RowMatrix<float> qlogits;  // (n, V) the F32 model's logits over its own text
@@ -999,7 +992,24 @@ int roofline_main(int argc, char** argv) {
                  schemes.back().kl, 100 * schemes.back().top1, schemes.back().ppl, schemes.back().quality_types.c_str());
       }
     }
+    std::printf("\nkvdecode %s roofline, %s: read bandwidth %.2f GB/s (%d thread(s), others' CPU %s), FMA peak %.1f "
+                "GFLOP/s (others' CPU %s)\n", kvd::kVersion, cpu_model().c_str(), bw.best_gbs, T,
+                bw_busy >= 0 ? fmt("%.0f%%", 100 * bw_busy).c_str() : "?", fmaT.best_gflops,
+                fma_busy >= 0 ? fmt("%.0f%%", 100 * fma_busy).c_str() : "?");
+    print_schemes(schemes, bw.best_gbs, fmaT.best_gflops, T, opt.out_dir);
+    std::printf("%d measurement(s) were repeated because other processes took more than %.0f%% of the CPUs.\n",
+                u.repeats(), 100 * u.max_others());
+    return 0;
   }
+
+  // ---- 2. model figures
+  kvd::set_num_threads(T);
+  std::vector<ModelFigures> figs;
+  figs.push_back(measure_model(Shape::k15M, opt.quick, u));
+  if (!opt.quick) figs.push_back(measure_model(Shape::k110M, opt.quick, u));
+
+  // ---- 3. time per token against position
+  const std::vector<PositionPoint> pts = measure_time_per_token(opt.quick, u);
 
   // ---- outputs
   {
@@ -1158,8 +1168,6 @@ int roofline_main(int argc, char** argv) {
                 p.reference.median() / p.cached.median(), busy_str(p.busy).c_str());
   std::printf("\nwrote %s, %s, %s\n", (opt.out_dir / "summary.csv").string().c_str(),
               (opt.out_dir / "time_per_token.csv").string().c_str(), (opt.out_dir / "time_per_token.svg").string().c_str());
-
-  if (!schemes.empty()) print_schemes(schemes, bw.best_gbs, fmaT.best_gflops, T, opt.out_dir);
   return 0;
 }
 

@@ -347,9 +347,10 @@ inline std::vector<Option> all_options(Params& p) {
        "marked in the table", meas, kRoofline,
        [&p, str] { return p.patience < 0 ? S("1200; 0 with --quick") : str(p.patience); },
        [&p](const S& n, const S& v) { p.patience = parse_number(n, v, 0, false, 1e6); }});
-  add({{"--weight-types"}, "LIST", "also measure decode, prefill of 256 tokens and batch 8 on the TinyLlama-1.1B shape "
-       "with each storage scheme in LIST (comma-separated kvdecode-quantize names such as F16,Q8_0,Q4_K_M, or all); "
-       "writes weight_types.csv and weight_types.svg", meas, kRoofline,
+  add({{"--weight-types"}, "LIST", "measure decode, prefill of 256 tokens and batch 8 on the TinyLlama-1.1B shape "
+       "with each storage scheme in LIST (comma-separated kvdecode-quantize names such as F16,Q8_0,Q4_K_M, or all) "
+       "instead of the stories figures; "
+       "writes weight_types.csv, weight_types_speed.svg and weight_types_kl.svg", meas, kRoofline,
        [&p] { return p.weight_types.empty() ? S("none") : p.weight_types; },
        [&p](const S&, const S& v) { p.weight_types = v; }});
   add({{"--quality-model"}, "FILE", "with --weight-types: an F32 model, GGUF or llama2.c (e.g. stories260K.bin, 320 "
