@@ -523,6 +523,135 @@ TEST(Quantize, HFFolderPermutesQKIntoTheLlamaLayout) {
   }
 }
 
+/// Writes w (RoPE on halves, as Hugging Face stores q and k) as a Hugging Face folder
+/// for `arch` (Qwen2ForCausalLM, Qwen3ForCausalLM, ...): config.json and one F32
+/// model.safetensors, written here byte by byte from the format's definition.
+void write_hf_folder(const fs::path& dir, const ModelWeights<float>& w, const std::string& arch) {
+  const ModelConfig& c = w.config;
+  struct T {
+    std::string name;
+    std::vector<std::uint64_t> shape;
+    std::vector<float> data;
+  };
+  std::vector<T> ts;
+  auto mat = [&](const std::string& n, const WeightMatrix& m) {
+    T t{n, {static_cast<std::uint64_t>(m.rows()), static_cast<std::uint64_t>(m.cols())}, {}};
+    t.data.resize(static_cast<std::size_t>(m.rows() * m.cols()));
+    for (long r = 0; r < m.rows(); ++r) m.dequantize_row(r, t.data.data() + r * m.cols());
+    ts.push_back(std::move(t));
+  };
+  auto vec = [&](const std::string& n, const Vector<float>& v) {
+    ts.push_back({n, {static_cast<std::uint64_t>(v.size())}, std::vector<float>(v.data(), v.data() + v.size())});
+  };
+  mat("model.embed_tokens.weight", w.token_embedding);
+  vec("model.norm.weight", w.final_norm);
+  if (!c.shared_classifier) mat("lm_head.weight", w.classifier);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const auto& L = w.layers[static_cast<std::size_t>(l)];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    mat(p + "self_attn.q_proj.weight", L.wq);
+    mat(p + "self_attn.k_proj.weight", L.wk);
+    mat(p + "self_attn.v_proj.weight", L.wv);
+    mat(p + "self_attn.o_proj.weight", L.wo);
+    if (c.qkv_bias) {
+      vec(p + "self_attn.q_proj.bias", L.bq);
+      vec(p + "self_attn.k_proj.bias", L.bk);
+      vec(p + "self_attn.v_proj.bias", L.bv);
+    }
+    if (c.qk_norm) {
+      vec(p + "self_attn.q_norm.weight", L.q_norm);
+      vec(p + "self_attn.k_norm.weight", L.k_norm);
+    }
+    vec(p + "input_layernorm.weight", L.attn_norm);
+    vec(p + "post_attention_layernorm.weight", L.ffn_norm);
+    mat(p + "mlp.gate_proj.weight", L.w1);
+    mat(p + "mlp.down_proj.weight", L.w2);
+    mat(p + "mlp.up_proj.weight", L.w3);
+  }
+  std::ostringstream header;
+  header << "{";
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    const std::uint64_t n = ts[i].data.size() * 4;
+    header << (i ? "," : "") << "\"" << ts[i].name << "\":{\"dtype\":\"F32\",\"shape\":[";
+    for (std::size_t d = 0; d < ts[i].shape.size(); ++d) header << (d ? "," : "") << ts[i].shape[d];
+    header << "],\"data_offsets\":[" << offset << "," << offset + n << "]}";
+    offset += n;
+  }
+  header << "}";
+  const std::string h = header.str();
+  std::ofstream st(dir / "model.safetensors", std::ios::binary);
+  const std::uint64_t hn = h.size();
+  for (int b = 0; b < 8; ++b) st.put(static_cast<char>((hn >> (8 * b)) & 0xff));
+  st << h;
+  for (const T& t : ts) st.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size() * 4));
+  std::ofstream cfg(dir / "config.json");
+  cfg << "{\"architectures\":[\"" << arch << "\"],\"hidden_size\":" << c.d_model
+      << ",\"intermediate_size\":" << c.hidden_dim << ",\"num_hidden_layers\":" << c.n_layers
+      << ",\"num_attention_heads\":" << c.n_heads << ",\"num_key_value_heads\":" << c.n_kv_heads
+      << ",\"head_dim\":" << c.head_dim << ",\"vocab_size\":" << c.vocab_size
+      << ",\"max_position_embeddings\":" << c.max_seq_len << ",\"rms_norm_eps\":1e-06,\"rope_theta\":1000000.0"
+      << ",\"tie_word_embeddings\":" << (c.shared_classifier ? "true" : "false")
+      << ",\"attention_bias\":" << (c.qkv_bias ? "true" : "false") << "}";
+}
+
+TEST(Quantize, QwenFoldersBecomeQwen2AndQwen3GGUFWithIdenticalLogits) {
+  for (const bool qwen3 : {false, true}) {
+    SCOPED_TRACE(qwen3 ? "qwen3" : "qwen2");
+    ModelConfig c;
+    c.vocab_size = 96; c.d_model = 64; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2; c.head_dim = 16;
+    c.hidden_dim = 80; c.max_seq_len = 32; c.rope_style = RopeStyle::kHalves; c.rope_theta = 1e6; c.norm_eps = 1e-6;
+    c.qkv_bias = !qwen3; c.qk_norm = qwen3; c.shared_classifier = qwen3;
+    TempDir dir;
+    fs::create_directories(dir.path / "hf");
+    write_hf_folder(dir.path / "hf", ModelWeights<float>::random(c, 11), qwen3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM");
+    const std::string out = dir.file("q.gguf");
+    const QuantizeResult r = quantize_model((dir.path / "hf").string(), out, QuantScheme::kF32);
+    EXPECT_EQ(r.input_format, "hf");
+    EXPECT_EQ(GGUFFile::open(out).get_string("general.architecture"), qwen3 ? "qwen3" : "qwen2");
+    Transformer<float> hf(load_hf_model<float>((dir.path / "hf").string())), gg(load_gguf_model<float>(out));
+    EXPECT_EQ(gg.config().rope_style, RopeStyle::kHalves);
+    EXPECT_EQ(gg.config().qkv_bias, !qwen3);
+    EXPECT_EQ(gg.config().qk_norm, qwen3);
+    // The same weights, RoPE style, biases and norms: the same computation, bit for bit.
+    const std::vector<int> ids = {1, 5, 17, 42, 3, 88, 9, 60};
+    const RowMatrix<float> a = hf.forward_reference(ids), b = gg.forward_reference(ids);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), static_cast<std::size_t>(a.size()) * sizeof(float)), 0);
+    // A quantized scheme loads and runs too.
+    const std::string q8 = dir.file("q8.gguf");
+    quantize_model((dir.path / "hf").string(), q8, QuantScheme::kQ8_0);
+    Transformer<float> gq(load_gguf_model<float>(q8));
+    EXPECT_LT(rel_max_diff(gq.forward_reference(ids), a), 0.05);
+  }
+}
+
+/// The ConfigError message of f(), or "" when it does not throw one.
+template <class F>
+std::string config_error_of(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(QuantizeBadInput, WhatNoGGUFArchitectureExpressesIsRefusedNamingIt) {
+  ModelConfig c;
+  c.vocab_size = 96; c.d_model = 64; c.n_layers = 1; c.n_heads = 4; c.n_kv_heads = 2; c.head_dim = 16;
+  c.hidden_dim = 80; c.max_seq_len = 32; c.rope_style = RopeStyle::kHalves;
+  EXPECT_EQ(detail::gguf_arch_for(c), "llama");
+  c.qkv_bias = c.qk_norm = true;
+  EXPECT_NE(config_error_of([&] { detail::gguf_arch_for(c); }).find("both q/k/v biases (qwen2) and q/k norms (qwen3)"), std::string::npos);
+  c.qk_norm = false;
+  c.rope_style = RopeStyle::kAdjacent;
+  EXPECT_NE(config_error_of([&] { detail::gguf_arch_for(c); }).find("GGUF qwen2: it rotates adjacent pairs"), std::string::npos);
+  c.qkv_bias = false;
+  c.sliding_window = 8;
+  EXPECT_NE(config_error_of([&] { detail::gguf_arch_for(c); }).find("sliding_window = 8"), std::string::npos);
+}
+
 // ---- Bad input --------------------------------------------------------------------------
 
 TEST(QuantizeBadInput, MissingInputIsAFileErrorNamingIt) {

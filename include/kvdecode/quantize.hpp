@@ -335,15 +335,32 @@ struct QuantSource {
   std::function<void(std::uint64_t row, float* out)> row;
 };
 
-/// GGUF llama tensors from ModelWeights<float>; q/k rows permuted from halves to adjacent
-/// pairs when the weights rotate halves. Throws ConfigError for what llama cannot express.
+/// The GGUF architecture that expresses config c, as llama.cpp's converter names it:
+/// "llama" (no biases, no q/k norms; RoPE on adjacent pairs, HF halves permuted),
+/// "qwen2" (q/k/v biases) or "qwen3" (q/k norms), both rotating halves ("NEOX") as stored.
+/// Throws ConfigError for what none of them expresses (both biases and norms, a qwen
+/// shape rotating adjacent pairs, a sliding window).
+inline std::string gguf_arch_for(const ModelConfig& c) {
+  if (c.sliding_window != 0)
+    throw ConfigError(msg("cannot write this model as GGUF: sliding_window = ", c.sliding_window,
+                          " (GGUF llama, qwen2 and qwen3 have no sliding window)"));
+  if (!c.qkv_bias && !c.qk_norm) return "llama";
+  if (c.qkv_bias && c.qk_norm)
+    throw ConfigError("cannot write this model as GGUF: it has both q/k/v biases (qwen2) and q/k norms (qwen3)");
+  if (c.rope_style != RopeStyle::kHalves)
+    throw ConfigError(msg("cannot write this model as GGUF ", c.qkv_bias ? "qwen2" : "qwen3",
+                          ": it rotates adjacent pairs, the architecture rotates halves"));
+  return c.qkv_bias ? "qwen2" : "qwen3";
+}
+
+/// GGUF tensors from ModelWeights<float> for gguf_arch_for(config): for llama, q/k rows
+/// permuted from halves to adjacent pairs when the weights rotate halves; qwen2/qwen3
+/// keep their rows and add the biases or the q/k norms. Throws ConfigError as
+/// gguf_arch_for does, or for partial RoPE on halves under llama.
 inline std::vector<QuantSource> sources_from_weights(std::shared_ptr<const ModelWeights<float>> w) {
   const ModelConfig& c = w->config;
-  if (c.qkv_bias || c.qk_norm)
-    throw ConfigError("cannot write this model as GGUF llama: it has q/k/v biases or q/k norms (qwen-style)");
-  if (c.sliding_window != 0)
-    throw ConfigError(msg("cannot write this model as GGUF llama: sliding_window = ", c.sliding_window));
-  const bool halves = c.rope_style == RopeStyle::kHalves;
+  const bool llama = gguf_arch_for(c) == "llama";
+  const bool halves = llama && c.rope_style == RopeStyle::kHalves;
   if (halves && c.rope_dim != 0 && c.rope_dim != c.head_dim)
     throw ConfigError(msg("cannot permute q/k for partial RoPE (rope_dim ", c.rope_dim, " < head_dim ", c.head_dim, ")"));
   std::vector<QuantSource> out;
@@ -375,6 +392,15 @@ inline std::vector<QuantSource> sources_from_weights(std::shared_ptr<const Model
     mat(p + "attn_v.weight", &L.wv, false);
     mat(p + "attn_output.weight", &L.wo, false);
     vec(p + "attn_norm.weight", &L.attn_norm);
+    if (c.qkv_bias) {
+      vec(p + "attn_q.bias", &L.bq);
+      vec(p + "attn_k.bias", &L.bk);
+      vec(p + "attn_v.bias", &L.bv);
+    }
+    if (c.qk_norm) {
+      vec(p + "attn_q_norm.weight", &L.q_norm);
+      vec(p + "attn_k_norm.weight", &L.k_norm);
+    }
     mat(p + "ffn_gate.weight", &L.w1, false);
     mat(p + "ffn_down.weight", &L.w2, false);
     mat(p + "ffn_up.weight", &L.w3, false);
@@ -383,24 +409,26 @@ inline std::vector<QuantSource> sources_from_weights(std::shared_ptr<const Model
   return out;
 }
 
-/// The llama.* keys for config c (and general.*).
-inline void write_llama_keys(GGUFWriter& g, const ModelConfig& c, const std::string& name) {
-  g.set_string("general.architecture", "llama");
+/// The <arch>.* keys for config c under gguf_arch_for(c) (and general.*). Throws as it does.
+inline void write_model_keys(GGUFWriter& g, const ModelConfig& c, const std::string& name) {
+  const std::string arch = gguf_arch_for(c);
+  auto key = [&](const char* k) { return arch + "." + k; };
+  g.set_string("general.architecture", arch);
   g.set_string("general.name", name);
-  g.set_u32("llama.context_length", static_cast<std::uint32_t>(c.max_seq_len));
-  g.set_u32("llama.embedding_length", static_cast<std::uint32_t>(c.d_model));
-  g.set_u32("llama.block_count", static_cast<std::uint32_t>(c.n_layers));
-  g.set_u32("llama.feed_forward_length", static_cast<std::uint32_t>(c.hidden_dim));
-  g.set_u32("llama.attention.head_count", static_cast<std::uint32_t>(c.n_heads));
-  g.set_u32("llama.attention.head_count_kv", static_cast<std::uint32_t>(c.n_kv_heads));
+  g.set_u32(key("context_length"), static_cast<std::uint32_t>(c.max_seq_len));
+  g.set_u32(key("embedding_length"), static_cast<std::uint32_t>(c.d_model));
+  g.set_u32(key("block_count"), static_cast<std::uint32_t>(c.n_layers));
+  g.set_u32(key("feed_forward_length"), static_cast<std::uint32_t>(c.hidden_dim));
+  g.set_u32(key("attention.head_count"), static_cast<std::uint32_t>(c.n_heads));
+  g.set_u32(key("attention.head_count_kv"), static_cast<std::uint32_t>(c.n_kv_heads));
   if (c.head_dim * c.n_heads != c.d_model) {
-    g.set_u32("llama.attention.key_length", static_cast<std::uint32_t>(c.head_dim));
-    g.set_u32("llama.attention.value_length", static_cast<std::uint32_t>(c.head_dim));
+    g.set_u32(key("attention.key_length"), static_cast<std::uint32_t>(c.head_dim));
+    g.set_u32(key("attention.value_length"), static_cast<std::uint32_t>(c.head_dim));
   }
-  g.set_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.norm_eps));
-  g.set_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
-  g.set_u32("llama.rope.dimension_count", static_cast<std::uint32_t>(c.rotary_dim()));
-  g.set_u32("llama.vocab_size", static_cast<std::uint32_t>(c.vocab_size));
+  g.set_f32(key("attention.layer_norm_rms_epsilon"), static_cast<float>(c.norm_eps));
+  g.set_f32(key("rope.freq_base"), static_cast<float>(c.rope_theta));
+  g.set_u32(key("rope.dimension_count"), static_cast<std::uint32_t>(c.rotary_dim()));
+  g.set_u32(key("vocab_size"), static_cast<std::uint32_t>(c.vocab_size));
 }
 
 /// tokenizer.ggml.* from a llama2.c tokenizer.bin, as llama.cpp's converter stores it.
@@ -470,7 +498,7 @@ inline void write_vocab(GGUFWriter& g, const std::string& path, int vocab_size) 
 /// Throws FileError naming the path if `in` is missing or `out` cannot be written;
 /// FormatError naming the path if `in` is none of the three formats (with the
 /// checkpoint reader's reason), or naming a tensor of a type that cannot be
-/// dequantized; ConfigError for a model GGUF llama cannot express or a vocabulary
+/// dequantized; ConfigError for a model GGUF cannot express (gguf_arch_for) or a vocabulary
 /// that does not fit it (detail::write_vocab). `out` is written
 /// only once every tensor is quantized.
 inline QuantizeResult quantize_model(const std::string& in, const std::string& out, QuantScheme scheme,
@@ -538,7 +566,7 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
     const ModelConfig c = w.config;
     weights = std::make_shared<const ModelWeights<float>>(std::move(w));
     sources = detail::sources_from_weights(weights);
-    detail::write_llama_keys(g, c, name);
+    detail::write_model_keys(g, c, name);
     std::string tokenizer = options.tokenizer;
     if (tokenizer.empty() && result.input_format == "hf" && fs::is_regular_file(fs::path(in) / "tokenizer.json", ec))
       tokenizer = (fs::path(in) / "tokenizer.json").string();
