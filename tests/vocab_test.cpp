@@ -472,6 +472,13 @@ TEST(MalformedTokenizerJson, SequencesNestedTooDeep) {
                     {"nests Sequences 17 deep; the limit is 16"});
 }
 
+// Found by the tokenizer-json fuzzer: a post_processor whose "type" was true
+// escaped as nlohmann's type_error instead of a kvd::FormatError.
+TEST(MalformedTokenizerJson, PostProcessorTypeNotAString) {
+  expect_json_error(R"({"post_processor": {"type": true}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})",
+                    {"t.json", "post_processor.type", "is not a string"});
+}
+
 // Random byte damage to a valid file: every failure is a kvd::Error, nothing else escapes.
 TEST(MalformedTokenizerJson, DamagedFilesOnlyThrowKvdErrors) {
   const std::string base = R"({"normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "_"},

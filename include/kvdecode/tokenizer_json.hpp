@@ -391,7 +391,7 @@ class TokenizerJsonReader {
     // Without a config, the post-processor's template says which tokens frame a text.
     int template_first = -1, template_last = -1;
     if (root_.contains("post_processor") && root_["post_processor"].is_object() &&
-        root_["post_processor"].value("type", "") == "TemplateProcessing" && root_["post_processor"].contains("single") &&
+        type_of(root_["post_processor"], "post_processor") == "TemplateProcessing" && root_["post_processor"].contains("single") &&
         root_["post_processor"]["single"].is_array()) {
       const nlohmann::json& single = root_["post_processor"]["single"];
       auto special_of = [&](const nlohmann::json& item) {
