@@ -146,8 +146,7 @@ namespace detail {
 // ---- AVX-512 decoders ------------------------------------------------------------
 // Each decoder produces, for one panel block, the 16-lane weight vector of one
 // k at a time: begin(pb, s) loads sub-block s's scales, weight(kk) gives k =
-// s * kSub + kk (called in increasing kk after each begin). They read the
-// panel block at the offsets of quant_layout().
+// s * kSub + kk. They read the panel block at the offsets of quant_layout().
 
 inline __m512 qk_f16x16(const unsigned char* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -175,33 +174,25 @@ struct DecodeQ8_0 {
   __m512 weight() const { return _mm512_mul_ps(_mm512_cvtepi32_ps(qk_i8x16(q + 16 * kk)), d); }
 };
 
-/// Weight kk (0..31) of a group of 32 4-bit codes (kNibbles* layout: value kk
-/// in word kk % 4 at bits 4 (kk / 4)) for 16 rows: fma(code, s, m), the same
-/// float as before, computed without a shuffle. For positions j = kk / 4 < 7,
-/// the AND of the position's mask and a conversion give code * 16^j exactly
-/// (an integer below 2^28), and the scale sj = s * 16^-j is exact too (a power
-/// of two: s is 0, at least 2^-24 in magnitude, infinite or NaN), so the
-/// product code * 16^j * sj is exactly code * s as before and the fma rounds
-/// the same sum once. Position 7 (bits 28..31) shifts down instead. Callers go
-/// through kk in increasing order: each kk % 4 == 0 sets the position's sj.
+/// The 4-bit code of value kk (0..31) of a group of 32 from its 4 code words
+/// (kNibbles* layout), as 16 lanes of int32.
 template <int kk>
-inline __m512 qk_nibble_weight(const unsigned char* words, __m512 s, __m512 m, __m512& sj) {
-  constexpr int j = kk / 4;
-  const __m512i v = _mm512_loadu_si512(words + 64 * (kk % 4));
-  if constexpr (j == 7) {
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 28)), s, m);
-  } else {
-    if constexpr (kk % 4 == 0) sj = j == 0 ? s : _mm512_mul_ps(s, _mm512_set1_ps(1.0f / static_cast<float>(1u << (4 * j))));
-    const __m512i c = _mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(15u << (4 * j))));
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), sj, m);
-  }
+inline __m512 qk_nibble_float(const unsigned char* words) {
+  const __m512i v = _mm512_loadu_si512(words + 64 * (kk / 8));
+  return _mm512_permutexvar_ps(kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8)), qk_iota16());
+}
+template <int kk>
+inline __m512i qk_nibble(const unsigned char* words) {
+  const __m512i v = _mm512_loadu_si512(words + 64 * (kk / 8));
+  if constexpr (kk % 8 == 7) return _mm512_srli_epi32(v, 28);
+  return _mm512_and_si512(_mm512_srli_epi32(v, 4 * (kk % 8)), _mm512_set1_epi32(15));
 }
 
-/// The 5-bit index of value kk (0..31): its nibble (kNibbles* layout) in bits 0..3, bit kk of the
+/// The 5-bit index of value kk (0..31): its nibble in bits 0..3, bit kk of the
 /// high-bit word hw in bit 4, anything above (vpermt2ps reads 5 bits only).
 template <int kk>
 inline __m512i qk_five_bit_index(const unsigned char* words, __m512i hw) {
-  const __m512i lo = _mm512_srli_epi32(_mm512_loadu_si512(words + 64 * (kk % 4)), 4 * (kk / 4));
+  const __m512i lo = _mm512_srli_epi32(_mm512_loadu_si512(words + 64 * (kk / 8)), 4 * (kk % 8));
   __m512i hi;
   if constexpr (kk >= 4)
     hi = _mm512_srli_epi32(hw, kk - 4);
@@ -217,14 +208,13 @@ struct DecodeQ4 {
   static constexpr int kBlock = 32, kSub = 32;
   const unsigned char* q;
   __m512 d, m;
-  mutable __m512 dj;  // d 16^-(kk/4), see qk_nibble_weight
   void begin(const unsigned char* pb, int) {
     d = qk_f16x16(pb);
     m = kMin ? qk_f16x16(pb + 32) : _mm512_mul_ps(d, _mm512_set1_ps(-8.f));
     q = pb + (kMin ? 64 : 32);
   }
   template <int kk>
-  __m512 weight() const { return qk_nibble_weight<kk>(q, d, m, dj); }
+  __m512 weight() const { return _mm512_fmadd_ps(qk_nibble_float<kk>(q), d, m); }
 };
 
 /// q5_0 / q5_1: code = nibble | bit kk of the row's qh << 4, looked up in a
@@ -326,7 +316,6 @@ struct DecodeQK4 {
   const unsigned char* q;
   __m512 d1, nm1;
   __m512i hw;
-  mutable __m512 dj;  // q4_K: d1 16^-(kk/4), see qk_nibble_weight
   void begin(const unsigned char* pb, int s) {
     __m512i sc, mn;
     qk_k4_scale_min(pb + 64, s, sc, mn);
@@ -338,7 +327,7 @@ struct DecodeQK4 {
   template <int kk>
   __m512 weight() const {
     if constexpr (!kFive) {
-      return qk_nibble_weight<kk>(q, d1, nm1, dj);
+      return _mm512_fmadd_ps(qk_nibble_float<kk>(q), d1, nm1);
     } else {
       const __m512 c = _mm512_permutex2var_ps(qk_iota16(), qk_five_bit_index<kk>(q, hw),
                                               _mm512_add_ps(qk_iota16(), _mm512_set1_ps(16.f)));
@@ -429,10 +418,6 @@ inline void quant_tile_fused(const float* x, long ldx, const QuantPanels& w, lon
   const long nb = w.n_blocks();
   const std::size_t pbb = w.panel_block_bytes();
   constexpr int kSubs = Dec::kBlock / Dec::kSub;
-  // Two blocks ahead in each panel stream, a share per sub-block: the cache lines of sub-block s.
-  std::size_t lines[kSubs + 1];
-  lines[0] = 2 * pbb / 64;
-  for (int s = 0; s < kSubs; ++s) lines[s + 1] = (2 * pbb + pbb * (s + 1) / kSubs + 63) / 64;
   for (long b = 0; b < nb; ++b) {
     const unsigned char* pb[NP];
     KVD_UNROLL(4) for (int p = 0; p < NP; ++p) pb[p] = w.panel_block(p0 + p, b);
@@ -441,7 +426,9 @@ inline void quant_tile_fused(const float* x, long ldx, const QuantPanels& w, lon
       Dec dec[NP];
       KVD_UNROLL(4) for (int p = 0; p < NP; ++p) {
         dec[p].begin(pb[p], s);
-        for (std::size_t l = lines[s]; l < lines[s + 1]; ++l) prefetch_read_at(pb[p], 64 * l);  // never faults
+        // Two blocks ahead in each panel stream, a share per sub-block (never faults).
+        const std::size_t line0 = pbb * s / kSubs / 64, line1 = (pbb * (s + 1) / kSubs + 63) / 64;
+        for (std::size_t l = line0; l < line1; ++l) prefetch_read_at(pb[p], 2 * pbb + 64 * l);
       }
       static_for<Dec::kSub>([&](auto kk) {
         __m512 wv[NP];

@@ -28,16 +28,10 @@ enum class QuantFieldKind {
 
 /// One field of a block: `count` elements of `width` bytes at byte `offset` of
 /// ggml's block. Code fields (every kind but kPlain) are rewritten as 32-bit
-/// code words, the 16 rows' words w side by side, so that one 64-byte load
-/// holds 32/b codes of 16 outputs (b = 4, 2 or 1 bits per code); the bytes are
-/// the same in number (code_slot() says where each value goes):
-///  * q4_x/q5_x/q4_K/q5_K's codes (kNibbles32, kNibbles256): in each group of 32
-///    values (4 words), value 32 g + i sits in word 4 g + i % 4 at bits 4 (i / 4).
-///    Four consecutive k then share a nibble position: their codes come out
-///    with one AND of the same mask (times 16^(i/4), an exact power of two the
-///    decoders take out of the scale, see DecodeQ4 in quant_matrix.hpp);
-///  * the others (q6_K's 4-bit kQ6Low256, 2- and 1-bit codes): word w holds the
-///    codes of values (32/b) w + j at bits b j.
+/// code words: word w of a row holds the b-bit codes of values (32/b) w + j at
+/// bits b j (b = 4, 1 or 2), and the 16 rows' words w are side by side. One
+/// 64-byte load then holds the codes of 32/b consecutive k for 16 outputs, and
+/// each code comes out with one shift. The bytes are the same in number.
 struct QuantField {
   int offset, width, count;
   QuantFieldKind kind = QuantFieldKind::kPlain;
@@ -101,36 +95,24 @@ inline void code_position(QuantFieldKind k, int i, int& byte, int& shift) {
   }
 }
 
-/// Where value i's code sits in the code words of its field: word index and bit shift.
-inline void code_slot(QuantFieldKind k, int i, int& word, int& shift) {
-  const int b = code_bits(k);
-  if (k == QuantFieldKind::kNibbles32 || k == QuantFieldKind::kNibbles256) {  // 4 words per 32 values
-    word = 4 * (i / 32) + i % 4, shift = 4 * ((i % 32) / 4);
-  } else {
-    word = i / (32 / b), shift = b * (i % (32 / b));
-  }
-}
-
 /// A code field of ggml's bytes -> its code words (count * 8 / 32 of them), and back.
 inline void field_to_words(const QuantField& q, const unsigned char* field, std::uint32_t* words) {
-  const int b = code_bits(q.kind), n = q.count * 8 / b;
+  const int b = code_bits(q.kind), n = q.count * 8 / b, per_word = 32 / b;
   std::fill(words, words + q.count / 4, 0u);
   for (int i = 0; i < n; ++i) {
-    int byte, shift, word, slot;
+    int byte, shift;
     code_position(q.kind, i, byte, shift);
-    code_slot(q.kind, i, word, slot);
     const std::uint32_t code = (field[byte] >> shift) & ((1u << b) - 1);
-    words[word] |= code << slot;
+    words[i / per_word] |= code << (b * (i % per_word));
   }
 }
 inline void words_to_field(const QuantField& q, const std::uint32_t* words, unsigned char* field) {
-  const int b = code_bits(q.kind), n = q.count * 8 / b;
+  const int b = code_bits(q.kind), n = q.count * 8 / b, per_word = 32 / b;
   std::memset(field, 0, static_cast<std::size_t>(q.count));
   for (int i = 0; i < n; ++i) {
-    int byte, shift, word, slot;
+    int byte, shift;
     code_position(q.kind, i, byte, shift);
-    code_slot(q.kind, i, word, slot);
-    const std::uint32_t code = (words[word] >> slot) & ((1u << b) - 1);
+    const std::uint32_t code = (words[i / per_word] >> (b * (i % per_word))) & ((1u << b) - 1);
     field[byte] = static_cast<unsigned char>(field[byte] | code << shift);
   }
 }
