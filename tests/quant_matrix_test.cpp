@@ -148,6 +148,49 @@ TEST_P(QuantMatrixTypes, RowsReadBackAsStoredAndDequantizeAsGgml) {
   for (float v : w) ASSERT_EQ(v, 0.f);
 }
 
+// Scales a file may hold that no quantizer writes: +-inf, NaN, the largest f16 and
+// a subnormal. The vector dequantization must still give what ggml's scalar code
+// gives (NaN for NaN, whatever its payload), on every panel lane.
+TEST_P(QuantMatrixTypes, ExtremeScalesDequantizeAsTheScalarCode) {
+  const WeightType t = GetParam();
+  const long N = 16, K = 512;
+  auto q = make_rows(t, N, K, 8);
+  const auto tr = weight_type_traits(t);
+  // Offset of the f16 scale d in each block (and of dmin/m where there is one).
+  std::size_t d_at = 0;
+  switch (t) {
+    case WeightType::kQ2_K: d_at = 80; break;
+    case WeightType::kQ3_K: d_at = 108; break;
+    case WeightType::kQ6_K: d_at = 208; break;
+    default: d_at = 0;
+  }
+  const std::uint16_t specials[] = {0x7C00, 0xFC00, 0x7E00, 0x7BFF, 0x0001, 0x8001};
+  const std::size_t n_blocks = q.bytes.size() / tr.block_bytes;
+  for (std::size_t b = 0; b < n_blocks; ++b) {
+    if (b % 3 == 2) continue;  // some blocks keep their real scale
+    const std::uint16_t v = specials[b % 6];
+    std::memcpy(q.bytes.data() + b * tr.block_bytes + d_at, &v, 2);
+  }
+  const std::size_t rb = weight_row_bytes(t, K);
+  for (long n = 0; n < N; ++n) detail::dequantize_row(t, q.bytes.data() + n * rb, q.w.data() + n * K, K);
+  const QuantMatrix qm(t, N, K, q.bytes.data());
+  for (auto how : {detail::QuantDequant::kAvx512, detail::QuantDequant::kPortable}) {
+    std::vector<float> out(static_cast<std::size_t>(K * detail::kLanes));
+    detail::dequantize_panels(qm.panels(), 0, 1, 0, K, out.data(), how);
+    for (long k = 0; k < K; ++k)
+      for (long lane = 0; lane < N; ++lane) {
+        const float got = out[static_cast<std::size_t>(k * detail::kLanes + lane)], want = q.w[lane * K + k];
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got)) << weight_type_name(t) << " row " << lane << " k " << k;
+        } else {
+          ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0)
+              << weight_type_name(t) << " row " << lane << " k " << k << ": " << got << " against " << want
+              << (how == detail::QuantDequant::kAvx512 ? " (avx512)" : " (portable)");
+        }
+      }
+  }
+}
+
 TEST_P(QuantMatrixTypes, DoubleComputeMatchesTheDoubleScalarLoop) {
   const WeightType t = GetParam();
   const long N = 48, K = 256;

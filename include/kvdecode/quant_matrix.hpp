@@ -176,10 +176,11 @@ struct DecodeQ8_0 {
 
 /// The 4-bit code of value kk (0..31) of a group of 32 from its 4 code words
 /// (kNibbles* layout), as 16 lanes of int32.
+/// `table` gives the float of each code (qk_iota16(): the code itself).
 template <int kk>
-inline __m512 qk_nibble_float(const unsigned char* words) {
+inline __m512 qk_nibble_float(const unsigned char* words, __m512 table = qk_iota16()) {
   const __m512i v = _mm512_loadu_si512(words + 64 * (kk / 8));
-  return _mm512_permutexvar_ps(kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8)), qk_iota16());
+  return _mm512_permutexvar_ps(kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8)), table);
 }
 template <int kk>
 inline __m512i qk_nibble(const unsigned char* words) {
@@ -202,7 +203,7 @@ inline __m512i qk_five_bit_index(const unsigned char* words, __m512i hw) {
   return _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
 }
 
-/// q4_0 / q4_1: one group of 32. q4_0: (code - 8) d = fma(code, d, -8 d); q4_1: fma(code, d, m); exact.
+/// q4_0 / q4_1: one group of 32. q4_0: (code - 8) d; q4_1: fma(code, d, m); as ggml.
 template <bool kMin>
 struct DecodeQ4 {
   static constexpr int kBlock = 32, kSub = 32;
@@ -210,11 +211,17 @@ struct DecodeQ4 {
   __m512 d, m;
   void begin(const unsigned char* pb, int) {
     d = qk_f16x16(pb);
-    m = kMin ? qk_f16x16(pb + 32) : _mm512_mul_ps(d, _mm512_set1_ps(-8.f));
+    m = kMin ? qk_f16x16(pb + 32) : _mm512_setzero_ps();
     q = pb + (kMin ? 64 : 32);
   }
+  // q4_0 as ggml writes it, (code - 8) * d: the table holds code - 8. (fma(code, d,
+  // -8 d) rounds the same for finite d, but gives +0 where ggml gives -0 (code 8,
+  // d < 0) and NaN where ggml gives +-inf (an infinite scale).)
   template <int kk>
-  __m512 weight() const { return _mm512_fmadd_ps(qk_nibble_float<kk>(q), d, m); }
+  __m512 weight() const {
+    if constexpr (kMin) return _mm512_fmadd_ps(qk_nibble_float<kk>(q), d, m);
+    return _mm512_mul_ps(qk_nibble_float<kk>(q, _mm512_sub_ps(qk_iota16(), _mm512_set1_ps(8.f))), d);
+  }
 };
 
 /// q5_0 / q5_1: code = nibble | bit kk of the row's qh << 4, looked up in a
@@ -336,16 +343,15 @@ struct DecodeQK4 {
   }
 };
 
-/// q6_K: 16 sub-blocks of 16, y = (d sc) (code - 32) = fma(code, d sc, -32 d sc), exact.
+/// q6_K: 16 sub-blocks of 16, y = (d sc) (code - 32).
 /// Value 16 s + kk: low 4 bits in low word 2 s + kk / 8, high 2 bits in high word s.
 struct DecodeQ6_K {
   static constexpr int kBlock = 256, kSub = 16;
   const unsigned char* ql;
   __m512i hw;
-  __m512 ds, n32ds;
+  __m512 ds;
   void begin(const unsigned char* pb, int s) {
     ds = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(qk_i8x16(pb + 32 + 16 * s)));
-    n32ds = _mm512_mul_ps(ds, _mm512_set1_ps(-32.f));
     ql = pb + 288 + 128 * s;
     hw = _mm512_loadu_si512(pb + 2336 + 64 * s);
   }
@@ -356,7 +362,9 @@ struct DecodeQ6_K {
     // the 2 high bits at bits 4..5 with nothing above: to the top, then down
     const __m512i hi = _mm512_srli_epi32(kk == 15 ? hw : _mm512_slli_epi32(hw, 30 - 2 * kk), 26);
     const __m512i code = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(code), ds, n32ds);
+    // (code - 32) * ds as ggml writes it (an fma with -32 ds would give +0 for its -0
+    // and NaN for its +-inf)
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(code, _mm512_set1_epi32(32))), ds);
   }
 };
 
@@ -371,8 +379,16 @@ inline void static_for(F&& f) {
 }
 
 /// out (Dec::kBlock x 16) = panel block pb dequantized.
+// GCC 12 at -O2 miscompiles this for q3_K and q5_K (their blocks came out as
+// zeros; -O1, -O3 and -O2 -fno-ipa-sra were right; found by building the tests at
+// -O2, tests/quant_matrix_test.cpp): noipa keeps interprocedural optimisation off it.
+#if defined(__GNUC__) && !defined(__clang__)
+#define KVDECODE_GCC_NOIPA __attribute__((noipa))
+#else
+#define KVDECODE_GCC_NOIPA
+#endif
 template <class Dec>
-inline void dequantize_panel_block_avx512(const unsigned char* pb, float* out) {
+KVDECODE_GCC_NOIPA inline void dequantize_panel_block_avx512(const unsigned char* pb, float* out) {
   for (int s = 0; s < Dec::kBlock / Dec::kSub; ++s) {
     Dec dec;
     dec.begin(pb, s);
