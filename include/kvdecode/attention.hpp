@@ -76,7 +76,8 @@ class Attention {
   /// q | k | v of each row at position pos_of(m), biased, q/k-normed and rotated.
   template <class PosFn>
   void project(const T* xn, long ldx, long M, PosFn&& pos_of, T* qkv, long ldq) const {
-    matmul(xn, ldx, M, wqkv_, qkv, ldq);
+    { detail::PhaseScope ps(detail::Phase::kQkv); matmul(xn, ldx, M, wqkv_, qkv, ldq); }
+    detail::PhaseScope ps(detail::Phase::kRope);
     const bool bias = bias_.size() != 0, qk_norm = q_norm_.size() != 0;
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (M * q_dim() >= detail::kParallelElements)
@@ -106,16 +107,23 @@ class Attention {
     T* qkv = ws.qkv.data();
     project(xn, ldx, M, [rows](long m) { return rows[m].pos; }, qkv, ws.ld_qkv);
     // Rows write different positions (distinct elements, never the same one).
+    {
+      detail::PhaseScope ps(detail::Phase::kCacheWrite);
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (M * kv_dim() >= detail::kParallelElements)
 #endif
-    for (long m = 0; m < M; ++m) {
-      const T* r = qkv + m * ws.ld_qkv;
-      caches[rows[m].seq]->write(layer_, rows[m].pos, r + k_col_, r + v_col_);
+      for (long m = 0; m < M; ++m) {
+        const T* r = qkv + m * ws.ld_qkv;
+        caches[rows[m].seq]->write(layer_, rows[m].pos, r + k_col_, r + v_col_);
+      }
     }
-    const std::uint64_t visible = plan(rows, M, ws);
-    run(rows, caches, ws, visible);
-    matmul(ws.att.data(), ws.ld_q, M, wo_, out, ldo);
+    std::uint64_t visible = 0;
+    {
+      detail::PhaseScope ps(detail::Phase::kAttention);
+      visible = plan(rows, M, ws);
+      run(rows, caches, ws, visible);
+    }
+    { detail::PhaseScope ps(detail::Phase::kWo); matmul(ws.att.data(), ws.ld_q, M, wo_, out, ldo); }
     return static_cast<std::uint64_t>(M) * (wqkv_.n_out() * d_model_ + wo_.n_out() * q_dim()) +
            2ull * visible * n_heads_ * head_dim_;
   }

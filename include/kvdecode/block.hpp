@@ -22,13 +22,15 @@ class TransformerBlock {
   template <class Cache>
   std::uint64_t forward(const Row* rows, long M, Cache* const* caches, Workspace<T>& ws) const {
     const long D = attn_norm_.dim(), ld = ws.ld_d;
+    using detail::Phase;
+    using detail::PhaseScope;
     T* x = ws.x.data();
-    attn_norm_.apply(x, ld, M, ws.xn.data(), ld);
+    { PhaseScope ps(Phase::kNorm); attn_norm_.apply(x, ld, M, ws.xn.data(), ld); }
     std::uint64_t macs = attn_.forward(ws.xn.data(), ld, rows, M, caches, ws, ws.proj.data(), ld);
-    add_rows(x, ws.proj.data(), M, D, ld);
-    ffn_norm_.apply(x, ld, M, ws.xn.data(), ld);
+    { PhaseScope ps(Phase::kResidual); add_rows(x, ws.proj.data(), M, D, ld); }
+    { PhaseScope ps(Phase::kNorm); ffn_norm_.apply(x, ld, M, ws.xn.data(), ld); }
     macs += mlp_.forward(ws.xn.data(), ld, M, ws, ws.proj.data(), ld);
-    add_rows(x, ws.proj.data(), M, D, ld);
+    { PhaseScope ps(Phase::kResidual); add_rows(x, ws.proj.data(), M, D, ld); }
     return macs;
   }
 

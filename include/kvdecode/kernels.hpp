@@ -47,6 +47,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "kvdecode/detail/profile.hpp"
 #include "kvdecode/detail/quant_layout.hpp"
 #include "kvdecode/detail/simd.hpp"
 #include "kvdecode/error.hpp"
@@ -520,70 +521,139 @@ inline T* matmul_pack_buffer() {
   return buf.data();
 }
 
-/// Large M (prefill): blocked over k (kMatmulKc) and rows (kMatmulMc). A block
-/// of rows is copied into a packed buffer (exact copies at a fixed stride);
-/// then for each tile of kLargePanels panels, its KC-long slice (in L1) meets
-/// every row tile of the block in turn. Row tiles have balanced sizes (13 and
-/// 14 rather than 14 and a small remainder). With enough rows the threads split
-/// rows, so each packs only its own; otherwise they split column tiles. Either
-/// way every output's chain stays whole.
+/// Large-M work split (prefill): up to kMatmulSuperRows rows at a time are
+/// packed once, by all threads together, into a buffer they share; the product
+/// of those rows is then cut into chunks of (up to kMatmulChunkRows rows) x
+/// (kMatmulChunkPanels panels) that the threads take dynamically. A chunk
+/// computes its outputs over the whole of k, so each output's chain is whole,
+/// whichever thread took it.
+inline constexpr long kMatmulSuperRows = 512;
+inline constexpr long kMatmulChunkRows = 256;
+inline constexpr long kMatmulChunkPanels = 8;
+
+/// The shared packed-row buffer of the calling thread (grown on demand, never shrunk):
+/// n_kb k blocks x `rows` rows x kPackStride.
+template <class T>
+inline T* matmul_shared_pack_buffer(std::size_t n) {
+  static thread_local AlignedBuffer<T> buf;
+  buf.reserve(n);
+  return buf.data();
+}
+
+/// Large M (prefill). For each super-block of up to kMatmulSuperRows rows:
+///  1. the threads copy its rows into the shared packed buffer (exact copies):
+///     k block kb of row r at xp[(kb * rows + r) * kPackStride], so the rows of a
+///     tile sit at a fixed stride that spreads them over the cache sets;
+///  2. the threads take chunks dynamically (a thread the OS delays does not hold
+///     the other up). Chunks run column block by column block, their row blocks
+///     next to each other, so the threads read the same weights at the same time
+///     (from memory once, through the shared L3). Inside a chunk, for each k block
+///     (kMatmulKc), each KC x (kLargePanels panels) weight slice (in L1) meets the
+///     chunk's row tiles in turn; row tiles have balanced sizes (13 and 14 rather
+///     than 14 and a small remainder).
+/// Every output's chain runs over k in order within one chunk, on one thread.
 template <class T, class V, class W>
 void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy, bool parallel) {
   constexpr int MR = kLargeRows<V>, NP = kLargePanels<V>;
   const long K = w.K, P = w.n_panels, bstride = K * kLanes;
-  const long n_ctiles = (P + NP - 1) / NP;
+  const long n_kb = (K + kMatmulKc - 1) / kMatmulKc;
+  const long n_cblocks = (P + kMatmulChunkPanels - 1) / kMatmulChunkPanels;
+  T* const xp = matmul_shared_pack_buffer<T>(static_cast<std::size_t>(std::min(M, kMatmulSuperRows) * n_kb * kPackStride));
+  PhaseTimes* const prof = phase_profile();
 #if defined(_OPENMP)
 #pragma omp parallel if (parallel)
 #endif
   {
     int t = 0, nt = 1;
     this_thread(t, nt);
-    long c0 = 0, c1 = n_ctiles, m_begin = 0, m_end = M;
-    if (M >= 4L * MR * nt || n_ctiles < 2L * nt)
-      split_range(M, t, nt, m_begin, m_end);
-    else
-      split_range(n_ctiles, t, nt, c0, c1);
-    T* xp = matmul_pack_buffer<T>();
-    const long n_mblocks = (m_end - m_begin + kMatmulMc - 1) / kMatmulMc;
-    for (long k0 = 0; k0 < K; k0 += kMatmulKc) {
-      const long kc = std::min(kMatmulKc, K - k0);
-      for (long ib = 0; ib < n_mblocks; ++ib) {
+    double pack_s = 0, wait_s = 0;
+    for (long s0 = 0; s0 < M; s0 += kMatmulSuperRows) {
+      const long sm = std::min(kMatmulSuperRows, M - s0);
+      {  // 1. pack this thread's share of the rows
+        const double tp = prof ? profile_now() : 0;
+        long r0, r1;
+        split_range(sm, t, nt, r0, r1);
+        for (long r = r0; r < r1; ++r)
+          for (long kb = 0; kb < n_kb; ++kb) {
+            const long k0 = kb * kMatmulKc, kc = std::min(kMatmulKc, K - k0);
+            const T* src = x + (s0 + r) * ldx + k0;
+            std::copy(src, src + kc, xp + (kb * sm + r) * kPackStride);
+          }
+        if (prof) pack_s += profile_now() - tp;
+        const double tw = prof ? profile_now() : 0;
+#if defined(_OPENMP)
+#pragma omp barrier
+#endif
+        if (prof) wait_s += profile_now() - tw;
+      }
+      // 2. the chunks
+      const long n_rblocks = (sm + kMatmulChunkRows - 1) / kMatmulChunkRows;
+      const long n_chunks = n_rblocks * n_cblocks;
+#if defined(_OPENMP)
+#pragma omp for schedule(dynamic, 1) nowait
+#endif
+      for (long ch = 0; ch < n_chunks; ++ch) {
+        const long cb = ch / n_rblocks, rb = ch % n_rblocks;
         long mb, me;
-        split_range(m_end - m_begin, static_cast<int>(ib), static_cast<int>(n_mblocks), mb, me);
-        mb += m_begin;
-        me += m_begin;
-        for (long r = mb; r < me; ++r) std::copy(x + r * ldx + k0, x + r * ldx + k0 + kc, xp + (r - mb) * kPackStride);
+        split_range(sm, static_cast<int>(rb), static_cast<int>(n_rblocks), mb, me);
+        const long pc0 = cb * kMatmulChunkPanels, pc1 = std::min(P, pc0 + kMatmulChunkPanels);
         const long n_rtiles = (me - mb + MR - 1) / MR;
         auto rows_of = [&](long i, long& r0, long& r1) {
           split_range(me - mb, static_cast<int>(i), static_cast<int>(n_rtiles), r0, r1);
         };
-        for (long c = c0; c < c1; ++c) {
-          const long p0 = c * NP;
-          const int np = static_cast<int>(std::min<long>(NP, P - p0));
-          const W* b = w.panel(p0) + k0 * kLanes;
-          for (long i = 0; i < n_rtiles; ++i) {
-            long r0, r1;
-            rows_of(i, r0, r1);
-            // Cache hints for what comes next (they never change a result): the
-            // output tile that the next tile reloads (after the first k block),
-            // and a share of the next panel tile's k block, into L2.
-            long q0 = 0, q1 = 0, pn = p0;
-            if (k0 > 0 && i + 1 < n_rtiles)
-              rows_of(i + 1, q0, q1);
-            else if (k0 > 0 && c + 1 < c1)
-              rows_of(0, q0, q1), pn = p0 + NP;
-            for (long q = q0; q < q1; ++q)
-              for (long j = pn; j < std::min(pn + NP, P); ++j) prefetch_read(y + (mb + q) * ldy + j * kLanes);
-            if (c + 1 < c1) {
-              const long lines = static_cast<long>(NP) * kc, l1 = lines * (i + 1) / n_rtiles;
-              const W* bn = w.panel(p0 + NP) + k0 * kLanes;
-              for (long l = lines * i / n_rtiles; l < l1; ++l)
-                if (p0 + NP + l % NP < P) prefetch_l2(bn + (l % NP) * bstride + (l / NP) * kLanes);
+        T* const yc = y + (s0 + mb) * ldy;
+        for (long kb = 0; kb < n_kb; ++kb) {
+          const long k0 = kb * kMatmulKc, kc = std::min(kMatmulKc, K - k0);
+          const T* const xa = xp + (kb * sm + mb) * kPackStride;
+          for (long p0 = pc0; p0 < pc1; p0 += NP) {
+            const int np = static_cast<int>(std::min<long>(NP, pc1 - p0));
+            const W* b = w.panel(p0) + k0 * kLanes;
+            // The weight slice that comes next: the chunk's next panel tile, or its
+            // first one in the next k block.
+            long pn = p0 + NP, kn = k0;
+            if (pn >= pc1) pn = pc0, kn = k0 + kMatmulKc;
+            const bool next = kn < K;
+            const long npn = std::min<long>(NP, pc1 - pn), kcn = next ? std::min(kMatmulKc, K - kn) : 0;
+            for (long i = 0; i < n_rtiles; ++i) {
+              long r0, r1;
+              rows_of(i, r0, r1);
+              // Cache hints (they never change a result): the output tile the next
+              // row tile reloads (after the first k block), and a share of the next
+              // weight slice, into L2.
+              if (k0 > 0 && i + 1 < n_rtiles) {
+                long q0, q1;
+                rows_of(i + 1, q0, q1);
+                for (long q = q0; q < q1; ++q)
+                  for (long j = p0; j < p0 + np; ++j) prefetch_read(yc + q * ldy + j * kLanes);
+              }
+              if (next) {
+                const long lines = npn * kcn, l1 = lines * (i + 1) / n_rtiles;
+                const W* bn = w.panel(pn) + kn * kLanes;
+                for (long l = lines * i / n_rtiles; l < l1; ++l) prefetch_l2(bn + (l % npn) * bstride + (l / npn) * kLanes);
+              }
+              matmul_tile_any<T, V, W, kPackStride>(static_cast<int>(r1 - r0), np, xa + r0 * kPackStride, kPackStride, b,
+                                                    bstride, kc, yc + r0 * ldy + p0 * kLanes, ldy, k0 == 0);
             }
-            matmul_tile_any<T, V, W, kPackStride>(static_cast<int>(r1 - r0), np, xp + r0 * kPackStride, kPackStride, b,
-                                                  bstride, kc, y + (mb + r0) * ldy + p0 * kLanes, ldy, k0 == 0);
           }
         }
+      }
+      // Everyone is done with this super-block before its buffer is packed again
+      // (the region's own end waits after the last one, unless profiling times it here).
+      if (s0 + kMatmulSuperRows < M || prof) {
+        const double tw = prof ? profile_now() : 0;
+#if defined(_OPENMP)
+#pragma omp barrier
+#endif
+        if (prof) wait_s += profile_now() - tw;
+      }
+    }
+    if (prof) {
+#if defined(_OPENMP)
+#pragma omp critical(kvd_profile)
+#endif
+      {
+        prof->pack_thread_seconds += pack_s;
+        prof->wait_thread_seconds += wait_s;
       }
     }
   }

@@ -22,9 +22,11 @@ class SwiGLU {
 
   /// xn (M, ldx) -> out (M, ldo); uses ws.h13 and ws.hmid. Returns multiply-adds performed.
   std::uint64_t forward(const T* xn, long ldx, long M, Workspace<T>& ws, T* out, long ldo) const {
-    matmul(xn, ldx, M, w13_, ws.h13.data(), ws.ld_ff2);
-    gate(ws.h13.data(), ws.ld_ff2, M, ws.hmid.data(), ws.ld_ff);
-    matmul(ws.hmid.data(), ws.ld_ff, M, w2_, out, ldo);
+    using detail::Phase;
+    using detail::PhaseScope;
+    { PhaseScope ps(Phase::kW13); matmul(xn, ldx, M, w13_, ws.h13.data(), ws.ld_ff2); }
+    { PhaseScope ps(Phase::kGate); gate(ws.h13.data(), ws.ld_ff2, M, ws.hmid.data(), ws.ld_ff); }
+    { PhaseScope ps(Phase::kW2); matmul(ws.hmid.data(), ws.ld_ff, M, w2_, out, ldo); }
     return static_cast<std::uint64_t>(M) * (3ull * hidden_dim_ * d_model_);
   }
 
