@@ -149,6 +149,7 @@ void BM_Prefill(benchmark::State& st, int shape) {
   }
   st.counters["ms_profiled_total"] = total * 1e3 / reps;
   st.counters["ms_outside_phases"] = total * 1e3 / reps - phases;
+  st.counters["ms_prologue"] = prof.prologue_thread_seconds * 1e3 / reps / kThreads;
   st.counters["ms_pack"] = prof.pack_thread_seconds * 1e3 / reps / kThreads;
   st.counters["ms_wait"] = prof.wait_thread_seconds * 1e3 / reps / kThreads;
 }

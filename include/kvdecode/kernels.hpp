@@ -30,8 +30,10 @@
 //    allocated.
 //  * large M (prefill): GotoBLAS-style blocking with a 14 x 2-panel register
 //    tile (28 of the 32 zmm registers accumulate; 95% of the FMA peak when its
-//    operands are in L1), k blocks of 256 and row blocks of up to 384 rows
-//    copied into a per-thread buffer; the threads split rows.
+//    operands are in L1) and k blocks of 256. Up to 512 rows at a time are
+//    packed once into a buffer the threads share; the threads then take
+//    chunks of (up to 256 rows) x (128 columns) dynamically, each chunk over
+//    the whole of k.
 #pragma once
 
 #include <algorithm>
@@ -139,6 +141,26 @@ inline void this_thread(int& t, int& nt) {
 }
 
 }  // namespace detail
+
+/// Work a product's caller wants done on the input rows just before the product
+/// reads them (for example: add the residual, then normalise): fn(ctx, r0, r1)
+/// prepares rows [r0, r1) of x. The prefill path runs it inside its parallel
+/// region, each thread on the rows it is about to pack, which saves a parallel
+/// region and its barrier per call; otherwise it runs once for all rows before
+/// the product. Every row is prepared by exactly one call that covers it, so
+/// the split never changes a result. It must touch only those rows' data.
+struct RowPrologue {
+  void (*fn)(void* ctx, long r0, long r1) = nullptr;
+  void* ctx = nullptr;
+  explicit operator bool() const { return fn != nullptr; }
+  void operator()(long r0, long r1) const { fn(ctx, r0, r1); }
+};
+
+/// A RowPrologue calling f(r0, r1); f must outlive it.
+template <class F>
+RowPrologue row_prologue(F& f) {
+  return {[](void* c, long r0, long r1) { (*static_cast<F*>(c))(r0, r1); }, static_cast<void*>(&f)};
+}
 
 namespace detail {
 /// Raw 16-bit weight elements inside packed panels (IEEE binary16, bfloat16).
@@ -541,7 +563,8 @@ inline T* matmul_shared_pack_buffer(std::size_t n) {
 }
 
 /// Large M (prefill). For each super-block of up to kMatmulSuperRows rows:
-///  1. the threads copy its rows into the shared packed buffer (exact copies):
+///  1. the threads run the caller's RowPrologue on its rows, if any, and copy
+///     them into the shared packed buffer (exact copies):
 ///     k block kb of row r at xp[(kb * rows + r) * kPackStride], so the rows of a
 ///     tile sit at a fixed stride that spreads them over the cache sets;
 ///  2. the threads take chunks dynamically (a thread the OS delays does not hold
@@ -553,7 +576,8 @@ inline T* matmul_shared_pack_buffer(std::size_t n) {
 ///     than 14 and a small remainder).
 /// Every output's chain runs over k in order within one chunk, on one thread.
 template <class T, class V, class W>
-void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy, bool parallel) {
+void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy, bool parallel,
+                  const RowPrologue& pre = RowPrologue()) {
   constexpr int MR = kLargeRows<V>, NP = kLargePanels<V>;
   const long K = w.K, P = w.n_panels, bstride = K * kLanes;
   const long n_kb = (K + kMatmulKc - 1) / kMatmulKc;
@@ -566,20 +590,23 @@ void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, lo
   {
     int t = 0, nt = 1;
     this_thread(t, nt);
-    double pack_s = 0, wait_s = 0;
+    double pre_s = 0, pack_s = 0, wait_s = 0;
     for (long s0 = 0; s0 < M; s0 += kMatmulSuperRows) {
       const long sm = std::min(kMatmulSuperRows, M - s0);
-      {  // 1. pack this thread's share of the rows
+      {  // 1. prepare (the caller's prologue) and pack this thread's share of the rows
         const double tp = prof ? profile_now() : 0;
         long r0, r1;
         split_range(sm, t, nt, r0, r1);
+        if (pre && r1 > r0) pre(s0 + r0, s0 + r1);
+        const double tq = prof ? profile_now() : 0;
+        if (prof) pre_s += tq - tp;
         for (long r = r0; r < r1; ++r)
           for (long kb = 0; kb < n_kb; ++kb) {
             const long k0 = kb * kMatmulKc, kc = std::min(kMatmulKc, K - k0);
             const T* src = x + (s0 + r) * ldx + k0;
             std::copy(src, src + kc, xp + (kb * sm + r) * kPackStride);
           }
-        if (prof) pack_s += profile_now() - tp;
+        if (prof) pack_s += profile_now() - tq;
         const double tw = prof ? profile_now() : 0;
 #if defined(_OPENMP)
 #pragma omp barrier
@@ -652,6 +679,7 @@ void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, lo
 #pragma omp critical(kvd_profile)
 #endif
       {
+        prof->prologue_thread_seconds += pre_s;
         prof->pack_thread_seconds += pack_s;
         prof->wait_thread_seconds += wait_s;
       }
@@ -661,38 +689,67 @@ void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, lo
 
 /// One segment's product with an explicit vector implementation V and packed
 /// element type W: y[:, 0 .. 16 * w.n_panels) for the segment's panels.
+/// Runs pre on rows [0, M) of a K-wide input, split over threads when large enough.
+inline void run_prologue(const RowPrologue& pre, long M, long K) {
+  if (!pre || M <= 0) return;
+#if defined(_OPENMP)
+#pragma omp parallel if (M * std::max(K, 1L) >= kParallelElements)
+#endif
+  {
+    int t = 0, nt = 1;
+    this_thread(t, nt);
+    long r0, r1;
+    split_range(M, t, nt, r0, r1);
+    if (r1 > r0) pre(r0, r1);
+  }
+}
+
+/// `pre` (optional) prepares the input rows first (see RowPrologue).
 template <class T, class V, class W>
-void matmul_panels(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy) {
+void matmul_panels(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy, const RowPrologue& pre) {
   const long K = w.K;
   if (M <= 0) return;
   if (K == 0) {
+    run_prologue(pre, M, K);
     for (long m = 0; m < M; ++m) std::fill(y + m * ldy, y + m * ldy + w.n_panels * kLanes, T(0));
     return;
   }
   const bool parallel = M * w.n_panels * kLanes * K >= kMatmulParallelThreshold;
-  if (M <= kSmallMaxM<V>)
+  if (M <= kSmallMaxM<V>) {
+    run_prologue(pre, M, K);
     matmul_small<T, V, W>(x, ldx, M, w, y, ldy, parallel);
-  else
-    matmul_large<T, V, W>(x, ldx, M, w, y, ldy, parallel);
+  } else {
+    matmul_large<T, V, W>(x, ldx, M, w, y, ldy, parallel, pre);
+  }
 }
 
 /// matmul() with an explicit vector implementation V (Vec16<T> in the library;
 /// the tests also run PortableVec16<T> and Avx2Vec16<T> and compare bits).
 /// The one dispatch on storage type: each segment runs the kernels with its
 /// packed element type.
+/// `pre` (optional) prepares the input rows first: inside the first segment's
+/// product when that is a float-kernel one, else once before everything.
 template <class T, class V>
-void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy) {
+void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy,
+                 const RowPrologue& pre_in = RowPrologue()) {
   KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= w.n_in());
+  RowPrologue pre = pre_in;
+  if (pre && (w.segments().empty() || is_quant_block_type(w.segments()[0].type))) {
+    run_prologue(pre, M, w.n_in());
+    pre = RowPrologue();
+  }
   for (const auto& s : w.segments()) {
     T* ys = y + s.panel0 * kLanes;
     const long K = w.n_in();
+    const RowPrologue p = pre;
+    pre = RowPrologue();  // the first product prepares the rows, the others read them
     if constexpr (std::is_same_v<T, float>) {
       if (s.type == WeightType::kF16) {
-        matmul_panels<T, V, F16Bits>(x, ldx, M, {w.template panel_as<F16Bits>(s.panel0), s.n_panels, K}, ys, ldy);
+        matmul_panels<T, V, F16Bits>(x, ldx, M, {w.template panel_as<F16Bits>(s.panel0), s.n_panels, K}, ys, ldy, p);
         continue;
       }
       if (s.type == WeightType::kBF16) {
-        matmul_panels<T, V, BF16Bits>(x, ldx, M, {w.template panel_as<BF16Bits>(s.panel0), s.n_panels, K}, ys, ldy);
+        matmul_panels<T, V, BF16Bits>(x, ldx, M, {w.template panel_as<BF16Bits>(s.panel0), s.n_panels, K}, ys, ldy, p);
         continue;
       }
     }
@@ -701,7 +758,7 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
                                 ys, ldy);
       continue;
     }
-    matmul_panels<T, V, T>(x, ldx, M, {w.template panel_as<T>(s.panel0), s.n_panels, K}, ys, ldy);
+    matmul_panels<T, V, T>(x, ldx, M, {w.template panel_as<T>(s.panel0), s.n_panels, K}, ys, ldy, p);
   }
 }
 
@@ -717,6 +774,15 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
 template <class T>
 void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy) {
   detail::matmul_with<T, detail::Vec16<T>>(x, ldx, M, w, y, ldy);
+}
+
+/// matmul() that first runs `pre` on the input rows (see RowPrologue): for
+/// example, the block's residual add and RMSNorm go inside the product's
+/// parallel region instead of their own. The product is the same as running
+/// pre(0, M) and then matmul(). A quantized first segment runs pre before it.
+template <class T>
+void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy, const RowPrologue& pre) {
+  detail::matmul_with<T, detail::Vec16<T>>(x, ldx, M, w, y, ldy, pre);
 }
 
 }  // namespace kvd

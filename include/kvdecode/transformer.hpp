@@ -126,7 +126,12 @@ class Transformer {
       for (long m = 0; m < M; ++m) embedding_.dequantize_row(rows[m].token, x + m * ws_.ld_d);
     }
     std::uint64_t macs = 0;
+    ws_.pending_residual = false;
     for (const auto& blk : blocks_) macs += blk.forward(rows, M, caches, ws_);
+    {
+      detail::PhaseScope ps(detail::Phase::kResidual);
+      ws_.finish_residual(M, config_.d_model);
+    }
     for (long s = 0; s < n_caches; ++s) caches[s]->commit_append(ws_.seq_rows[s]);
     {
       detail::PhaseScope ps(detail::Phase::kNorm);

@@ -15,16 +15,16 @@ namespace detail {
 /// What a forward pass spends its time on (the rows of the profile table).
 enum class Phase : int {
   kEmbed = 0,     ///< token embedding lookup
-  kNorm,          ///< RMSNorm before attention, before the MLP, and the final one
-  kQkv,           ///< q|k|v projection (matmul)
-  kRope,          ///< bias, q/k norm and RoPE on the projected rows
-  kCacheWrite,    ///< k, v into the cache
-  kAttention,     ///< scores, softmax, weighted sums
+  kNorm,          ///< the final RMSNorm (the blocks' run inside their products, see below)
+  kQkv,           ///< q|k|v projection (matmul; with the residual add and RMSNorm of its input rows)
+  kRope,          ///< bias, q/k norm and RoPE (the reference path; the cached one does it in kAttention)
+  kCacheWrite,    ///< (unused since it joined kAttention)
+  kAttention,     ///< bias, q/k norm, RoPE and k, v into the cache; scores, softmax, weighted sums
   kWo,            ///< attention output projection (matmul)
-  kResidual,      ///< residual adds
-  kW13,           ///< gate|up projection (matmul)
-  kGate,          ///< silu(gate) * up
-  kW2,            ///< down projection (matmul)
+  kResidual,      ///< the last block's pending residual add
+  kW13,           ///< gate|up projection (matmul; with the residual add and RMSNorm of its input rows)
+  kGate,          ///< (unused since SwiGLU joined kW2)
+  kW2,            ///< down projection (matmul; with the SwiGLU of its input rows)
   kClassifier,    ///< logits (matmul)
   kCount
 };
@@ -39,7 +39,8 @@ inline const char* phase_name(Phase p) {
 /// inside its parallel region (summed over threads, so divide by the thread count).
 struct PhaseTimes {
   double seconds[static_cast<int>(Phase::kCount)] = {};
-  double pack_thread_seconds = 0;  ///< copying input rows into packed buffers
+  double prologue_thread_seconds = 0;  ///< RowPrologues run inside it (residual adds, RMSNorms, SwiGLU)
+  double pack_thread_seconds = 0;      ///< copying input rows into packed buffers
   double wait_thread_seconds = 0;  ///< a thread done with its share, waiting for the others
   void clear() { *this = PhaseTimes(); }
 };
