@@ -32,7 +32,7 @@
 //    tile (28 of the 32 zmm registers accumulate; 95% of the FMA peak when its
 //    operands are in L1) and k blocks of 256. Up to 512 rows at a time are
 //    packed once into a buffer the threads share; the threads then take
-//    chunks of (up to 256 rows) x (128 columns) dynamically, each chunk over
+//    chunks of (up to 256 rows) x (128 to 512 columns) dynamically, each over
 //    the whole of k.
 #pragma once
 
@@ -546,12 +546,18 @@ inline T* matmul_pack_buffer() {
 /// Large-M work split (prefill): up to kMatmulSuperRows rows at a time are
 /// packed once, by all threads together, into a buffer they share; the product
 /// of those rows is then cut into chunks of (up to kMatmulChunkRows rows) x
-/// (kMatmulChunkPanels panels) that the threads take dynamically. A chunk
+/// (chunk_panels panels, see below) that the threads take dynamically. A chunk
 /// computes its outputs over the whole of k, so each output's chain is whole,
 /// whichever thread took it.
+/// A chunk's column block is as wide as leaves about kMatmulChunksPerThread
+/// chunks per thread, within [kMatmulChunkPanels, kMatmulChunkMaxPanels] panels
+/// (even): wide chunks reuse each packed row block from L2 across more weight
+/// tiles, many chunks keep the threads balanced.
 inline constexpr long kMatmulSuperRows = 512;
 inline constexpr long kMatmulChunkRows = 256;
 inline constexpr long kMatmulChunkPanels = 8;
+inline constexpr long kMatmulChunkMaxPanels = 32;
+inline constexpr long kMatmulChunksPerThread = 8;
 
 /// The shared packed-row buffer of the calling thread (grown on demand, never shrunk):
 /// n_kb k blocks x `rows` rows x kPackStride.
@@ -581,7 +587,11 @@ void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, lo
   constexpr int MR = kLargeRows<V>, NP = kLargePanels<V>;
   const long K = w.K, P = w.n_panels, bstride = K * kLanes;
   const long n_kb = (K + kMatmulKc - 1) / kMatmulKc;
-  const long n_cblocks = (P + kMatmulChunkPanels - 1) / kMatmulChunkPanels;
+  const long rblocks_max = (std::min(M, kMatmulSuperRows) + kMatmulChunkRows - 1) / kMatmulChunkRows;
+  const long chunk_panels =
+      std::clamp(P * rblocks_max / (kMatmulChunksPerThread * (parallel ? num_threads() : 1)) / 2 * 2, kMatmulChunkPanels,
+                 kMatmulChunkMaxPanels);
+  const long n_cblocks = (P + chunk_panels - 1) / chunk_panels;
   T* const xp = matmul_shared_pack_buffer<T>(static_cast<std::size_t>(std::min(M, kMatmulSuperRows) * n_kb * kPackStride));
   PhaseTimes* const prof = phase_profile();
 #if defined(_OPENMP)
@@ -623,7 +633,7 @@ void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, lo
         const long cb = ch / n_rblocks, rb = ch % n_rblocks;
         long mb, me;
         split_range(sm, static_cast<int>(rb), static_cast<int>(n_rblocks), mb, me);
-        const long pc0 = cb * kMatmulChunkPanels, pc1 = std::min(P, pc0 + kMatmulChunkPanels);
+        const long pc0 = cb * chunk_panels, pc1 = std::min(P, pc0 + chunk_panels);
         const long n_rtiles = (me - mb + MR - 1) / MR;
         auto rows_of = [&](long i, long& r0, long& r1) {
           split_range(me - mb, static_cast<int>(i), static_cast<int>(n_rtiles), r0, r1);
