@@ -33,12 +33,7 @@ namespace fs = std::filesystem;
 
 const std::string kShared = KVDECODE_SHARED_DIR;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string slurp(const fs::path& p) { return kvd::detail::read_text_file(p.string(), std::uint64_t{1} << 30); }
 
 // README.md and include/kvdecode/**/*.hpp, in name order.
 const std::string& corpus() {

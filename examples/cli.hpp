@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "kvdecode/detail/unicode.hpp"
 #include "kvdecode/dtype.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/planner.hpp"
@@ -531,22 +532,11 @@ class OptionTable {
 
 // ---------------------------------------------------------------- output helpers
 
-/// s as a quoted JSON string.
+/// s as a quoted JSON string, escaped as JSON.stringify writes it.
 inline std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
+  std::string out;
+  kvd::detail::append_json_string(out, s);
+  return out;
 }
 
 /// v as a JSON number with 10 significant digits.

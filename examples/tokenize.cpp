@@ -40,13 +40,8 @@ const char* const kOutro = R"(Options take their value as the next argument or a
 Exit status: 0 success, 1 tokenizer or input unusable, 2 bad argument.
 )";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw kvd::FileError(msg("cannot open ", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// Input files (a case file, a conversation list): at most 1 GiB.
+std::string read_file(const std::string& path) { return kvd::detail::read_text_file(path, std::uint64_t{1} << 30); }
 
 // llama.cpp's test format: texts separated by "\n__ggml_vocab_test__\n" (also after the last).
 std::vector<std::string> split_cases(const std::string& all) {
@@ -79,31 +74,6 @@ std::string printable(const std::string& s) {
     i += len;
   }
   return out + "'";
-}
-
-// s as a JSON string the way JSON.stringify / json.dumps(ensure_ascii=False) write it.
-std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
 }
 
 // --render-chat: FILE is a JSON list of {"messages": [{"role", "content"}...],
@@ -148,7 +118,7 @@ int render_chat(const kvd::cli::Params& p) {
     out.push_back(tmpl.render(messages, gen));
   }
   std::cout << "[";
-  for (std::size_t i = 0; i < out.size(); ++i) std::cout << (i ? ",\n " : "\n ") << json_quote(out[i]);
+  for (std::size_t i = 0; i < out.size(); ++i) std::cout << (i ? ",\n " : "\n ") << kvd::cli::json_string(out[i]);
   std::cout << (out.empty() ? "]\n" : "\n]\n");
   return 0;
 }

@@ -7,6 +7,8 @@
 // the conversion inside quantize_model; one test per refused tokenizer.
 #include <gtest/gtest.h>
 
+#include "vocab_cases.hpp"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -54,41 +56,10 @@ struct TempDir {
   }
 };
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::vector<std::string> read_cases(const std::string& path) {
-  const std::string all = slurp(path);
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> cases;
-  std::size_t pos = 0;
-  for (std::size_t hit; (hit = all.find(sep, pos)) != std::string::npos; pos = hit + sep.size())
-    cases.push_back(all.substr(pos, hit - pos));
-  if (pos < all.size()) cases.push_back(all.substr(pos));
-  return cases;
-}
-
-std::vector<std::vector<int>> read_ids(const std::string& path) {
-  std::vector<std::vector<int>> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    std::vector<int> ids;
-    for (int id; ls >> id;) ids.push_back(id);
-    out.push_back(ids);
-  }
-  return out;
-}
-
-std::string show(const std::vector<int>& ids) {
-  std::string s;
-  for (int id : ids) s += " " + std::to_string(id);
-  return s;
-}
+using kvd_test::read_cases;
+using kvd_test::read_ids;
+using kvd_test::show;
+using kvd_test::slurp;
 
 /// The vocabulary-only GGUF file (bytes) that write_tokenizer_json_vocab makes.
 GGUFFile convert(const std::string& path, int vocab_size = 0) {

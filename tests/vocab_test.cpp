@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "vocab_cases.hpp"
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -32,43 +34,10 @@ const std::string kJson = kShared + "/models/tokenizer-json/";
 #define SKIP_IF_MISSING(path) \
   if (!fs::exists(path)) GTEST_SKIP() << "shared file " << (path) << " is absent"
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// llama.cpp's case file: texts separated by "\n__ggml_vocab_test__\n" (the last one
-// is followed by the separator too).
-std::vector<std::string> read_cases(const std::string& path) {
-  const std::string all = slurp(path);
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> cases;
-  std::size_t pos = 0;
-  for (std::size_t hit; (hit = all.find(sep, pos)) != std::string::npos; pos = hit + sep.size())
-    cases.push_back(all.substr(pos, hit - pos));
-  if (pos < all.size()) cases.push_back(all.substr(pos));
-  return cases;
-}
-
-std::vector<std::vector<int>> read_ids(const std::string& path) {
-  std::vector<std::vector<int>> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream ls(line);
-    std::vector<int> ids;
-    for (int id; ls >> id;) ids.push_back(id);
-    out.push_back(ids);
-  }
-  return out;
-}
-
-std::string show(const std::vector<int>& ids) {
-  std::string s;
-  for (int id : ids) s += " " + std::to_string(id);
-  return s;
-}
+using kvd_test::read_cases;
+using kvd_test::read_ids;
+using kvd_test::show;
+using kvd_test::slurp;
 
 // Encodes every case as llama.cpp's test does (no BOS, special text not parsed)
 // and compares with the reference ids; checks that decoding gives the text back

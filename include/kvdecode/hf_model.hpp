@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvdecode/config.hpp"
+#include "kvdecode/detail/file.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/safetensors.hpp"
 #include "kvdecode/tensor.hpp"
@@ -59,19 +60,13 @@ namespace detail {
 }
 
 /// A small JSON file of a folder (config.json, generation_config.json) as an object.
-/// Throws FileError when it is missing or unreadable, FormatError when it is over
-/// 16 MB (checked before reading), not JSON, or not an object.
+/// Throws FileError when it is missing, unreadable or over 16 MB (checked before
+/// reading), FormatError when it is not JSON or not an object.
 inline nlohmann::json hf_read_json(const std::string& file) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(file, ec);
-  std::ifstream in(file, std::ios::binary);
-  if (ec || !in) throw FileError(msg("'", file, "' is missing or unreadable"));
-  if (size > (16u << 20)) hf_fail(file, msg("is ", size, " bytes, more than the 16 MB limit"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_text_file(file, 16u << 20);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     hf_fail(file, msg("invalid JSON (", e.what(), ")"));
   }
@@ -226,7 +221,7 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
     bool all_layers = true;
     if (!arch->mistral && j.contains("max_window_layers") && !j["max_window_layers"].is_null()) {
       // HF Qwen: layers i >= max_window_layers slide; kvdecode has one window for all layers.
-      const int mwl = j["max_window_layers"].is_number_integer() ? j["max_window_layers"].get<int>() : -1;
+      const std::int64_t mwl = j["max_window_layers"].is_number_integer() ? j["max_window_layers"].get<std::int64_t>() : -1;
       if (mwl < 0) hf_fail(file, msg("field 'max_window_layers' = ", j["max_window_layers"].dump(), " is not a non-negative integer"));
       if (mwl >= c.n_layers)
         all_layers = false;

@@ -467,8 +467,11 @@ inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const
 }
 
 /// Small M (<= kQuantFusedMaxM), AVX-512: one row tile; threads take contiguous ranges of column tiles.
-inline void matmul_quant_fused(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy,
-                               bool parallel) {
+/// A template (T = float only) so that its tiles are instantiated where matmul_quant_with
+/// is, once in the kernel-instance library, not in every file that includes this header.
+template <class T>
+inline void matmul_quant_fused(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy, bool parallel) {
+  static_assert(std::is_same_v<T, float>, "the fused tiles are float-only");
   const int mr = static_cast<int>(M);
   const int np_max = quant_fused_panels(mr);
   const long P = w.n_panels(), n_ctiles = (P + np_max - 1) / np_max;
@@ -639,7 +642,7 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantPanels& w, T* y,
 #if defined(KVDECODE_QUANT_FUSED)
   if constexpr (std::is_same_v<T, float>) {
     if ((path == QuantPath::kAuto || path == QuantPath::kFused) && M <= kQuantFusedMaxM)
-      return matmul_quant_fused(x, ldx, M, w, y, ldy, parallel);
+      return matmul_quant_fused<T>(x, ldx, M, w, y, ldy, parallel);
   }
 #endif
   if (path == QuantPath::kSmall || ((path == QuantPath::kAuto || path == QuantPath::kFused) && M <= kSmallMaxM<V>))

@@ -30,29 +30,12 @@
 #include <nlohmann/json.hpp>
 
 #include "kvdecode/bpe_tokenizer.hpp"
+#include "kvdecode/detail/file.hpp"
 #include "kvdecode/error.hpp"
 
 namespace kvd {
 
 namespace detail {
-
-/// The whole file as a string. Throws FileError naming the path if it is
-/// missing, a directory or unreadable, or larger than `limit` bytes.
-inline std::string read_text_file(const std::string& path, std::uint64_t limit) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw FileError(msg(path, " is a directory, not a file"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FileError(msg("cannot open ", path));
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size < 0) throw FileError(msg("cannot read ", path));
-  if (static_cast<std::uint64_t>(size) > limit)
-    throw FileError(msg(path, " is ", size, " bytes, more than the limit of ", limit, " for a tokenizer file"));
-  in.seekg(0);
-  std::string s(static_cast<std::size_t>(size), '\0');
-  if (size > 0 && !in.read(&s[0], size)) throw FileError(msg("cannot read ", path));
-  return s;
-}
 
 /// Parses JSON text; FormatError naming `where` and nlohmann's account (with the
 /// byte position) for invalid or truncated JSON.

@@ -52,6 +52,24 @@ inline std::uint64_t checked_add(std::uint64_t a, std::uint64_t b, const char* w
   return a + b;
 }
 
+/// The whole file as a string. Throws FileError naming the path if it is
+/// missing, a directory or unreadable, or larger than `limit` bytes.
+inline std::string read_text_file(const std::string& path, std::uint64_t limit) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw FileError(msg(path, " is a directory, not a file"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw FileError(msg("cannot open ", path));
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw FileError(msg("cannot read ", path));
+  if (static_cast<std::uint64_t>(size) > limit)
+    throw FileError(msg(path, " is ", size, " bytes, more than the limit of ", limit));
+  in.seekg(0);
+  std::string s(static_cast<std::size_t>(size), '\0');
+  if (size > 0 && !in.read(&s[0], size)) throw FileError(msg("cannot read ", path));
+  return s;
+}
+
 /// A whole file, read-only: memory-mapped where possible, else read into memory.
 /// Move-only; the bytes stay valid and unchanged for the object's lifetime.
 class MappedFile {

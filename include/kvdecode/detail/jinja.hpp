@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvdecode/detail/unicode.hpp"
 #include "kvdecode/error.hpp"
 
 namespace kvd {
@@ -206,24 +207,6 @@ inline std::size_t utf8_count(const std::string& s) {
   std::size_t n = 0;
   for (std::size_t i = 0; i < s.size(); i += utf8_len_at(s, i)) ++n;
   return n;
-}
-
-inline void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 /// Python's str.isspace() for the code point at s[i] (length n): ASCII \t\n\v\f\r
@@ -553,7 +536,7 @@ class Lexer {
           q += static_cast<std::size_t>(count);
           if (cp > 0x10FFFF) fail(q, msg("escape \\", e, " names U+", cp, ", beyond U+10FFFF"));
           if (cp >= 0xD800 && cp <= 0xDFFF) fail(q, "escape names a lone surrogate, which has no UTF-8 form");
-          append_utf8(out, cp);
+          utf8_append(out, cp);
           break;
         }
         default:
@@ -561,7 +544,7 @@ class Lexer {
             std::uint32_t v = static_cast<std::uint32_t>(e - '0');
             for (int k = 0; k < 2 && q < n_ && src_[q] >= '0' && src_[q] <= '7'; ++k, ++q)
               v = v * 8 + static_cast<std::uint32_t>(src_[q] - '0');
-            append_utf8(out, v);
+            utf8_append(out, v);
           } else {  // unknown escapes stay as written
             out += '\\';
             out += e;
@@ -1502,30 +1485,9 @@ class Renderer {
         out += std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : float_repr(v.f);
         return;
       case Value::Kind::kFunction: fail(pos, "tojson: a function is not JSON serializable");
-      case Value::Kind::kString: {
-        out += '"';
-        for (unsigned char c : v.str()) {
-          switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            default:
-              if (c < 0x20) {
-                char buf[8];
-                std::snprintf(buf, sizeof buf, "\\u%04x", c);
-                out += buf;
-              } else {
-                out += static_cast<char>(c);
-              }
-          }
-        }
-        out += '"';
+      case Value::Kind::kString:
+        append_json_string(out, v.str());
         return;
-      }
       case Value::Kind::kList: {
         if (v.list->empty()) {
           out += "[]";

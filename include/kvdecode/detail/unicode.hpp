@@ -62,6 +62,34 @@ inline std::uint32_t utf8_decode(const char* s, std::size_t len) {
   }
 }
 
+/// Appends `s` as a quoted JSON string, escaped as JSON.stringify and Python's
+/// json.dumps(ensure_ascii=False) write it: \" \\ \n \r \t \b \f, other
+/// control bytes as \u00XX, everything else (UTF-8 included) as it is.
+inline void append_json_string(std::string& out, const std::string& s) {
+  out += '"';
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          static const char kHex[] = "0123456789abcdef";
+          out += "\\u00";
+          out += kHex[c >> 4];
+          out += kHex[c & 15];
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  out += '"';
+}
+
 /// Appends code point `cp` (<= U+10FFFF) as UTF-8.
 inline void utf8_append(std::string& out, std::uint32_t cp) {
   if (cp < 0x80) {
