@@ -131,6 +131,14 @@ TYPED_TEST(MatmulTest, LargeShapesAndRowSplit) {
   check_shapes<TypeParam, void>({1, 8, 16, 100, 400}, {16, 48, 200}, {300, 1100}, {1, 2, 3});
 }
 
+// More rows than one shared packing super-block (kMatmulSuperRows), with a partial
+// last one, and more than one chunk row block in each: the chunks the threads
+// take dynamically must still give every row its 1-thread bits.
+TYPED_TEST(MatmulTest, SeveralPackingSuperBlocks) {
+  static_assert(kvd::detail::kMatmulSuperRows < 1100 && kvd::detail::kMatmulChunkRows < kvd::detail::kMatmulSuperRows);
+  check_shapes<TypeParam, void>({kvd::detail::kMatmulSuperRows + 1, 1100}, {48, 140}, {300}, {1, 2, 3});
+}
+
 // The portable scalar path, as a build without AVX would compile it.
 TYPED_TEST(MatmulTest, PortablePathMatchesReference) {
   using V = kvd::detail::PortableVec16<TypeParam>;

@@ -76,46 +76,30 @@ class Attention {
   /// q | k | v of each row at position pos_of(m), biased, q/k-normed and rotated.
   template <class PosFn>
   void project(const T* xn, long ldx, long M, PosFn&& pos_of, T* qkv, long ldq) const {
-    matmul(xn, ldx, M, wqkv_, qkv, ldq);
-    const bool bias = bias_.size() != 0, qk_norm = q_norm_.size() != 0;
+    { detail::PhaseScope ps(detail::Phase::kQkv); matmul(xn, ldx, M, wqkv_, qkv, ldq); }
+    detail::PhaseScope ps(detail::Phase::kRope);
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (M * q_dim() >= detail::kParallelElements)
 #endif
-    for (long m = 0; m < M; ++m) {
-      T* r = qkv + m * ldq;
-      if (bias)
-        for (long j = 0; j < wqkv_.n_out_padded(); ++j) r[j] = r[j] + bias_[j];
-      if (qk_norm) {
-        for (int h = 0; h < n_heads_; ++h) rmsnorm_row(r + h * head_dim_, q_norm_.data(), head_dim_, norm_eps_, r + h * head_dim_);
-        for (int h = 0; h < n_kv_heads_; ++h)
-          rmsnorm_row(r + k_col_ + h * head_dim_, k_norm_.data(), head_dim_, norm_eps_, r + k_col_ + h * head_dim_);
-      }
-      const int pos = pos_of(m);
-      rope_->apply(r, n_heads_, pos);           // q heads
-      rope_->apply(r + k_col_, n_kv_heads_, pos);  // k heads
-    }
+    for (long m = 0; m < M; ++m) finish_row(qkv + m * ldq, pos_of(m));
   }
 
-  /// Rows through attention: xn (M, ldx) normalised inputs -> out (M, ldo).
-  /// Appends each row's k, v at its position in caches[row.seq] (the caller
-  /// validated room and commits the lengths afterwards), then attends.
+  /// Rows through attention: xn (M, ldx) inputs -> out (M, ldo); `pre`, if given,
+  /// prepares xn's rows first (the block's RMSNorm, inside the projection's
+  /// parallel region). Appends each row's k, v at its position in caches[row.seq]
+  /// (the caller validated room and commits the lengths afterwards), then attends.
   /// Returns the multiply-adds performed.
   template <class Cache>
   std::uint64_t forward(const T* xn, long ldx, const Row* rows, long M, Cache* const* caches, Workspace<T>& ws,
-                        T* out, long ldo) const {
-    T* qkv = ws.qkv.data();
-    project(xn, ldx, M, [rows](long m) { return rows[m].pos; }, qkv, ws.ld_qkv);
-    // Rows write different positions (distinct elements, never the same one).
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (M * kv_dim() >= detail::kParallelElements)
-#endif
-    for (long m = 0; m < M; ++m) {
-      const T* r = qkv + m * ws.ld_qkv;
-      caches[rows[m].seq]->write(layer_, rows[m].pos, r + k_col_, r + v_col_);
+                        T* out, long ldo, const RowPrologue& pre = RowPrologue()) const {
+    { detail::PhaseScope ps(detail::Phase::kQkv); matmul(xn, ldx, M, wqkv_, ws.qkv.data(), ws.ld_qkv, pre); }
+    std::uint64_t visible = 0;
+    {
+      detail::PhaseScope ps(detail::Phase::kAttention);
+      visible = plan(rows, M, ws);
+      run(rows, M, caches, ws, visible);
     }
-    const std::uint64_t visible = plan(rows, M, ws);
-    run(rows, caches, ws, visible);
-    matmul(ws.att.data(), ws.ld_q, M, wo_, out, ldo);
+    { detail::PhaseScope ps(detail::Phase::kWo); matmul(ws.att.data(), ws.ld_q, M, wo_, out, ldo); }
     return static_cast<std::uint64_t>(M) * (wqkv_.n_out() * d_model_ + wo_.n_out() * q_dim()) +
            2ull * visible * n_heads_ * head_dim_;
   }
@@ -143,16 +127,33 @@ class Attention {
     return visible;
   }
 
-  /// Step 3: runs the planned items, writing every row's heads into ws.att.
+  /// Step 3, in one parallel region: finishes each projected row in ws.qkv (bias,
+  /// q/k norm, RoPE at its position) and appends its k and v to its cache; then,
+  /// after one barrier, runs the planned items (taken dynamically by the threads),
+  /// writing every row's heads into ws.att. Rows write different cache positions
+  /// (distinct elements, never the same one).
   template <class Cache>
-  void run(const Row* rows, Cache* const* caches, Workspace<T>& ws, std::uint64_t visible) const {
+  void run(const Row* rows, long M, Cache* const* caches, Workspace<T>& ws, std::uint64_t visible) const {
     const int rep = n_heads_ / n_kv_heads_, pair = n_heads_ % 2 == 0 ? 2 : 1;
     const auto& items = ws.attention_items;
     const long n_items = static_cast<long>(items.size());
-    const bool parallel = static_cast<std::int64_t>(visible) * n_heads_ * head_dim_ >= detail::kParallelThreshold;
-    const T* qkv = ws.qkv.data();
+    const bool parallel = static_cast<std::int64_t>(visible) * n_heads_ * head_dim_ >= detail::kParallelThreshold ||
+                          M * q_dim() >= detail::kParallelElements;
+    T* const qkv = ws.qkv.data();
 #if defined(_OPENMP)
-#pragma omp parallel for schedule(static, 1) if (parallel)
+#pragma omp parallel if (parallel)
+#endif
+    {
+#if defined(_OPENMP)
+#pragma omp for schedule(static)
+#endif
+    for (long m = 0; m < M; ++m) {
+      T* r = qkv + m * ws.ld_qkv;
+      finish_row(r, rows[m].pos);
+      caches[rows[m].seq]->write(layer_, rows[m].pos, r + k_col_, r + v_col_);
+    }
+#if defined(_OPENMP)
+#pragma omp for schedule(dynamic, 1)
 #endif
     for (long it = 0; it < n_items; ++it) {
       const auto& item = items[it];
@@ -179,12 +180,24 @@ class Attention {
         case 3:
           detail::attend_rows<3>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
-        default:
+        case 4:
           detail::attend_rows<4>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          break;
+        case 5:
+          detail::attend_rows<5>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          break;
+        case 6:
+          detail::attend_rows<6>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          break;
+        case 7:
+          detail::attend_rows<7>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          break;
+        default:
+          detail::attend_rows<8>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
       }
     }
-    (void)parallel;
+    }
   }
 
   /// The cache-free reference: xn (n, D) normalised inputs at positions 0..n-1
@@ -236,7 +249,20 @@ class Attention {
   }
 
  private:
-  static constexpr int kRowGroup = 4;  // prefill rows sharing K/V loads (attend_rows<1..4>)
+  // One projected row r (q | k | v) at position pos: bias, q/k RMSNorm, RoPE on q and k.
+  void finish_row(T* r, int pos) const {
+    if (bias_.size() != 0)
+      for (long j = 0; j < wqkv_.n_out_padded(); ++j) r[j] = r[j] + bias_[j];
+    if (q_norm_.size() != 0) {
+      for (int h = 0; h < n_heads_; ++h) rmsnorm_row(r + h * head_dim_, q_norm_.data(), head_dim_, norm_eps_, r + h * head_dim_);
+      for (int h = 0; h < n_kv_heads_; ++h)
+        rmsnorm_row(r + k_col_ + h * head_dim_, k_norm_.data(), head_dim_, norm_eps_, r + k_col_ + h * head_dim_);
+    }
+    rope_->apply(r, n_heads_, pos);              // q heads
+    rope_->apply(r + k_col_, n_kv_heads_, pos);  // k heads
+  }
+
+  static constexpr int kRowGroup = 8;  // prefill rows sharing K/V loads (attend_rows<2..8>)
   int n_heads_ = 0, n_kv_heads_ = 0, head_dim_ = 0, d_model_ = 0, window_ = 0, layer_ = 0;
   T norm_eps_ = T(1e-5);
   const RoPE<T>* rope_ = nullptr;

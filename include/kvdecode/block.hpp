@@ -19,16 +19,32 @@ class TransformerBlock {
   const SwiGLU<T>& mlp() const { return mlp_; }
 
   /// Updates ws.x (M rows) in place. Returns multiply-adds performed.
+  /// The block's last residual add (x += the MLP's output in ws.proj) is left
+  /// pending (ws.pending_residual): the next block adds it inside its first
+  /// product's parallel region, and the caller finishes the last one
+  /// (Workspace::finish_residual). Each row's operations are the same either way.
+  /// The residual adds and RMSNorms run as RowPrologues of the products that
+  /// read their rows, so the threads meet once per product, not once per step.
   template <class Cache>
   std::uint64_t forward(const Row* rows, long M, Cache* const* caches, Workspace<T>& ws) const {
     const long D = attn_norm_.dim(), ld = ws.ld_d;
-    T* x = ws.x.data();
-    attn_norm_.apply(x, ld, M, ws.xn.data(), ld);
-    std::uint64_t macs = attn_.forward(ws.xn.data(), ld, rows, M, caches, ws, ws.proj.data(), ld);
-    add_rows(x, ws.proj.data(), M, D, ld);
-    ffn_norm_.apply(x, ld, M, ws.xn.data(), ld);
-    macs += mlp_.forward(ws.xn.data(), ld, M, ws, ws.proj.data(), ld);
-    add_rows(x, ws.proj.data(), M, D, ld);
+    T* const x = ws.x.data();
+    T* const xn = ws.xn.data();
+    const T* const proj = ws.proj.data();
+    const bool pending = ws.pending_residual;
+    // rows [r0, r1): x += proj (the previous block's MLP output), then xn = attn_norm(x)
+    auto attn_in = [&](long r0, long r1) {
+      if (pending) add_rows(x + r0 * ld, proj + r0 * ld, r1 - r0, D, ld);
+      attn_norm_.apply_rows(x + r0 * ld, ld, r1 - r0, xn + r0 * ld, ld);
+    };
+    std::uint64_t macs = attn_.forward(xn, ld, rows, M, caches, ws, ws.proj.data(), ld, row_prologue(attn_in));
+    // rows [r0, r1): x += proj (attention output), then xn = ffn_norm(x)
+    auto ffn_in = [&](long r0, long r1) {
+      add_rows(x + r0 * ld, proj + r0 * ld, r1 - r0, D, ld);
+      ffn_norm_.apply_rows(x + r0 * ld, ld, r1 - r0, xn + r0 * ld, ld);
+    };
+    macs += mlp_.forward(xn, ld, M, ws, ws.proj.data(), ld, row_prologue(ffn_in));
+    ws.pending_residual = true;
     return macs;
   }
 
@@ -43,10 +59,8 @@ class TransformerBlock {
   }
 
  private:
+  // x[m] += y[m] for M rows, on the calling thread.
   static void add_rows(T* x, const T* y, long M, long D, long ld) {
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (M * D >= detail::kParallelElements)
-#endif
     for (long m = 0; m < M; ++m)
       for (long i = 0; i < D; ++i) x[m * ld + i] = x[m * ld + i] + y[m * ld + i];
   }

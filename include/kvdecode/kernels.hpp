@@ -30,8 +30,10 @@
 //    allocated.
 //  * large M (prefill): GotoBLAS-style blocking with a 14 x 2-panel register
 //    tile (28 of the 32 zmm registers accumulate; 95% of the FMA peak when its
-//    operands are in L1), k blocks of 256 and row blocks of up to 384 rows
-//    copied into a per-thread buffer; the threads split rows.
+//    operands are in L1) and k blocks of 256. Up to 512 rows at a time are
+//    packed once into a buffer the threads share; the threads then take
+//    chunks of (up to 256 rows) x (128 to 512 columns) dynamically, each over
+//    the whole of k.
 #pragma once
 
 #include <algorithm>
@@ -47,6 +49,7 @@
 #include <sys/mman.h>
 #endif
 
+#include "kvdecode/detail/profile.hpp"
 #include "kvdecode/detail/quant_layout.hpp"
 #include "kvdecode/detail/simd.hpp"
 #include "kvdecode/error.hpp"
@@ -138,6 +141,26 @@ inline void this_thread(int& t, int& nt) {
 }
 
 }  // namespace detail
+
+/// Work a product's caller wants done on the input rows just before the product
+/// reads them (for example: add the residual, then normalise): fn(ctx, r0, r1)
+/// prepares rows [r0, r1) of x. The prefill path runs it inside its parallel
+/// region, each thread on the rows it is about to pack, which saves a parallel
+/// region and its barrier per call; otherwise it runs once for all rows before
+/// the product. Every row is prepared by exactly one call that covers it, so
+/// the split never changes a result. It must touch only those rows' data.
+struct RowPrologue {
+  void (*fn)(void* ctx, long r0, long r1) = nullptr;
+  void* ctx = nullptr;
+  explicit operator bool() const { return fn != nullptr; }
+  void operator()(long r0, long r1) const { fn(ctx, r0, r1); }
+};
+
+/// A RowPrologue calling f(r0, r1); f must outlive it.
+template <class F>
+RowPrologue row_prologue(F& f) {
+  return {[](void* c, long r0, long r1) { (*static_cast<F*>(c))(r0, r1); }, static_cast<void*>(&f)};
+}
 
 namespace detail {
 /// Raw 16-bit weight elements inside packed panels (IEEE binary16, bfloat16).
@@ -520,70 +543,155 @@ inline T* matmul_pack_buffer() {
   return buf.data();
 }
 
-/// Large M (prefill): blocked over k (kMatmulKc) and rows (kMatmulMc). A block
-/// of rows is copied into a packed buffer (exact copies at a fixed stride);
-/// then for each tile of kLargePanels panels, its KC-long slice (in L1) meets
-/// every row tile of the block in turn. Row tiles have balanced sizes (13 and
-/// 14 rather than 14 and a small remainder). With enough rows the threads split
-/// rows, so each packs only its own; otherwise they split column tiles. Either
-/// way every output's chain stays whole.
+/// Large-M work split (prefill): up to kMatmulSuperRows rows at a time are
+/// packed once, by all threads together, into a buffer they share; the product
+/// of those rows is then cut into chunks of (up to kMatmulChunkRows rows) x
+/// (chunk_panels panels, see below) that the threads take dynamically. A chunk
+/// computes its outputs over the whole of k, so each output's chain is whole,
+/// whichever thread took it.
+/// A chunk's column block is as wide as leaves about kMatmulChunksPerThread
+/// chunks per thread, within [kMatmulChunkPanels, kMatmulChunkMaxPanels] panels
+/// (even): wide chunks reuse each packed row block from L2 across more weight
+/// tiles, many chunks keep the threads balanced.
+inline constexpr long kMatmulSuperRows = 512;
+inline constexpr long kMatmulChunkRows = 256;
+inline constexpr long kMatmulChunkPanels = 8;
+inline constexpr long kMatmulChunkMaxPanels = 32;
+inline constexpr long kMatmulChunksPerThread = 8;
+
+/// The shared packed-row buffer of the calling thread (grown on demand, never shrunk):
+/// n_kb k blocks x `rows` rows x kPackStride.
+template <class T>
+inline T* matmul_shared_pack_buffer(std::size_t n) {
+  static thread_local AlignedBuffer<T> buf;
+  buf.reserve(n);
+  return buf.data();
+}
+
+/// Large M (prefill). For each super-block of up to kMatmulSuperRows rows:
+///  1. the threads run the caller's RowPrologue on its rows, if any, and copy
+///     them into the shared packed buffer (exact copies):
+///     k block kb of row r at xp[(kb * rows + r) * kPackStride], so the rows of a
+///     tile sit at a fixed stride that spreads them over the cache sets;
+///  2. the threads take chunks dynamically (a thread the OS delays does not hold
+///     the other up). Chunks run column block by column block, their row blocks
+///     next to each other, so the threads read the same weights at the same time
+///     (from memory once, through the shared L3). Inside a chunk, for each k block
+///     (kMatmulKc), each KC x (kLargePanels panels) weight slice (in L1) meets the
+///     chunk's row tiles in turn; row tiles have balanced sizes (13 and 14 rather
+///     than 14 and a small remainder).
+/// Every output's chain runs over k in order within one chunk, on one thread.
 template <class T, class V, class W>
-void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy, bool parallel) {
+void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy, bool parallel,
+                  const RowPrologue& pre = RowPrologue()) {
   constexpr int MR = kLargeRows<V>, NP = kLargePanels<V>;
   const long K = w.K, P = w.n_panels, bstride = K * kLanes;
-  const long n_ctiles = (P + NP - 1) / NP;
+  const long n_kb = (K + kMatmulKc - 1) / kMatmulKc;
+  const long rblocks_max = (std::min(M, kMatmulSuperRows) + kMatmulChunkRows - 1) / kMatmulChunkRows;
+  const long chunk_panels =
+      std::clamp(P * rblocks_max / (kMatmulChunksPerThread * (parallel ? num_threads() : 1)) / 2 * 2, kMatmulChunkPanels,
+                 kMatmulChunkMaxPanels);
+  const long n_cblocks = (P + chunk_panels - 1) / chunk_panels;
+  T* const xp = matmul_shared_pack_buffer<T>(static_cast<std::size_t>(std::min(M, kMatmulSuperRows) * n_kb * kPackStride));
+  PhaseTimes* const prof = phase_profile();
 #if defined(_OPENMP)
 #pragma omp parallel if (parallel)
 #endif
   {
     int t = 0, nt = 1;
     this_thread(t, nt);
-    long c0 = 0, c1 = n_ctiles, m_begin = 0, m_end = M;
-    if (M >= 4L * MR * nt || n_ctiles < 2L * nt)
-      split_range(M, t, nt, m_begin, m_end);
-    else
-      split_range(n_ctiles, t, nt, c0, c1);
-    T* xp = matmul_pack_buffer<T>();
-    const long n_mblocks = (m_end - m_begin + kMatmulMc - 1) / kMatmulMc;
-    for (long k0 = 0; k0 < K; k0 += kMatmulKc) {
-      const long kc = std::min(kMatmulKc, K - k0);
-      for (long ib = 0; ib < n_mblocks; ++ib) {
+    double pre_s = 0, pack_s = 0, wait_s = 0;
+    for (long s0 = 0; s0 < M; s0 += kMatmulSuperRows) {
+      const long sm = std::min(kMatmulSuperRows, M - s0);
+      {  // 1. prepare (the caller's prologue) and pack this thread's share of the rows
+        const double tp = prof ? profile_now() : 0;
+        long r0, r1;
+        split_range(sm, t, nt, r0, r1);
+        if (pre && r1 > r0) pre(s0 + r0, s0 + r1);
+        const double tq = prof ? profile_now() : 0;
+        if (prof) pre_s += tq - tp;
+        for (long r = r0; r < r1; ++r)
+          for (long kb = 0; kb < n_kb; ++kb) {
+            const long k0 = kb * kMatmulKc, kc = std::min(kMatmulKc, K - k0);
+            const T* src = x + (s0 + r) * ldx + k0;
+            std::copy(src, src + kc, xp + (kb * sm + r) * kPackStride);
+          }
+        if (prof) pack_s += profile_now() - tq;
+        const double tw = prof ? profile_now() : 0;
+#if defined(_OPENMP)
+#pragma omp barrier
+#endif
+        if (prof) wait_s += profile_now() - tw;
+      }
+      // 2. the chunks
+      const long n_rblocks = (sm + kMatmulChunkRows - 1) / kMatmulChunkRows;
+      const long n_chunks = n_rblocks * n_cblocks;
+#if defined(_OPENMP)
+#pragma omp for schedule(dynamic, 1) nowait
+#endif
+      for (long ch = 0; ch < n_chunks; ++ch) {
+        const long cb = ch / n_rblocks, rb = ch % n_rblocks;
         long mb, me;
-        split_range(m_end - m_begin, static_cast<int>(ib), static_cast<int>(n_mblocks), mb, me);
-        mb += m_begin;
-        me += m_begin;
-        for (long r = mb; r < me; ++r) std::copy(x + r * ldx + k0, x + r * ldx + k0 + kc, xp + (r - mb) * kPackStride);
+        split_range(sm, static_cast<int>(rb), static_cast<int>(n_rblocks), mb, me);
+        const long pc0 = cb * chunk_panels, pc1 = std::min(P, pc0 + chunk_panels);
         const long n_rtiles = (me - mb + MR - 1) / MR;
         auto rows_of = [&](long i, long& r0, long& r1) {
           split_range(me - mb, static_cast<int>(i), static_cast<int>(n_rtiles), r0, r1);
         };
-        for (long c = c0; c < c1; ++c) {
-          const long p0 = c * NP;
-          const int np = static_cast<int>(std::min<long>(NP, P - p0));
-          const W* b = w.panel(p0) + k0 * kLanes;
-          for (long i = 0; i < n_rtiles; ++i) {
-            long r0, r1;
-            rows_of(i, r0, r1);
-            // Cache hints for what comes next (they never change a result): the
-            // output tile that the next tile reloads (after the first k block),
-            // and a share of the next panel tile's k block, into L2.
-            long q0 = 0, q1 = 0, pn = p0;
-            if (k0 > 0 && i + 1 < n_rtiles)
-              rows_of(i + 1, q0, q1);
-            else if (k0 > 0 && c + 1 < c1)
-              rows_of(0, q0, q1), pn = p0 + NP;
-            for (long q = q0; q < q1; ++q)
-              for (long j = pn; j < std::min(pn + NP, P); ++j) prefetch_read(y + (mb + q) * ldy + j * kLanes);
-            if (c + 1 < c1) {
-              const long lines = static_cast<long>(NP) * kc, l1 = lines * (i + 1) / n_rtiles;
-              const W* bn = w.panel(p0 + NP) + k0 * kLanes;
-              for (long l = lines * i / n_rtiles; l < l1; ++l)
-                if (p0 + NP + l % NP < P) prefetch_l2(bn + (l % NP) * bstride + (l / NP) * kLanes);
+        T* const yc = y + (s0 + mb) * ldy;
+        for (long kb = 0; kb < n_kb; ++kb) {
+          const long k0 = kb * kMatmulKc, kc = std::min(kMatmulKc, K - k0);
+          const T* const xa = xp + (kb * sm + mb) * kPackStride;
+          for (long p0 = pc0; p0 < pc1; p0 += NP) {
+            const int np = static_cast<int>(std::min<long>(NP, pc1 - p0));
+            const W* b = w.panel(p0) + k0 * kLanes;
+            // The weight slice that comes next: the chunk's next panel tile, or its
+            // first one in the next k block.
+            long pn = p0 + NP, kn = k0;
+            if (pn >= pc1) pn = pc0, kn = k0 + kMatmulKc;
+            const bool next = kn < K;
+            const long npn = std::min<long>(NP, pc1 - pn), kcn = next ? std::min(kMatmulKc, K - kn) : 0;
+            for (long i = 0; i < n_rtiles; ++i) {
+              long r0, r1;
+              rows_of(i, r0, r1);
+              // Cache hints (they never change a result): the output tile the next
+              // row tile reloads (after the first k block), and a share of the next
+              // weight slice, into L2.
+              if (k0 > 0 && i + 1 < n_rtiles) {
+                long q0, q1;
+                rows_of(i + 1, q0, q1);
+                for (long q = q0; q < q1; ++q)
+                  for (long j = p0; j < p0 + np; ++j) prefetch_read(yc + q * ldy + j * kLanes);
+              }
+              if (next) {
+                const long lines = npn * kcn, l1 = lines * (i + 1) / n_rtiles;
+                const W* bn = w.panel(pn) + kn * kLanes;
+                for (long l = lines * i / n_rtiles; l < l1; ++l) prefetch_l2(bn + (l % npn) * bstride + (l / npn) * kLanes);
+              }
+              matmul_tile_any<T, V, W, kPackStride>(static_cast<int>(r1 - r0), np, xa + r0 * kPackStride, kPackStride, b,
+                                                    bstride, kc, yc + r0 * ldy + p0 * kLanes, ldy, k0 == 0);
             }
-            matmul_tile_any<T, V, W, kPackStride>(static_cast<int>(r1 - r0), np, xp + r0 * kPackStride, kPackStride, b,
-                                                  bstride, kc, y + (mb + r0) * ldy + p0 * kLanes, ldy, k0 == 0);
           }
         }
+      }
+      // Everyone is done with this super-block before its buffer is packed again
+      // (the region's own end waits after the last one, unless profiling times it here).
+      if (s0 + kMatmulSuperRows < M || prof) {
+        const double tw = prof ? profile_now() : 0;
+#if defined(_OPENMP)
+#pragma omp barrier
+#endif
+        if (prof) wait_s += profile_now() - tw;
+      }
+    }
+    if (prof) {
+#if defined(_OPENMP)
+#pragma omp critical(kvd_profile)
+#endif
+      {
+        prof->prologue_thread_seconds += pre_s;
+        prof->pack_thread_seconds += pack_s;
+        prof->wait_thread_seconds += wait_s;
       }
     }
   }
@@ -591,38 +699,67 @@ void matmul_large(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, lo
 
 /// One segment's product with an explicit vector implementation V and packed
 /// element type W: y[:, 0 .. 16 * w.n_panels) for the segment's panels.
+/// Runs pre on rows [0, M) of a K-wide input, split over threads when large enough.
+inline void run_prologue(const RowPrologue& pre, long M, long K) {
+  if (!pre || M <= 0) return;
+#if defined(_OPENMP)
+#pragma omp parallel if (M * std::max(K, 1L) >= kParallelElements)
+#endif
+  {
+    int t = 0, nt = 1;
+    this_thread(t, nt);
+    long r0, r1;
+    split_range(M, t, nt, r0, r1);
+    if (r1 > r0) pre(r0, r1);
+  }
+}
+
+/// `pre` (optional) prepares the input rows first (see RowPrologue).
 template <class T, class V, class W>
-void matmul_panels(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy) {
+void matmul_panels(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, long ldy, const RowPrologue& pre) {
   const long K = w.K;
   if (M <= 0) return;
   if (K == 0) {
+    run_prologue(pre, M, K);
     for (long m = 0; m < M; ++m) std::fill(y + m * ldy, y + m * ldy + w.n_panels * kLanes, T(0));
     return;
   }
   const bool parallel = M * w.n_panels * kLanes * K >= kMatmulParallelThreshold;
-  if (M <= kSmallMaxM<V>)
+  if (M <= kSmallMaxM<V>) {
+    run_prologue(pre, M, K);
     matmul_small<T, V, W>(x, ldx, M, w, y, ldy, parallel);
-  else
-    matmul_large<T, V, W>(x, ldx, M, w, y, ldy, parallel);
+  } else {
+    matmul_large<T, V, W>(x, ldx, M, w, y, ldy, parallel, pre);
+  }
 }
 
 /// matmul() with an explicit vector implementation V (Vec16<T> in the library;
 /// the tests also run PortableVec16<T> and Avx2Vec16<T> and compare bits).
 /// The one dispatch on storage type: each segment runs the kernels with its
 /// packed element type.
+/// `pre` (optional) prepares the input rows first: inside the first segment's
+/// product when that is a float-kernel one, else once before everything.
 template <class T, class V>
-void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy) {
+void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy,
+                 const RowPrologue& pre_in = RowPrologue()) {
   KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= w.n_in());
+  RowPrologue pre = pre_in;
+  if (pre && (w.segments().empty() || is_quant_block_type(w.segments()[0].type))) {
+    run_prologue(pre, M, w.n_in());
+    pre = RowPrologue();
+  }
   for (const auto& s : w.segments()) {
     T* ys = y + s.panel0 * kLanes;
     const long K = w.n_in();
+    const RowPrologue p = pre;
+    pre = RowPrologue();  // the first product prepares the rows, the others read them
     if constexpr (std::is_same_v<T, float>) {
       if (s.type == WeightType::kF16) {
-        matmul_panels<T, V, F16Bits>(x, ldx, M, {w.template panel_as<F16Bits>(s.panel0), s.n_panels, K}, ys, ldy);
+        matmul_panels<T, V, F16Bits>(x, ldx, M, {w.template panel_as<F16Bits>(s.panel0), s.n_panels, K}, ys, ldy, p);
         continue;
       }
       if (s.type == WeightType::kBF16) {
-        matmul_panels<T, V, BF16Bits>(x, ldx, M, {w.template panel_as<BF16Bits>(s.panel0), s.n_panels, K}, ys, ldy);
+        matmul_panels<T, V, BF16Bits>(x, ldx, M, {w.template panel_as<BF16Bits>(s.panel0), s.n_panels, K}, ys, ldy, p);
         continue;
       }
     }
@@ -631,7 +768,7 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
                                 ys, ldy);
       continue;
     }
-    matmul_panels<T, V, T>(x, ldx, M, {w.template panel_as<T>(s.panel0), s.n_panels, K}, ys, ldy);
+    matmul_panels<T, V, T>(x, ldx, M, {w.template panel_as<T>(s.panel0), s.n_panels, K}, ys, ldy, p);
   }
 }
 
@@ -647,6 +784,15 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
 template <class T>
 void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy) {
   detail::matmul_with<T, detail::Vec16<T>>(x, ldx, M, w, y, ldy);
+}
+
+/// matmul() that first runs `pre` on the input rows (see RowPrologue): for
+/// example, the block's residual add and RMSNorm go inside the product's
+/// parallel region instead of their own. The product is the same as running
+/// pre(0, M) and then matmul(). A quantized first segment runs pre before it.
+template <class T>
+void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy, const RowPrologue& pre) {
+  detail::matmul_with<T, detail::Vec16<T>>(x, ldx, M, w, y, ldy, pre);
 }
 
 }  // namespace kvd

@@ -20,11 +20,22 @@ class SwiGLU {
   long up_col() const { return up_col_; }
   const PackedMatrix<T>& w2() const { return w2_; }    ///< (D, F)
 
-  /// xn (M, ldx) -> out (M, ldo); uses ws.h13 and ws.hmid. Returns multiply-adds performed.
-  std::uint64_t forward(const T* xn, long ldx, long M, Workspace<T>& ws, T* out, long ldo) const {
-    matmul(xn, ldx, M, w13_, ws.h13.data(), ws.ld_ff2);
-    gate(ws.h13.data(), ws.ld_ff2, M, ws.hmid.data(), ws.ld_ff);
-    matmul(ws.hmid.data(), ws.ld_ff, M, w2_, out, ldo);
+  /// xn (M, ldx) -> out (M, ldo); uses ws.h13 and ws.hmid. `pre`, if given, prepares
+  /// xn's rows first (inside the gate/up product's parallel region); the SwiGLU of
+  /// each row runs inside the down product's. Returns multiply-adds performed.
+  std::uint64_t forward(const T* xn, long ldx, long M, Workspace<T>& ws, T* out, long ldo,
+                        const RowPrologue& pre = RowPrologue()) const {
+    using detail::Phase;
+    using detail::PhaseScope;
+    { PhaseScope ps(Phase::kW13); matmul(xn, ldx, M, w13_, ws.h13.data(), ws.ld_ff2, pre); }
+    auto swiglu_rows = [&](long r0, long r1) {
+      for (long m = r0; m < r1; ++m) {
+        const T* g = ws.h13.data() + m * ws.ld_ff2;
+        T* h = ws.hmid.data() + m * ws.ld_ff;
+        swiglu_array(g, g + up_col_, h, h, hidden_dim_);
+      }
+    };
+    { PhaseScope ps(Phase::kW2); matmul(ws.hmid.data(), ws.ld_ff, M, w2_, out, ldo, row_prologue(swiglu_rows)); }
     return static_cast<std::uint64_t>(M) * (3ull * hidden_dim_ * d_model_);
   }
 

@@ -57,6 +57,10 @@ class RMSNorm {
 #endif
     for (long m = 0; m < M; ++m) rmsnorm_row(x + m * ldx, weight_.data(), dim(), eps_, out + m * ldo);
   }
+  /// apply() on the calling thread (for use inside a parallel region).
+  void apply_rows(const T* x, long ldx, long M, T* out, long ldo) const {
+    for (long m = 0; m < M; ++m) rmsnorm_row(x + m * ldx, weight_.data(), dim(), eps_, out + m * ldo);
+  }
   const Vector<T>& weight() const { return weight_; }
 
  private:

@@ -121,19 +121,31 @@ class Transformer {
       throw;
     }
     T* x = ws_.x.data();
-    for (long m = 0; m < M; ++m) {
-      embedding_.dequantize_row(rows[m].token, x + m * ws_.ld_d);
+    {
+      detail::PhaseScope ps(detail::Phase::kEmbed);
+      for (long m = 0; m < M; ++m) embedding_.dequantize_row(rows[m].token, x + m * ws_.ld_d);
     }
     std::uint64_t macs = 0;
+    ws_.pending_residual = false;
     for (const auto& blk : blocks_) macs += blk.forward(rows, M, caches, ws_);
+    {
+      detail::PhaseScope ps(detail::Phase::kResidual);
+      ws_.finish_residual(M, config_.d_model);
+    }
     for (long s = 0; s < n_caches; ++s) caches[s]->commit_append(ws_.seq_rows[s]);
-    long j = 0;
-    for (long m = 0; m < M; ++m)
-      if (rows[m].logits) {
-        final_norm_.apply(x + m * ws_.ld_d, ws_.ld_d, 1, ws_.xl.data() + j * ws_.ld_d, ws_.ld_d);
-        ++j;
-      }
-    matmul(ws_.xl.data(), ws_.ld_d, n_logits, classifier_, ws_.logits.data(), ws_.ld_v);
+    {
+      detail::PhaseScope ps(detail::Phase::kNorm);
+      long j = 0;
+      for (long m = 0; m < M; ++m)
+        if (rows[m].logits) {
+          final_norm_.apply(x + m * ws_.ld_d, ws_.ld_d, 1, ws_.xl.data() + j * ws_.ld_d, ws_.ld_d);
+          ++j;
+        }
+    }
+    {
+      detail::PhaseScope ps(detail::Phase::kClassifier);
+      matmul(ws_.xl.data(), ws_.ld_d, n_logits, classifier_, ws_.logits.data(), ws_.ld_v);
+    }
     last_macs_ = macs + static_cast<std::uint64_t>(n_logits) * config_.vocab_size * config_.d_model;
     return LogitsView<T>(ws_.logits.data(), n_logits, config_.vocab_size, Eigen::OuterStride<>(ws_.ld_v));
   }

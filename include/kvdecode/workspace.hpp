@@ -37,7 +37,7 @@ struct Workspace {
   detail::AlignedBuffer<T> hmid;    // (rows, ld_ff)   silu(w1 x) * w3 x
   detail::AlignedBuffer<T> xl;      // (logit_rows, ld_d) final-normed rows that need logits
   detail::AlignedBuffer<T> logits;  // (logit_rows, ld_v)
-  static constexpr int kScoreRows = 4;  // score rows per thread: up to 4 rows (prefill) or 2 heads (decode)
+  static constexpr int kScoreRows = 8;  // score rows per thread: up to 8 rows (prefill) or 2 heads (decode)
   detail::AlignedBuffer<T> scores;  // (score_threads, kScoreRows, ld_s) attention scores
   struct AttentionItem {
     int row;   // first row
@@ -46,6 +46,21 @@ struct Workspace {
   };
   std::vector<AttentionItem> attention_items;  // the current call's attention work list
   std::vector<int> seq_rows;        // rows per sequence in the current call
+  /// A block's last residual add still to do: x += proj (see TransformerBlock::forward).
+  bool pending_residual = false;
+
+  /// Does the pending residual add, if any, on M rows of width d.
+  void finish_residual(long M, long d) {
+    if (!pending_residual) return;
+    pending_residual = false;
+    T* xs = x.data();
+    const T* ps = proj.data();
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (M * d >= detail::kParallelElements)
+#endif
+    for (long m = 0; m < M; ++m)
+      for (long i = 0; i < d; ++i) xs[m * ld_d + i] = xs[m * ld_d + i] + ps[m * ld_d + i];
+  }
 
   explicit Workspace(const ModelConfig& c = ModelConfig()) {
     using detail::round_up_lanes;

@@ -1,6 +1,6 @@
 // The attention kernels: scores, the position-keyed softmax and the weighted
 // sum over a cache's 16-position blocks, for one decode row (a pair of query
-// heads) or for up to 4 consecutive prefill rows of one sequence sharing every
+// heads) or for up to 8 consecutive prefill rows of one sequence sharing every
 // K and V load. The reduction order they all follow is stated at the top of
 // kvdecode/attention.hpp; each row's result is the same whichever kernel ran it.
 #pragma once
@@ -168,7 +168,7 @@ inline void attend_heads(const T* q, const Cache& cache, int layer, const int* k
   weighted_sum<HG>(w, first, last, head_dim, v_block, o);
 }
 
-/// R consecutive rows of one sequence (positions pos0 .. pos0 + R - 1), one query
+/// R (up to 8) consecutive rows of one sequence (positions pos0 .. pos0 + R - 1), one query
 /// head each, over their visible cache positions; used for prefill, where rows
 /// travelling together share every K and V load. q_r = q + r * ld_q, out_r = out +
 /// r * ld_out; scores: R rows of ld_s scratch. Row r sees [first(r), pos0 + r] with
@@ -209,13 +209,15 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
   // Weighted sums. Positions [first[R-1], last[0]] are visible to every row: one V load
   // feeds R chains. Before and after that span each row adds its own remaining
   // positions, so every row's chain still runs in increasing t.
+  // Vectors of dims per pass: R x kNV accumulators stay in registers.
+  constexpr int kNV = R <= 4 ? 4 : 2;
   const int all_lo = first[R - 1], all_hi = last[0];
-  for (int d0 = 0; d0 < head_dim; d0 += 4 * kLanes) {
-    const int nv = std::min(4, (head_dim - d0) / kLanes);
+  for (int d0 = 0; d0 < head_dim; d0 += kNV * kLanes) {
+    const int nv = std::min(kNV, (head_dim - d0) / kLanes);
     if (nv == 0) break;
-    Vec16<T> acc[R][4];
+    Vec16<T> acc[R][kNV];
     for (int r = 0; r < R; ++r)
-      for (int v = 0; v < 4; ++v) acc[r][v] = Vec16<T>::zero();
+      for (int v = 0; v < kNV; ++v) acc[r][v] = Vec16<T>::zero();
     auto one = [&](int r, int t) {
       const Vec16<T> wt = Vec16<T>::broadcast(w[r][t - first[r]]);
       const auto* row = v_row(t) + d0;
@@ -229,15 +231,12 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
       for (int t = first[r]; t < all_lo; ++t) one(r, t);
     for (int t = all_lo; t <= all_hi; ++t) {
       const auto* row = v_row(t) + d0;
-      if (nv == 4) {
-        const Vec16<T> v0 = load_lanes<T>(row), v1 = load_lanes<T>(row + kLanes), v2 = load_lanes<T>(row + 2 * kLanes),
-                       v3 = load_lanes<T>(row + 3 * kLanes);
+      if (nv == kNV) {
+        Vec16<T> vv[kNV];
+        for (int v = 0; v < kNV; ++v) vv[v] = load_lanes<T>(row + v * kLanes);
         for (int r = 0; r < R; ++r) {
           const Vec16<T> wt = Vec16<T>::broadcast(w[r][t - first[r]]);
-          acc[r][0].fma(wt, v0);
-          acc[r][1].fma(wt, v1);
-          acc[r][2].fma(wt, v2);
-          acc[r][3].fma(wt, v3);
+          for (int v = 0; v < kNV; ++v) acc[r][v].fma(wt, vv[v]);
         }
       } else {
         for (int r = 0; r < R; ++r) one(r, t);

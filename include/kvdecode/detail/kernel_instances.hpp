@@ -22,13 +22,13 @@
 // vector implementation detail::Vec16 that the flags select.
 #define KVDECODE_KERNEL_INSTANCE_COUNT 6
 #define KVDECODE_KERNEL_INSTANCE_1(prefix) \
-  prefix template void matmul_panels<float, Vec16<float>, float>(const float*, long, long, const PanelRange<float>&, float*, long);
+  prefix template void matmul_panels<float, Vec16<float>, float>(const float*, long, long, const PanelRange<float>&, float*, long, const RowPrologue&);
 #define KVDECODE_KERNEL_INSTANCE_2(prefix) \
-  prefix template void matmul_panels<float, Vec16<float>, F16Bits>(const float*, long, long, const PanelRange<F16Bits>&, float*, long);
+  prefix template void matmul_panels<float, Vec16<float>, F16Bits>(const float*, long, long, const PanelRange<F16Bits>&, float*, long, const RowPrologue&);
 #define KVDECODE_KERNEL_INSTANCE_3(prefix) \
-  prefix template void matmul_panels<float, Vec16<float>, BF16Bits>(const float*, long, long, const PanelRange<BF16Bits>&, float*, long);
+  prefix template void matmul_panels<float, Vec16<float>, BF16Bits>(const float*, long, long, const PanelRange<BF16Bits>&, float*, long, const RowPrologue&);
 #define KVDECODE_KERNEL_INSTANCE_4(prefix) \
-  prefix template void matmul_panels<double, Vec16<double>, double>(const double*, long, long, const PanelRange<double>&, double*, long);
+  prefix template void matmul_panels<double, Vec16<double>, double>(const double*, long, long, const PanelRange<double>&, double*, long, const RowPrologue&);
 #define KVDECODE_KERNEL_INSTANCE_5(prefix) \
   prefix template void matmul_quant_with<float, Vec16<float>>(const float*, long, long, const QuantPanels&, float*, long, QuantPath, QuantDequant);
 #define KVDECODE_KERNEL_INSTANCE_6(prefix) \
