@@ -343,8 +343,12 @@ struct DecodeQK4 {
   }
 };
 
-/// q6_K: 16 sub-blocks of 16, y = (d sc) (code - 32).
+/// q6_K: 16 sub-blocks of 16, y = (d sc) (code - 32), as ggml writes it.
 /// Value 16 s + kk: low 4 bits in low word 2 s + kk / 8, high 2 bits in high word s.
+/// code - 32 comes out of the bit merge directly: with the upper bit of every
+/// high pair inverted once per sub-block, an arithmetic shift puts bit 4 in place
+/// and copies the inverted bit 5 into bits 5..31, which is the two's complement
+/// of code - 32.
 struct DecodeQ6_K {
   static constexpr int kBlock = 256, kSub = 16;
   const unsigned char* ql;
@@ -353,18 +357,16 @@ struct DecodeQ6_K {
   void begin(const unsigned char* pb, int s) {
     ds = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(qk_i8x16(pb + 32 + 16 * s)));
     ql = pb + 288 + 128 * s;
-    hw = _mm512_loadu_si512(pb + 2336 + 64 * s);
+    hw = _mm512_xor_si512(_mm512_loadu_si512(pb + 2336 + 64 * s), _mm512_set1_epi32(static_cast<int>(0xAAAAAAAAu)));
   }
   template <int kk>
   __m512 weight() const {
     const __m512i v = _mm512_loadu_si512(ql + 64 * (kk / 8));
     const __m512i lo = kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8));
-    // the 2 high bits at bits 4..5 with nothing above: to the top, then down
-    const __m512i hi = _mm512_srli_epi32(kk == 15 ? hw : _mm512_slli_epi32(hw, 30 - 2 * kk), 26);
-    const __m512i code = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
-    // (code - 32) * ds as ggml writes it (an fma with -32 ds would give +0 for its -0
-    // and NaN for its +-inf)
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(code, _mm512_set1_epi32(32))), ds);
+    // the 2 high bits to the top, then arithmetically down to bits 4..5 (sign above)
+    const __m512i hi = _mm512_srai_epi32(kk == 15 ? hw : _mm512_slli_epi32(hw, 30 - 2 * kk), 26);
+    const __m512i code_minus_32 = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(code_minus_32), ds);
   }
 };
 
