@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "fma_peak.hpp"
 #include "kvdecode/kernels.hpp"
 
 namespace {
@@ -199,33 +200,9 @@ BENCHMARK(BM_MatmulReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTi
 // The FP32 FMA peak: 24 independent register-resident fma chains per thread.
 void BM_MatmulFmaPeak(benchmark::State& st) {
   const int threads = static_cast<int>(st.range(0));
-  constexpr long kIters = 1 << 20;
-  constexpr int kChains = 24;
-  using V = kvd::detail::Vec16<float>;
-  for (auto _ : st) {
-    float total = 0;
-#if defined(_OPENMP)
-#pragma omp parallel num_threads(threads) reduction(+ : total)
-#endif
-    {
-      V acc[kChains];
-      for (int j = 0; j < kChains; ++j) acc[j] = V::broadcast(static_cast<float>(j));
-      V a = V::broadcast(0.999f), b = V::broadcast(1e-4f);
-      benchmark::DoNotOptimize(a);
-      benchmark::DoNotOptimize(b);
-      for (long i = 0; i < kIters; ++i) {
-#pragma GCC unroll 24
-        for (int j = 0; j < kChains; ++j) acc[j].fma(a, b);
-      }
-      float lanes[16];
-      for (int j = 1; j < kChains; ++j) acc[0].fma(a, acc[j]);
-      acc[0].store(lanes);
-      total += lanes[0];
-    }
-    benchmark::DoNotOptimize(total);
-  }
-  st.counters["GFLOP/s"] = benchmark::Counter(2.0 * 16 * kChains * kIters * threads * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
+  double best = 0;
+  for (auto _ : st) best = std::max(best, kvd_bench::fma_peak_once(threads, 1L << 20));
+  st.counters["GFLOP/s"] = best;
 }
 BENCHMARK(BM_MatmulFmaPeak)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
