@@ -109,6 +109,7 @@ struct Options {
   double patience = -1;      ///< seconds we may spend waiting and repeating (-1: 1200, 0 with --quick)
   std::vector<kvd::QuantScheme> schemes;  ///< --weight-types (empty: section 4 skipped)
   std::string quality_model;              ///< --quality-model
+  std::vector<int> prefill_lengths;       ///< --prefill-lengths (empty: no prefill sweep)
 };
 
 const char* const kIntro = R"(usage: kvdecode-roofline [options]
@@ -164,6 +165,9 @@ Options parse_options(int argc, char** argv) {
   o.quality_model = p.quality_model;
   if (!o.quality_model.empty() && o.schemes.empty())
     throw kvd::ArgumentError("--quality-model rates the schemes of --weight-types, which is not given");
+  o.prefill_lengths = p.prefill_lengths;
+  if (!o.prefill_lengths.empty() && o.schemes.empty())
+    throw kvd::ArgumentError("--prefill-lengths times the schemes of --weight-types, which is not given");
   return o;
 }
 
@@ -680,6 +684,41 @@ SchemeFigures measure_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantSche
   return f;
 }
 
+/// Prefill (time to first token) of each prompt length, one scheme.
+struct PrefillPoint {
+  int tokens = 0;
+  Samples seconds;
+  std::uint64_t macs = 0;
+  double busy = -1;
+};
+
+std::vector<PrefillPoint> measure_prefill_sweep(const kvd::ModelWeights<float>& f32, kvd::QuantScheme scheme,
+                                                const std::vector<int>& lengths, Undisturbed& u) {
+  const std::string name = std::string("1.1B ") + kvd::quant_scheme_name(scheme);
+  kvd::ModelWeights<float> w = kvd_bench::weights_in_scheme(f32, scheme);
+  const kvd::ModelConfig cfg = w.config;
+  Model m(std::move(w));
+  std::vector<PrefillPoint> pts;
+  for (int n : lengths) {
+    PrefillPoint p;
+    p.tokens = n;
+    Cache cache(cfg, n);
+    const std::vector<int> prompt = random_tokens(n, cfg.vocab_size);
+    m.reserve(n);
+    // short prompts take milliseconds: a warm-up run, then at least 3 runs and 2 s, at most
+    // 20; from 512 tokens on (seconds each) no warm-up, and from 1024 on 2 runs
+    const int warmup = n < 512 ? 1 : 0, min_reps = n < 1024 ? 3 : 2;
+    p.seconds = u.run(name + " prefill " + std::to_string(n), [&] {
+      return time_calls([&] { m.prefill(prompt, cache); }, [&] { cache.clear(); }, warmup, min_reps, 2.0, 20);
+    }, p.busy);
+    p.macs = m.last_macs();
+    progress("%s: prefill %4d tokens: median %.1f ms, %.1f tokens/s; other processes used %.0f%% of the CPUs",
+             name.c_str(), n, p.seconds.median() * 1e3, n / p.seconds.median(), 100 * p.busy);
+    pts.push_back(std::move(p));
+  }
+  return pts;
+}
+
 /// Natural-log softmax of a logits row, in double.
 std::vector<double> log_softmax(const float* x, int n) {
   double mx = x[0];
@@ -895,6 +934,40 @@ void print_schemes(const std::vector<SchemeFigures>& v, double bw_gbs, double fm
   std::printf("\n");
 }
 
+/// The --prefill-lengths table, prefill_speed.csv and prefill_speed.svg.
+void print_prefill_sweeps(const std::vector<kvd::QuantScheme>& schemes, const std::vector<std::vector<PrefillPoint>>& sweeps,
+                          double fma_gflops, int T, const fs::path& dir) {
+  std::printf("\nTime to first token on the TinyLlama-1.1B shape: prefill of each prompt length into an empty cache,\n"
+              "%d thread(s); tokens/s and share of the FMA peak (%.1f GFLOP/s) from the median run.\n", T, fma_gflops);
+  std::printf("%-7s %7s %10s %10s %8s %8s\n", "scheme", "tokens", "ms", "tokens/s", "of FMA", "others");
+  std::ostringstream csv;
+  csv << "scheme,prompt_tokens,seconds_median,seconds_best,tokens_per_s,GFLOP_per_s,fraction_of_fma,others_cpu\n";
+  static const char* const kColors[] = {"#1f63b4", "#d6452a", "#2a9d4a", "#8e44ad", "#e08e0b", "#555555"};
+  std::vector<Series> series;
+  for (std::size_t i = 0; i < sweeps.size(); ++i) {
+    Series s{std::string(kvd::quant_scheme_name(schemes[i])) + " prefill tokens/s (median)", kColors[i % 6], {}, {}};
+    for (const PrefillPoint& p : sweeps[i]) {
+      const double sec = p.seconds.median(), tps = p.tokens / sec, gflops = 2.0 * p.macs / sec / 1e9;
+      std::printf("%-7s %7d %10.1f %10.1f %7.1f%% %7.0f%%\n", kvd::quant_scheme_name(schemes[i]), p.tokens, sec * 1e3,
+                  tps, 100 * gflops / fma_gflops, 100 * std::max(p.busy, 0.0));
+      csv << kvd::quant_scheme_name(schemes[i]) << ',' << p.tokens << ',' << fmt("%.6f", sec) << ','
+          << fmt("%.6f", p.seconds.min()) << ',' << fmt("%.3f", tps) << ',' << fmt("%.2f", gflops) << ','
+          << fmt("%.4f", gflops / fma_gflops) << ',' << fmt("%.3f", p.busy) << '\n';
+      s.x.push_back(p.tokens);
+      s.y.push_back(tps);
+    }
+    series.push_back(std::move(s));
+  }
+  write_file(dir / "prefill_speed.csv", csv.str());
+  const std::string sub = "TinyLlama-1.1B shape, random weights, " + std::to_string(T) + " thread(s), empty cache; " +
+                          cpu_model();
+  write_file(dir / "prefill_speed.svg",
+             line_chart_svg("Prefill speed against prompt length", sub, "prompt length (tokens, log scale)",
+                            "prefill tokens/s (log scale)", series, std::string(),
+                            "time to first token = length / tokens per second", /*log2_x=*/true));
+  std::printf("wrote %s, %s\n", (dir / "prefill_speed.csv").string().c_str(), (dir / "prefill_speed.svg").string().c_str());
+}
+
 }  // namespace
 
 int roofline_main(int argc, char** argv) {
@@ -982,10 +1055,14 @@ int roofline_main(int argc, char** argv) {
       qlogits = qref->forward_reference(qtext, /*all_logits=*/true);
       progress("quality: %s sampled %d tokens of its own text (temperature 1)", opt.quality_model.c_str(), kQualityTokens);
     }
-    progress("1.1B shape: generating random float32 weights (%s)", kvd_bench::tinyllama_config().summary().c_str());
-    const kvd::ModelWeights<float> f32 = kvd::ModelWeights<float>::random(kvd_bench::tinyllama_config(), 2024);
+    const int max_len = opt.prefill_lengths.empty()
+                            ? 1024 : std::max(1024, *std::max_element(opt.prefill_lengths.begin(), opt.prefill_lengths.end()));
+    progress("1.1B shape: generating random float32 weights (%s)", kvd_bench::tinyllama_config(max_len).summary().c_str());
+    const kvd::ModelWeights<float> f32 = kvd::ModelWeights<float>::random(kvd_bench::tinyllama_config(max_len), 2024);
+    std::vector<std::vector<PrefillPoint>> sweeps;  // per scheme, with --prefill-lengths
     for (kvd::QuantScheme sc : opt.schemes) {
       schemes.push_back(measure_scheme(f32, sc, opt.quick, u));
+      if (!opt.prefill_lengths.empty()) sweeps.push_back(measure_prefill_sweep(f32, sc, opt.prefill_lengths, u));
       if (qref) {
         rate_scheme(schemes.back(), opt.quality_model, opt.out_dir, qtext, qlogits);
         progress("quality of %s: KL %.5f, top-1 %.1f%%, perplexity %.3f (%s)", kvd::quant_scheme_name(sc),
@@ -997,6 +1074,7 @@ int roofline_main(int argc, char** argv) {
                 bw_busy >= 0 ? fmt("%.0f%%", 100 * bw_busy).c_str() : "?", fmaT.best_gflops,
                 fma_busy >= 0 ? fmt("%.0f%%", 100 * fma_busy).c_str() : "?");
     print_schemes(schemes, bw.best_gbs, fmaT.best_gflops, T, opt.out_dir);
+    if (!sweeps.empty()) print_prefill_sweeps(opt.schemes, sweeps, fmaT.best_gflops, T, opt.out_dir);
     std::printf("%d measurement(s) were repeated because other processes took more than %.0f%% of the CPUs.\n",
                 u.repeats(), 100 * u.max_others());
     return 0;

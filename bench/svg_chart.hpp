@@ -38,18 +38,21 @@ struct Series {
   bool dashed = false;
 };
 
-/// A line chart: linear x axis from 0, log10 y axis spanning whole decades,
+/// A line chart: linear x axis from 0 (or, with `log2_x`, a log2 x axis with a tick
+/// at every power of two the data spans), log10 y axis spanning whole decades,
 /// gridlines, tick labels, axis titles, a legend and a title.
 /// `end_note`, if not empty, is written left of the last points of the first two
 /// series, between them (e.g. the ratio of the two at the last x).
 inline std::string line_chart_svg(const std::string& title, const std::string& subtitle, const std::string& x_label,
                            const std::string& y_label, const std::vector<Series>& series,
-                           const std::string& end_note = std::string(), const std::string& footnote = std::string()) {
+                           const std::string& end_note = std::string(), const std::string& footnote = std::string(),
+                           bool log2_x = false) {
   const double W = 800, H = 500, left = 84, right = 28, top = 72, bottom = 64;
   const double pw = W - left - right, ph = H - top - bottom;
-  double x_max = 0, y_min = 1e300, y_max = 0;
+  double x_min = 1e300, x_max = 0, y_min = 1e300, y_max = 0;
   for (const auto& s : series)
     for (std::size_t i = 0; i < s.x.size(); ++i) {
+      x_min = std::min(x_min, s.x[i]);
       x_max = std::max(x_max, s.x[i]);
       y_min = std::min(y_min, s.y[i]);
       y_max = std::max(y_max, s.y[i]);
@@ -67,7 +70,18 @@ inline std::string line_chart_svg(const std::string& title, const std::string& s
     if (intervals >= 4 && intervals <= 8 && hi < x_hi - 1e-9) { x_hi = hi; step = c; }
   }
   const int d_lo = static_cast<int>(std::floor(std::log10(y_min))), d_hi = static_cast<int>(std::ceil(std::log10(y_max)));
-  auto X = [&](double x) { return left + pw * x / x_hi; };
+  // log2 x: from the power of two at or below the smallest x to the one at or above the largest
+  const int e_lo = log2_x ? static_cast<int>(std::floor(std::log2(std::max(x_min, 1e-300)))) : 0;
+  const int e_hi = log2_x ? std::max(e_lo + 1, static_cast<int>(std::ceil(std::log2(std::max(x_max, 1e-300))))) : 1;
+  auto X = [&](double x) {
+    return log2_x ? left + pw * (std::log2(x) - e_lo) / (e_hi - e_lo) : left + pw * x / x_hi;
+  };
+  std::vector<double> x_ticks;
+  if (log2_x) {
+    for (int e = e_lo; e <= e_hi; ++e) x_ticks.push_back(std::ldexp(1.0, e));
+  } else {
+    for (double x = 0; x <= x_hi + 1e-9; x += step) x_ticks.push_back(x);
+  }
   auto Y = [&](double y) { return top + ph * (1.0 - (std::log10(y) - d_lo) / (d_hi - d_lo)); };
 
   std::ostringstream o;
@@ -97,7 +111,7 @@ inline std::string line_chart_svg(const std::string& title, const std::string& s
         << "\" stroke=\"black\"/>\n";
     }
   }
-  for (double x = 0; x <= x_hi + 1e-9; x += step) {
+  for (double x : x_ticks) {
     o << "<line x1=\"" << X(x) << "\" x2=\"" << X(x) << "\" y1=\"" << top << "\" y2=\"" << top + ph
       << "\" stroke=\"#ececec\" stroke-width=\"1\"/>\n";
     o << "<line x1=\"" << X(x) << "\" x2=\"" << X(x) << "\" y1=\"" << top + ph << "\" y2=\"" << top + ph + 6

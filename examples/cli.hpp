@@ -158,6 +158,7 @@ struct Params {
   double patience = -1;                    ///< -1: 1200 s, or 0 with --quick
   std::string weight_types;                ///< --weight-types: comma-separated schemes, "all", "" = skip
   std::string quality_model;               ///< --quality-model: an F32 model whose own text rates each scheme
+  std::vector<int> prefill_lengths;        ///< --prefill-lengths: prompt lengths timed per scheme (empty: none)
   // kvdecode-tokenize
   std::optional<std::string> text;         ///< --text: text to encode
   std::optional<std::string> cases;        ///< --cases: llama.cpp's vocab test file
@@ -357,6 +358,22 @@ inline std::vector<Option> all_options(Params& p) {
   add({{"--quality-model"}, "FILE", "with --weight-types: an F32 model, GGUF or llama2.c (e.g. stories260K.bin, 320 "
        "positions or more); each scheme's copy of it is rated on the F32 model's own sampled text (KL, top-1 agreement, perplexity)", meas, kRoofline,
        none, [&p](const S&, const S& v) { p.quality_model = v; }});
+  add({{"--prefill-lengths"}, "LIST", "with --weight-types: also time a prefill of each prompt length in LIST "
+       "(comma-separated, 1 to 8192, e.g. 16,32,64,128,256,512,1024,2048) with each scheme; writes prefill_speed.csv and "
+       "prefill_speed.svg (time to first token as prefill tokens/s against prompt length)", meas, kRoofline,
+       [&p] {
+         S t;
+         for (int n : p.prefill_lengths) t += (t.empty() ? "" : ",") + std::to_string(n);
+         return t.empty() ? S("none") : t;
+       },
+       [&p](const S& n, const S& v) {
+         std::vector<int> lengths;
+         std::stringstream list(v);
+         for (S item; std::getline(list, item, ',');)
+           lengths.push_back(static_cast<int>(parse_integer(n, item, 1, 8192)));
+         if (lengths.empty()) throw ArgumentError(detail::msg(n, " needs at least one length, got '", v, "'"));
+         p.prefill_lengths = std::move(lengths);
+       }});
 
   // ---- kvdecode-tokenize
   const S tok = "Tokenize";
