@@ -9,6 +9,8 @@
 // Counters: GB/s = repacked weight bytes read / time (every call streams them
 // once); GFLOP/s = 2 M N K / time. The weights are random bytes with sane f16
 // scales: the kernels' speed does not depend on the values.
+// BM_QuantMatmulInCache: the same kernels on one matrix held in L2, one
+// thread, CPU time (the compute rate apart from memory).
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -86,6 +88,27 @@ void BM_QuantMatmul(benchmark::State& st) {
   st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// The kernels' own rate, apart from memory: one 512 x 2048 matrix (at most
+/// 1.1 MB, held in L2) on one thread, CPU time. Counter: Gweights/s = weights
+/// streamed per second (M rows share each weight).
+void BM_QuantMatmulInCache(benchmark::State& st) {
+  const auto t = static_cast<WeightType>(st.range(0));
+  const long M = st.range(1), N = 512, K = 2048;
+  std::mt19937_64 rng(7);
+  const auto rows = random_rows(t, N, K, rng);
+  const QuantMatrix w(t, N, K, rows.data());
+  std::vector<float> x(static_cast<std::size_t>(M * K), 0.01f), y(static_cast<std::size_t>(M * w.n_out_padded()));
+  const int saved = kvd::num_threads();
+  kvd::set_num_threads(1);
+  for (auto _ : st) {
+    kvd::matmul(x.data(), K, M, w, y.data(), w.n_out_padded());
+    benchmark::DoNotOptimize(y.data());
+  }
+  kvd::set_num_threads(saved);
+  st.SetLabel(kvd::weight_type_name(t));
+  st.counters["Gweights/s"] = benchmark::Counter(static_cast<double>(N * K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 const int kRegister = [] {
   const WeightType types[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
                               WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
@@ -97,6 +120,11 @@ const int kRegister = [] {
   b->Args({static_cast<long>(WeightType::kQ4_K), 1, 1});
   b->Args({static_cast<long>(WeightType::kQ8_0), 1, 1});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
+  auto* c = benchmark::RegisterBenchmark("BM_QuantMatmulInCache", BM_QuantMatmulInCache);
+  c->ArgNames({"type", "M"});
+  for (WeightType t : types)
+    for (long M : {1L, 8L}) c->Args({static_cast<long>(t), M});
+  c->Unit(benchmark::kMicrosecond);
   return 0;
 }();
 

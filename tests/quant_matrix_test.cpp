@@ -1,7 +1,9 @@
 // QuantMatrix: the product with a quantized matrix equals, bit for bit, a plain
-// scalar fma loop over ggml's dequantized weights and the float kernels on
-// them, on every path (fused in-register, buffered small, buffered large),
-// every vector implementation, every M from 1 to 40 and 1 or 2 threads.
+// scalar loop in the factored order (codes times activations per sub-block,
+// then the sub-block's scale and offset) over ggml's blocks, on every path
+// (fused in-register, buffered small, buffered large), every vector
+// implementation, every M from 1 to 40 and 1 or 2 threads; and the factored
+// form's c * D + N is ggml's dequantized value, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,11 +21,26 @@ const WeightType kTypes[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::k
                              WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
                              WeightType::kQ5_K, WeightType::kQ6_K};
 
-/// n_out rows of n_in values quantized to t (ggml bytes, rows consecutive), and their dequantized floats.
+/// n_out rows of n_in values quantized to t (ggml bytes, rows consecutive), their
+/// dequantized floats and their factored form (detail/quant.hpp).
 struct QuantRows {
   std::vector<unsigned char> bytes;
-  std::vector<float> w;  // (n_out, n_in)
+  std::vector<float> w;     // (n_out, n_in)
+  std::vector<float> c;     // (n_out, n_in) codes
+  std::vector<float> D, N;  // (n_out, n_in / sub) scales, offsets (N: types with a min, else empty)
 };
+
+/// Fills q.c, q.D, q.N from q.bytes.
+void factor_rows(WeightType t, long n_out, long n_in, QuantRows& q) {
+  const auto f = detail::quant_factoring(t);
+  const std::size_t rb = weight_row_bytes(t, static_cast<std::uint64_t>(n_in));
+  q.c.assign(static_cast<std::size_t>(n_out * n_in), 0.f);
+  q.D.assign(static_cast<std::size_t>(n_out * n_in / f.sub), 0.f);
+  q.N.assign(f.has_min ? q.D.size() : 0, 0.f);
+  for (long r = 0; r < n_out; ++r)
+    detail::factor_row(t, q.bytes.data() + r * rb, q.c.data() + r * n_in, q.D.data() + r * (n_in / f.sub),
+                       f.has_min ? q.N.data() + r * (n_in / f.sub) : nullptr, n_in);
+}
 
 QuantRows make_rows(WeightType t, long n_out, long n_in, unsigned seed) {
   std::mt19937 rng(seed);
@@ -41,6 +58,7 @@ QuantRows make_rows(WeightType t, long n_out, long n_in, unsigned seed) {
     detail::quantize_row(t, src.data() + r * n_in, q.bytes.data() + r * rb, n_in);
     detail::dequantize_row(t, q.bytes.data() + r * rb, q.w.data() + r * n_in, n_in);
   }
+  factor_rows(t, n_out, n_in, q);
   return q;
 }
 
@@ -65,6 +83,33 @@ std::vector<T> scalar_product(const std::vector<T>& x, long M, const std::vector
   return y;
 }
 
+/// The factored order of quant_matrix.hpp, written out: per sub-block j of `sub`
+/// values, t = one fma per k from +0 over the codes, then acc = fma(t, D, acc) and,
+/// for a type with a min, acc = fma(xs, N, acc) with xs the sub-block's values
+/// added in increasing k from +0.
+template <class T>
+std::vector<T> factored_product(const std::vector<T>& x, long M, const QuantRows& q, WeightType t, long N, long K,
+                                long ldy) {
+  const auto f = detail::quant_factoring(t);
+  const long S = f.sub, J = K / S;
+  std::vector<T> y(static_cast<std::size_t>(M * ldy), T(0));
+  for (long m = 0; m < M; ++m)
+    for (long n = 0; n < N; ++n) {
+      T acc = 0;
+      for (long j = 0; j < J; ++j) {
+        T part = 0, xs = 0;
+        for (long k = j * S; k < (j + 1) * S; ++k) {
+          part = std::fma(x[m * K + k], static_cast<T>(q.c[n * K + k]), part);
+          xs += x[m * K + k];
+        }
+        acc = std::fma(part, static_cast<T>(q.D[n * J + j]), acc);
+        if (f.has_min) acc = std::fma(xs, static_cast<T>(q.N[n * J + j]), acc);
+      }
+      y[m * ldy + n] = acc;
+    }
+  return y;
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -84,10 +129,14 @@ TEST_P(QuantMatrixTypes, EveryPathEveryMEveryThreadCountGivesTheScalarLoopsBits)
   const int saved_threads = num_threads();
   for (long M = 1; M <= 40; ++M) {
     const auto x = activations(M, K, static_cast<unsigned>(100 + M));
-    const auto want = scalar_product(x, M, q.w, N, K, ldy);
+    const auto plain = scalar_product(x, M, q.w, N, K, ldy);
     std::vector<float> fl(static_cast<std::size_t>(M * ldy));
     matmul(x.data(), K, M, pf, fl.data(), ldy);
-    ASSERT_TRUE(same_bits(fl, want)) << "float kernels on the dequantized weights, M " << M;
+    ASSERT_TRUE(same_bits(fl, plain)) << "float kernels on the dequantized weights, M " << M;
+    const auto want = factored_product(x, M, q, t, N, K, ldy);
+    // The factored order is another rounding of the same sum: close to the plain loop, not equal.
+    for (std::size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(want[i], plain[i], 1e-4f * (1.f + std::fabs(plain[i]))) << "element " << i << ", M " << M;
     for (int threads : {1, 2}) {
       set_num_threads(threads);
       auto run = [&](auto path_tag, detail::QuantPath path, detail::QuantDequant how) {
@@ -191,6 +240,65 @@ TEST_P(QuantMatrixTypes, ExtremeScalesDequantizeAsTheScalarCode) {
   }
 }
 
+/// Bitwise equality, any NaN equal to any NaN.
+bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, sizeof a) == 0; }
+
+// The factored form the kernels compute with is ggml's dequantization: c * D + N
+// (one rounding, as ggml's s * q - m) gives the dequantized value on every
+// lane, for ordinary and extreme scales, and the AVX-512 decoders factor
+// exactly as the scalar code does.
+TEST_P(QuantMatrixTypes, FactoredFormIsGgmlsDequantization) {
+  const WeightType t = GetParam();
+  const auto f = detail::quant_factoring(t);
+  ASSERT_GT(f.sub, 0);
+  const long N = 16, K = 512, J = K / f.sub;
+  for (bool extreme : {false, true}) {
+    auto q = make_rows(t, N, K, 11);
+    if (extreme) {
+      // every f16 field of every third block replaced by +-inf, NaN, the largest f16 or a subnormal
+      const auto layout = detail::quant_layout(t);
+      const std::uint16_t specials[] = {0x7C00, 0xFC00, 0x7E00, 0x7BFF, 0x0001, 0x8001};
+      const auto tr = weight_type_traits(t);
+      for (std::size_t b = 0; b < q.bytes.size() / tr.block_bytes; b += 3)
+        for (int fi = 0; fi < layout.n_fields; ++fi)
+          if (layout.fields[fi].width == 2)
+            std::memcpy(q.bytes.data() + b * tr.block_bytes + layout.fields[fi].offset, &specials[(b / 3 + fi) % 6], 2);
+      const std::size_t rb = weight_row_bytes(t, K);
+      for (long n = 0; n < N; ++n) detail::dequantize_row(t, q.bytes.data() + n * rb, q.w.data() + n * K, K);
+      factor_rows(t, N, K, q);
+    }
+    for (long n = 0; n < N; ++n)
+      for (long k = 0; k < K; ++k) {
+        const long i = n * K + k, j = n * J + k / f.sub;
+        const float v = f.has_min ? std::fma(q.c[i], q.D[j], q.N[j]) : q.c[i] * q.D[j];
+        ASSERT_TRUE(same_float(v, q.w[i])) << weight_type_name(t) << " row " << n << " k " << k << ": " << v
+                                           << " against " << q.w[i] << (extreme ? " (extreme scales)" : "");
+      }
+    const QuantMatrix qm(t, N, K, q.bytes.data());
+    std::vector<float> c[2], D[2], Nn[2];
+    int h = 0;
+    for (auto how : {detail::QuantDequant::kAvx512, detail::QuantDequant::kPortable}) {
+      c[h].assign(static_cast<std::size_t>(K * detail::kLanes), -1.f);
+      D[h].assign(static_cast<std::size_t>(J * detail::kLanes), -1.f);
+      Nn[h].assign(static_cast<std::size_t>(J * detail::kLanes), -1.f);
+      detail::factor_panels(qm.panels(), 0, 1, 0, K, c[h].data(), D[h].data(), f.has_min ? Nn[h].data() : nullptr, how);
+      for (long k = 0; k < K; ++k)
+        for (long lane = 0; lane < N; ++lane)
+          ASSERT_EQ(c[h][static_cast<std::size_t>(k * detail::kLanes + lane)], q.c[lane * K + k])
+              << weight_type_name(t) << " code of row " << lane << " k " << k << " how " << h;
+      for (long jj = 0; jj < J; ++jj)
+        for (long lane = 0; lane < N; ++lane) {
+          const std::size_t at = static_cast<std::size_t>(jj * detail::kLanes + lane);
+          ASSERT_TRUE(same_float(D[h][at], q.D[lane * J + jj])) << weight_type_name(t) << " D row " << lane << " how " << h;
+          if (f.has_min) {
+            ASSERT_TRUE(same_float(Nn[h][at], q.N[lane * J + jj])) << weight_type_name(t) << " N row " << lane << " how " << h;
+          }
+        }
+      ++h;
+    }
+  }
+}
+
 TEST_P(QuantMatrixTypes, DoubleComputeMatchesTheDoubleScalarLoop) {
   const WeightType t = GetParam();
   const long N = 48, K = 256;
@@ -199,7 +307,7 @@ TEST_P(QuantMatrixTypes, DoubleComputeMatchesTheDoubleScalarLoop) {
   for (long M : {1L, 5L, 17L, 33L}) {
     const auto xf = activations(M, K, 9);
     const std::vector<double> x(xf.begin(), xf.end());
-    const auto want = scalar_product(x, M, q.w, N, K, N);
+    const auto want = factored_product(x, M, q, t, N, K, N);
     std::vector<double> y(static_cast<std::size_t>(M * N));
     matmul(x.data(), K, M, qm, y.data(), N);
     ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(double)), 0) << weight_type_name(t) << " M " << M;

@@ -1,7 +1,8 @@
 // Quantized GGUF models keep their block types in memory: every matrix of a
 // model is packed with the file's own bytes (plus zero rows padding the last
 // panel), never expanded to floats, and a PackedMatrix of block-type parts
-// computes what the scalar loop over ggml's dequantized weights computes.
+// computes what the scalar loop in the factored order over ggml's blocks
+// computes (kvdecode/quant_matrix.hpp).
 // (Reference logits and the exactness suites on these files are in
 // gguf_model_test.cpp.)
 #include <gtest/gtest.h>
@@ -51,7 +52,8 @@ TEST(QuantModel, MatricesKeepTheFilesBytes) {
 
 TEST(QuantModel, MixedBlockTypesStackedComputeTheScalarLoop) {
   // q4_K rows | q6_K rows | f32 rows in one PackedMatrix (three segments), against
-  // the reduction-order rule written out over the dequantized values.
+  // the reduction-order rules written out: the factored order over the blocks'
+  // codes, scales and offsets, one fma per k over the f32 rows.
   const long K = 512;
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.f, 0.05f);
@@ -75,14 +77,29 @@ TEST(QuantModel, MixedBlockTypesStackedComputeTheScalarLoop) {
       std::vector<float> y(static_cast<std::size_t>(M * ldy));
       matmul(x.data(), K, M, w, y.data(), ldy);
       const WeightMatrix* parts[3] = {&a, &b, &c};
-      std::vector<float> row(K);
+      std::vector<float> row(K), codes(K), D(K), Nn(K);
       for (int pi = 0; pi < 3; ++pi)
         for (long r = 0; r < parts[pi]->rows(); ++r) {
           parts[pi]->dequantize_row(r, row.data());
+          const WeightType t = parts[pi]->type();
+          const auto f = detail::quant_factoring(t);
+          if (f.sub > 0) detail::factor_row(t, parts[pi]->row_data(r), codes.data(), D.data(), Nn.data(), K);
           const long col = w.part_col(static_cast<std::size_t>(pi)) + r;
           for (long m = 0; m < M; ++m) {
             float acc = 0;
-            for (long k = 0; k < K; ++k) acc = std::fma(x[m * K + k], row[k], acc);
+            if (f.sub == 0) {  // f32: one fma per k
+              for (long k = 0; k < K; ++k) acc = std::fma(x[m * K + k], row[k], acc);
+            } else {  // block types: the factored order (quant_matrix.hpp)
+              for (long j = 0; j < K / f.sub; ++j) {
+                float part = 0, xs = 0;
+                for (long k = j * f.sub; k < (j + 1) * f.sub; ++k) {
+                  part = std::fma(x[m * K + k], codes[k], part);
+                  xs += x[m * K + k];
+                }
+                acc = std::fma(part, D[j], acc);
+                if (f.has_min) acc = std::fma(xs, Nn[j], acc);
+              }
+            }
             float got = y[m * ldy + col];
             ASSERT_EQ(std::memcmp(&acc, &got, 4), 0) << "part " << pi << " row " << r << " M " << M << " threads " << threads;
             ASSERT_EQ(w.at(col, 7), row[7]);

@@ -2,15 +2,24 @@
 // q4_1, q5_0, q5_1, q2_K .. q6_K), repacked once for the kernels, and the
 // matrix product with it.
 //
-// NUMERICS. The product follows the reduction-order rule of kernels.hpp on the
-// dequantized weights: with w[n][k] the float ggml's dequantization gives
-// (detail/quant.hpp, bit for bit),
-//   y[m][n] = fma(x[m][K-1], w[n][K-1], ... fma(x[m][0], w[n][0], 0) ...)
-// so the result equals, bit for bit, matmul() with a float PackedMatrix of the
-// dequantized weights, whatever M, the path, the tiling or the thread count.
-// Dequantizing in registers is exact too: every product of a scale with a code
-// is exact in float (detail/quant.hpp), so w = fma(code, scale, -min) gives
-// ggml's s * q - m.
+// NUMERICS. Within a sub-block of S values (32 for q8_0..q5_1, q4_K and q5_K;
+// 16 for q2_K, q3_K and q6_K) every weight is w = c * D + N: c a small integer
+// code, D the sub-block's scale, N its offset (only q4_1, q5_1, q2_K, q4_K and
+// q5_K have one), D and N computed as ggml computes them, so c * D + N is
+// ggml's dequantized value bit for bit (detail/quant.hpp's factored form).
+// The product factors D and N out of each sub-block's partial sum:
+//   for each sub-block j of row n, in increasing k:
+//     t   = fma(x[m][k_last], c[n][k_last], ... fma(x[m][k_first], c[n][k_first], 0) ...)
+//     acc = fma(t, D[n][j], acc)
+//     acc = fma(xs[m][j], N[n][j], acc)     (types with an offset; xs = the
+//                                           sub-block's x added in increasing k from +0)
+//   y[m][n] = acc (from +0)
+// This is a fixed, row-local sequence of float operations, so the result is
+// the same bits whatever M, the path, the tiling or the thread count. It is
+// not the fma chain over the dequantized weights (that is kernels.hpp's rule
+// for float matrices): decoding a code is one instruction cheaper than
+// decoding a weight, which is what decode speed is made of here. Accuracy is
+// the same kind: tests compare with a float64 forward on the dequantized weights.
 //
 // LAYOUT. Rows are grouped in panels of 16 (kernels.hpp's output panels). For
 // each panel and each block of k, the 16 rows' blocks are stored together,
@@ -23,12 +32,15 @@
 //
 // PATHS (all give the same bits):
 //  * small M (decode, M <= 8) on AVX-512: a register tile of up to 8 rows x 4
-//    panels dequantizes each k's 16-lane weight vectors in registers from the
-//    streamed panel blocks and runs the fma chain; nothing is allocated.
-//  * otherwise: a k block of a tile of panels is dequantized into a per-thread
-//    float buffer and the float micro-kernel of kernels.hpp runs over it
-//    (large M: with kernels.hpp's GotoBLAS blocking; the buffer is reused by
-//    every row of a row block, so its cost vanishes as M grows).
+//    panels decodes each k's 16-lane code vectors in registers from the
+//    streamed panel blocks and runs the sub-block chains.
+//  * otherwise: a k block of a tile of panels is factored into per-thread
+//    buffers (codes, scales, offsets) and a micro-kernel with kernels.hpp's
+//    tile shapes runs over them (large M: with kernels.hpp's GotoBLAS
+//    blocking; the buffers are reused by every row of a row block, so their
+//    cost vanishes as M grows).
+// The rows' sub-block sums xs are computed once per product into a per-thread
+// buffer (allocated at its first use on each thread).
 #pragma once
 
 #include <algorithm>
@@ -144,9 +156,10 @@ namespace detail {
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 // ---- AVX-512 decoders ------------------------------------------------------------
-// Each decoder produces, for one panel block, the 16-lane weight vector of one
-// k at a time: begin(pb, s) loads sub-block s's scales, weight(kk) gives k =
-// s * kSub + kk. They read the panel block at the offsets of quant_layout().
+// Each decoder reads one panel block one sub-block at a time: begin(pb, s)
+// loads sub-block s's scales D and (kMin) offsets N for the 16 rows, code<kk>()
+// gives the 16 rows' codes at k = s * kSub + kk as floats (the factored form of
+// detail/quant.hpp). They read the panel block at the offsets of quant_layout().
 
 inline __m512 qk_f16x16(const unsigned char* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
@@ -164,14 +177,15 @@ inline __m512 qk_iota16() {
 
 struct DecodeQ8_0 {
   static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = false;
   const unsigned char* q;
-  __m512 d;
+  __m512 D, N;
   void begin(const unsigned char* pb, int) {
-    d = qk_f16x16(pb);
+    D = qk_f16x16(pb);
     q = pb + 32;
   }
   template <int kk>
-  __m512 weight() const { return _mm512_mul_ps(_mm512_cvtepi32_ps(qk_i8x16(q + 16 * kk)), d); }
+  __m512 code() const { return _mm512_cvtepi32_ps(qk_i8x16(q + 16 * kk)); }
 };
 
 /// The 4-bit code of value kk (0..31) of a group of 32 from its 4 code words
@@ -204,68 +218,68 @@ inline __m512i qk_five_bit_index(const unsigned char* words, __m512i hw) {
 }
 
 /// q4_0 / q4_1: one group of 32. q4_0: (code - 8) d; q4_1: fma(code, d, m); as ggml.
-template <bool kMin>
+template <bool kHasMin>
 struct DecodeQ4 {
   static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = kHasMin;
   const unsigned char* q;
-  __m512 d, m;
+  __m512 D, N;
   void begin(const unsigned char* pb, int) {
-    d = qk_f16x16(pb);
-    m = kMin ? qk_f16x16(pb + 32) : _mm512_setzero_ps();
+    D = qk_f16x16(pb);
+    N = kMin ? qk_f16x16(pb + 32) : _mm512_setzero_ps();
     q = pb + (kMin ? 64 : 32);
   }
   // q4_0 as ggml writes it, (code - 8) * d: the table holds code - 8. (fma(code, d,
   // -8 d) rounds the same for finite d, but gives +0 where ggml gives -0 (code 8,
   // d < 0) and NaN where ggml gives +-inf (an infinite scale).)
   template <int kk>
-  __m512 weight() const {
-    if constexpr (kMin) return _mm512_fmadd_ps(qk_nibble_float<kk>(q), d, m);
-    return _mm512_mul_ps(qk_nibble_float<kk>(q, _mm512_sub_ps(qk_iota16(), _mm512_set1_ps(8.f))), d);
+  __m512 code() const {
+    if constexpr (kMin) return qk_nibble_float<kk>(q);
+    return qk_nibble_float<kk>(q, _mm512_sub_ps(qk_iota16(), _mm512_set1_ps(8.f)));
   }
 };
 
 /// q5_0 / q5_1: code = nibble | bit kk of the row's qh << 4, looked up in a
 /// 32-float table (q5_0: code - 16, then * d; q5_1: code, then fma with d and m).
-template <bool kMin>
+template <bool kHasMin>
 struct DecodeQ5 {
   static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = kHasMin;
   const unsigned char* q;
-  __m512 d, m;
+  __m512 D, N;
   __m512i qh;
   void begin(const unsigned char* pb, int) {
-    d = qk_f16x16(pb);
-    m = kMin ? qk_f16x16(pb + 32) : _mm512_setzero_ps();
+    D = qk_f16x16(pb);
+    N = kMin ? qk_f16x16(pb + 32) : _mm512_setzero_ps();
     qh = _mm512_loadu_si512(pb + (kMin ? 64 : 32));
     q = pb + (kMin ? 128 : 96);
   }
   template <int kk>
-  __m512 weight() const {
+  __m512 code() const {
     const float o = kMin ? 0.f : -16.f;
     const __m512 lo = _mm512_add_ps(qk_iota16(), _mm512_set1_ps(o)), hi = _mm512_add_ps(qk_iota16(), _mm512_set1_ps(o + 16));
-    const __m512 c = _mm512_permutex2var_ps(lo, qk_five_bit_index<kk>(q, qh), hi);
-    if constexpr (kMin) return _mm512_fmadd_ps(c, d, m);
-    return _mm512_mul_ps(c, d);
+    return _mm512_permutex2var_ps(lo, qk_five_bit_index<kk>(q, qh), hi);
   }
 };
 
 /// q2_K: 16 sub-blocks of 16, sub-block s = code word s; y = fma(code, dl, -ml), exact.
 struct DecodeQ2_K {
   static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = true;
   __m512i words;
-  __m512 dl, nml;
+  __m512 D, N;
   void begin(const unsigned char* pb, int s) {
     const __m512i sc = qk_u8x16(pb + 64 + 16 * s);
-    dl = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
+    D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
     const __m512 ml = _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
-    nml = _mm512_sub_ps(_mm512_setzero_ps(), ml);
+    N = _mm512_sub_ps(_mm512_setzero_ps(), ml);
     words = _mm512_loadu_si512(pb + 320 + 64 * s);
   }
   template <int kk>
-  __m512 weight() const {
+  __m512 code() const {
     // vpermps reads the low 4 bits: the 2-bit code and 2 bits of the next one, so the table repeats 0..3.
     const __m512 table = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
-    const __m512 c = _mm512_permutexvar_ps(kk == 0 ? words : _mm512_srli_epi32(words, 2 * kk), table);
-    return _mm512_fmadd_ps(c, dl, nml);
+    return _mm512_permutexvar_ps(kk == 0 ? words : _mm512_srli_epi32(words, 2 * kk), table);
   }
 };
 
@@ -273,8 +287,9 @@ struct DecodeQ2_K {
 /// the 2-bit code and the high bit form a 3-bit index into a table of the codes.
 struct DecodeQ3_K {
   static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = false;
   __m512i lw, hw;
-  __m512 dl;
+  __m512 D, N;
   void begin(const unsigned char* pb, int s) {
     const unsigned char* sc = pb + 32;
     const __m512i lo = s < 8 ? _mm512_and_si512(qk_u8x16(sc + 16 * s), _mm512_set1_epi32(15))
@@ -282,13 +297,13 @@ struct DecodeQ3_K {
     const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(qk_u8x16(sc + 16 * (8 + s % 4)), _mm_cvtsi32_si128(2 * (s / 4))),
                                         _mm512_set1_epi32(3));
     const __m512i v = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
-    dl = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(v));
+    D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(v));
     lw = _mm512_loadu_si512(pb + 736 + 64 * s);
     // high bits of values 16 s .. 16 s + 15: word s / 2, from bit 16 (s % 2)
     hw = _mm512_srl_epi32(_mm512_loadu_si512(pb + 224 + 64 * (s / 2)), _mm_cvtsi32_si128(16 * (s % 2)));
   }
   template <int kk>
-  __m512 weight() const {
+  __m512 code() const {
     const __m512 table = _mm512_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3);
     const __m512i lo = kk == 0 ? lw : _mm512_srli_epi32(lw, 2 * kk);
     __m512i hi;
@@ -298,7 +313,7 @@ struct DecodeQ3_K {
       hi = _mm512_slli_epi32(hw, 2 - kk);
     // bits 0..1 from lo, bit 2 (and above, ignored but for bit 3, which the table repeats over) from hi
     const __m512i idx = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(3), 0xE4);
-    return _mm512_mul_ps(_mm512_permutexvar_ps(idx, table), dl);
+    return _mm512_permutexvar_ps(idx, table);
   }
 };
 
@@ -320,25 +335,25 @@ inline void qk_k4_scale_min(const unsigned char* sc, int s, __m512i& scale, __m5
 template <bool kFive>
 struct DecodeQK4 {
   static constexpr int kBlock = 256, kSub = 32;
+  static constexpr bool kMin = true;
   const unsigned char* q;
-  __m512 d1, nm1;
+  __m512 D, N;
   __m512i hw;
   void begin(const unsigned char* pb, int s) {
     __m512i sc, mn;
     qk_k4_scale_min(pb + 64, s, sc, mn);
-    d1 = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(sc));
-    nm1 = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(mn)));
+    D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(sc));
+    N = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(mn)));
     q = pb + (kFive ? 768 : 256) + 256 * s;
     if constexpr (kFive) hw = _mm512_loadu_si512(pb + 256 + 64 * s);
   }
   template <int kk>
-  __m512 weight() const {
+  __m512 code() const {
     if constexpr (!kFive) {
-      return _mm512_fmadd_ps(qk_nibble_float<kk>(q), d1, nm1);
+      return qk_nibble_float<kk>(q);
     } else {
-      const __m512 c = _mm512_permutex2var_ps(qk_iota16(), qk_five_bit_index<kk>(q, hw),
-                                              _mm512_add_ps(qk_iota16(), _mm512_set1_ps(16.f)));
-      return _mm512_fmadd_ps(c, d1, nm1);
+      return _mm512_permutex2var_ps(qk_iota16(), qk_five_bit_index<kk>(q, hw),
+                                    _mm512_add_ps(qk_iota16(), _mm512_set1_ps(16.f)));
     }
   }
 };
@@ -351,22 +366,23 @@ struct DecodeQK4 {
 /// of code - 32.
 struct DecodeQ6_K {
   static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = false;
   const unsigned char* ql;
   __m512i hw;
-  __m512 ds;
+  __m512 D, N;
   void begin(const unsigned char* pb, int s) {
-    ds = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(qk_i8x16(pb + 32 + 16 * s)));
+    D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(qk_i8x16(pb + 32 + 16 * s)));
     ql = pb + 288 + 128 * s;
     hw = _mm512_xor_si512(_mm512_loadu_si512(pb + 2336 + 64 * s), _mm512_set1_epi32(static_cast<int>(0xAAAAAAAAu)));
   }
   template <int kk>
-  __m512 weight() const {
+  __m512 code() const {
     const __m512i v = _mm512_loadu_si512(ql + 64 * (kk / 8));
     const __m512i lo = kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8));
     // the 2 high bits to the top, then arithmetically down to bits 4..5 (sign above)
     const __m512i hi = _mm512_srai_epi32(kk == 15 ? hw : _mm512_slli_epi32(hw, 30 - 2 * kk), 26);
     const __m512i code_minus_32 = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(code_minus_32), ds);
+    return _mm512_cvtepi32_ps(code_minus_32);
   }
 };
 
@@ -380,23 +396,40 @@ inline void static_for(F&& f) {
   static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
 }
 
-/// out (Dec::kBlock x 16) = panel block pb dequantized.
-// GCC 12 at -O2 miscompiles this for q3_K and q5_K (their blocks came out as
-// zeros; -O1, -O3 and -O2 -fno-ipa-sra were right; found by building the tests at
-// -O2, tests/quant_matrix_test.cpp): noipa keeps interprocedural optimisation off it.
+/// Dec's weight vector kk of the current sub-block, ggml's value: c D + N (c D for types without a min).
+template <int kk, class Dec>
+inline __m512 qk_weight(const Dec& dec) {
+  if constexpr (Dec::kMin) return _mm512_fmadd_ps(dec.template code<kk>(), dec.D, dec.N);
+  return _mm512_mul_ps(dec.template code<kk>(), dec.D);
+}
+
+// GCC 12 at -O2 miscompiles the panel dequantization for q3_K and q5_K (their
+// blocks came out as zeros; -O1, -O3 and -O2 -fno-ipa-sra were right; found by
+// building the tests at -O2, tests/quant_matrix_test.cpp): noipa keeps
+// interprocedural optimisation off these functions.
 #if defined(__GNUC__) && !defined(__clang__)
 #define KVDECODE_GCC_NOIPA __attribute__((noipa))
 #else
 #define KVDECODE_GCC_NOIPA
 #endif
+/// out (Dec::kBlock x 16) = panel block pb dequantized.
 template <class Dec>
 KVDECODE_GCC_NOIPA inline void dequantize_panel_block_avx512(const unsigned char* pb, float* out) {
   for (int s = 0; s < Dec::kBlock / Dec::kSub; ++s) {
     Dec dec;
     dec.begin(pb, s);
-    static_for<Dec::kSub>([&](auto kk) {
-      _mm512_storeu_ps(out + (s * Dec::kSub + kk) * kLanes, dec.template weight<kk>());
-    });
+    static_for<Dec::kSub>([&](auto kk) { _mm512_storeu_ps(out + (s * Dec::kSub + kk) * kLanes, qk_weight<kk>(dec)); });
+  }
+}
+/// Panel block pb in the factored form, as factor_panel_block_portable() gives it.
+template <class Dec>
+KVDECODE_GCC_NOIPA inline void factor_panel_block_avx512(const unsigned char* pb, float* c, float* D, float* N) {
+  for (int s = 0; s < Dec::kBlock / Dec::kSub; ++s) {
+    Dec dec;
+    dec.begin(pb, s);
+    _mm512_storeu_ps(D + s * kLanes, dec.D);
+    if constexpr (Dec::kMin) _mm512_storeu_ps(N + s * kLanes, dec.N);
+    static_for<Dec::kSub>([&](auto kk) { _mm512_storeu_ps(c + (s * Dec::kSub + kk) * kLanes, dec.template code<kk>()); });
   }
 }
 
@@ -427,12 +460,23 @@ inline void with_decoder(WeightType t, F&& f) {
 #if !defined(KVDECODE_NO_FUSED_QUANT)
 #define KVDECODE_QUANT_FUSED 1
 /// Small-M register tile (AVX-512, float): MR rows x NP panels over all of k,
-/// weights dequantized in registers. y rows get all 16 NP columns.
+/// the codes decoded in registers, in the factored order (top of this file).
+/// xs (MR x K / kSub, row stride ldxs) = the rows' sub-block sums (types with a min).
+/// y rows get all 16 NP columns.
 template <class Dec, int MR, int NP>
-inline void quant_tile_fused(const float* x, long ldx, const QuantPanels& w, long p0, float* y, long ldy) {
-  __m512 acc[MR][NP];
+inline void quant_tile_fused(const float* x, long ldx, const float* xs, long ldxs, const QuantPanels& w, long p0,
+                             float* y, long ldy) {
+  // The running sums stay in registers when they fit beside the sub-block sums,
+  // else in y (read and written once per sub-block; exact either way).
+  constexpr bool kInRegisters = 2 * MR * NP + 3 * NP + 2 <= 32;
+  __m512 acc[kInRegisters ? MR : 1][kInRegisters ? NP : 1];
   KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
-    KVD_UNROLL(4) for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+    KVD_UNROLL(4) for (int p = 0; p < NP; ++p) {
+      if constexpr (kInRegisters)
+        acc[r][p] = _mm512_setzero_ps();
+      else
+        _mm512_storeu_ps(y + r * ldy + (p0 + p) * kLanes, _mm512_setzero_ps());
+    }
   const long nb = w.n_blocks();
   const std::size_t pbb = w.panel_block_bytes();
   constexpr int kSubs = Dec::kBlock / Dec::kSub;
@@ -448,39 +492,62 @@ inline void quant_tile_fused(const float* x, long ldx, const QuantPanels& w, lon
         const std::size_t line0 = pbb * s / kSubs / 64, line1 = (pbb * (s + 1) / kSubs + 63) / 64;
         for (std::size_t l = line0; l < line1; ++l) prefetch_read_at(pb[p], 2 * pbb + 64 * l);
       }
+      __m512 t[MR][NP];
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+        KVD_UNROLL(4) for (int p = 0; p < NP; ++p) t[r][p] = _mm512_setzero_ps();
       static_for<Dec::kSub>([&](auto kk) {
-        __m512 wv[NP];
-        KVD_UNROLL(4) for (int p = 0; p < NP; ++p) wv[p] = dec[p].template weight<kk>();
+        __m512 cv[NP];
+        KVD_UNROLL(4) for (int p = 0; p < NP; ++p) cv[p] = dec[p].template code<kk>();
         KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
           const __m512 xv = _mm512_set1_ps(xb[r * ldx + s * Dec::kSub + kk]);
-          KVD_UNROLL(4) for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_fmadd_ps(xv, wv[p], acc[r][p]);
+          KVD_UNROLL(4) for (int p = 0; p < NP; ++p) t[r][p] = _mm512_fmadd_ps(xv, cv[p], t[r][p]);
         }
       });
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+        const __m512 xsv = Dec::kMin ? _mm512_set1_ps(xs[r * ldxs + b * kSubs + s]) : _mm512_setzero_ps();
+        KVD_UNROLL(4) for (int p = 0; p < NP; ++p) {
+          float* yp = y + r * ldy + (p0 + p) * kLanes;
+          __m512 a;
+          if constexpr (kInRegisters)
+            a = acc[r][p];
+          else
+            a = _mm512_loadu_ps(yp);
+          a = _mm512_fmadd_ps(t[r][p], dec[p].D, a);
+          if constexpr (Dec::kMin) a = _mm512_fmadd_ps(xsv, dec[p].N, a);
+          if constexpr (kInRegisters)
+            acc[r][p] = a;
+          else
+            _mm512_storeu_ps(yp, a);
+        }
+      }
     }
   }
-  KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
-    KVD_UNROLL(4) for (int p = 0; p < NP; ++p) _mm512_storeu_ps(y + r * ldy + (p0 + p) * kLanes, acc[r][p]);
+  if constexpr (kInRegisters) {
+    KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+      KVD_UNROLL(4) for (int p = 0; p < NP; ++p) _mm512_storeu_ps(y + r * ldy + (p0 + p) * kLanes, acc[r][p]);
+  }
 }
 
 /// Most rows of the fused small-M path.
 inline constexpr long kQuantFusedMaxM = 8;
-/// Panels per fused tile for m rows (register budget: m * NP accumulators, 2 NP scale vectors).
+/// Panels per fused tile for m rows (register budget: m * NP partial sums, NP codes, 2 NP scale vectors).
 constexpr int quant_fused_panels(int m) { return m <= 3 ? 4 : m == 4 ? 3 : 2; }
 
 template <class Dec, int MR, int NP = quant_fused_panels(MR)>
-inline void quant_tile_fused_np(int np, const float* x, long ldx, const QuantPanels& w, long p0, float* y, long ldy) {
+inline void quant_tile_fused_np(int np, const float* x, long ldx, const float* xs, long ldxs, const QuantPanels& w,
+                                long p0, float* y, long ldy) {
   if constexpr (NP >= 1) {
-    if (np == NP) return quant_tile_fused<Dec, MR, NP>(x, ldx, w, p0, y, ldy);
-    return quant_tile_fused_np<Dec, MR, NP - 1>(np, x, ldx, w, p0, y, ldy);
+    if (np == NP) return quant_tile_fused<Dec, MR, NP>(x, ldx, xs, ldxs, w, p0, y, ldy);
+    return quant_tile_fused_np<Dec, MR, NP - 1>(np, x, ldx, xs, ldxs, w, p0, y, ldy);
   }
 }
 
 template <class Dec, int MR = static_cast<int>(kQuantFusedMaxM)>
-inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const QuantPanels& w, long p0, float* y,
-                                 long ldy) {
+inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const float* xs, long ldxs,
+                                 const QuantPanels& w, long p0, float* y, long ldy) {
   if constexpr (MR >= 1) {
-    if (mr == MR) return quant_tile_fused_np<Dec, MR>(np, x, ldx, w, p0, y, ldy);
-    return quant_tile_fused_any<Dec, MR - 1>(mr, np, x, ldx, w, p0, y, ldy);
+    if (mr == MR) return quant_tile_fused_np<Dec, MR>(np, x, ldx, xs, ldxs, w, p0, y, ldy);
+    return quant_tile_fused_any<Dec, MR - 1>(mr, np, x, ldx, xs, ldxs, w, p0, y, ldy);
   }
 }
 
@@ -488,7 +555,8 @@ inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const
 /// A template (T = float only) so that its tiles are instantiated where matmul_quant_with
 /// is, once in the kernel-instance library, not in every file that includes this header.
 template <class T>
-inline void matmul_quant_fused(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy, bool parallel) {
+inline void matmul_quant_fused(const T* x, long ldx, long M, const T* xs, long ldxs, const QuantPanels& w, T* y,
+                               long ldy, bool parallel) {
   static_assert(std::is_same_v<T, float>, "the fused tiles are float-only");
   const int mr = static_cast<int>(M);
   const int np_max = quant_fused_panels(mr);
@@ -506,7 +574,7 @@ inline void matmul_quant_fused(const T* x, long ldx, long M, const QuantPanels& 
       for (long c = c0; c < c1; ++c) {
         const long p0 = c * np_max;
         const int np = static_cast<int>(std::min<long>(np_max, P - p0));
-        quant_tile_fused_any<Dec>(mr, np, x, ldx, w, p0, y, ldy);
+        quant_tile_fused_any<Dec>(mr, np, x, ldx, xs, ldxs, w, p0, y, ldy);
       }
     }
   });
@@ -545,25 +613,118 @@ inline void dequantize_panels(const QuantPanels& w, long p0, int np, long k0, lo
     }
 }
 
-/// Runs kernels.hpp's float micro-kernel (matmul_tile_any) over a dequantized
-/// buffer. Written against both forms of its template signature (with and
-/// without the packed element type W), so this header builds on either.
-template <class T, class V, long kLda, class... A>
-inline auto quant_run_tile(int, A... a) -> decltype(matmul_tile_any<T, V, T, kLda>(a...)) {
-  return matmul_tile_any<T, V, T, kLda>(a...);
-}
-template <class T, class V, long kLda, class... A>
-inline void quant_run_tile(long, A... a) {
-  matmul_tile_any<T, V, kLda>(a...);
+/// The factored form of panels [p0, p0 + np) over k in [k0, k0 + kc): codes c
+/// (kc x 16 per panel, panels kc * 16 apart), scales D and offsets N (kc / sub
+/// x 16 per panel, panels kc / sub * 16 apart; N only for types with a min).
+template <class T>
+inline void factor_panels(const QuantPanels& w, long p0, int np, long k0, long kc, T* c, T* D, T* N, QuantDequant how) {
+  const long bs = w.block_size(), sub = quant_factoring(w.type()).sub;
+  for (int p = 0; p < np; ++p)
+    for (long k = k0; k < k0 + kc; k += bs) {
+      const unsigned char* pb = w.panel_block(p0 + p, k / bs);
+      T* co = c + (p * kc + (k - k0)) * kLanes;
+      const long so = (p * (kc / sub) + (k - k0) / sub) * kLanes;
+      T* Do = D + so;
+      T* No = N ? N + so : nullptr;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+      if constexpr (std::is_same_v<T, float>) {
+        if (how == QuantDequant::kAvx512) {
+          with_decoder(w.type(), [&](auto dec) { factor_panel_block_avx512<decltype(dec)>(pb, co, Do, No); });
+          continue;
+        }
+      }
+#endif
+      (void)how;
+      factor_panel_block_portable<T>(w.type(), pb, co, Do, No);
+    }
 }
 
+/// xs[m * (K / sub) + j] = the sum of row m's values in sub-block j, added in
+/// increasing k from +0 (the one definition every path uses).
+template <class T>
+inline void sub_block_sums(const T* x, long ldx, long M, long K, long sub, T* xs) {
+  const long n = K / sub;
+  for (long m = 0; m < M; ++m)
+    for (long j = 0; j < n; ++j) {
+      T s = T(0);
+      for (long k = j * sub; k < (j + 1) * sub; ++k) s += x[m * ldx + k];
+      xs[m * n + j] = s;
+    }
+}
+
+/// One register tile of the buffered paths: MR rows x NP panels over k in [0, kc),
+/// in the factored order. Input row r at k is a[r * lda + k] (lda = kLda when
+/// kLda > 0); panel p's codes at k are c[p * cstride + 16 k ..), its scales and
+/// offsets of sub-block j at D / N[p * dstride + 16 j ..) (N null: no min); xs[r *
+/// ldxs + j] the row's sum over sub-block j. `first` starts y at +0, otherwise the
+/// tile continues the running sums stored in y.
+template <class T, class V, int MR, int NP, long kLda>
+inline void quant_tile(const T* a, long lda, const T* c, long cstride, long kc, long sub, const T* D, const T* N,
+                       long dstride, const T* xs, long ldxs, T* y, long ldy, bool first) {
+  if constexpr (kLda > 0) lda = kLda;
+  if (first) {
+    KVD_UNROLL(16) for (int r = 0; r < MR; ++r)
+      KVD_UNROLL(8) for (int p = 0; p < NP; ++p) V::zero().store(y + r * ldy + p * kLanes);
+  }
+  for (long s0 = 0, j = 0; s0 < kc; s0 += sub, ++j) {
+    V t[MR][NP];
+    KVD_UNROLL(16) for (int r = 0; r < MR; ++r)
+      KVD_UNROLL(8) for (int p = 0; p < NP; ++p) t[r][p] = V::zero();
+    for (long k = s0; k < s0 + sub; ++k) {
+      V bv[NP];
+      KVD_UNROLL(8) for (int p = 0; p < NP; ++p) bv[p] = V::load(c + p * cstride + k * kLanes);
+      KVD_UNROLL(16) for (int r = 0; r < MR; ++r) {
+        const V av = V::broadcast(a[r * lda + k]);
+        KVD_UNROLL(8) for (int p = 0; p < NP; ++p) t[r][p].fma(av, bv[p]);
+      }
+    }
+    KVD_UNROLL(16) for (int r = 0; r < MR; ++r)
+      KVD_UNROLL(8) for (int p = 0; p < NP; ++p) {
+        V acc = V::load(y + r * ldy + p * kLanes);
+        acc.fma(t[r][p], V::load(D + p * dstride + j * kLanes));
+        if (N) acc.fma(V::broadcast(xs[r * ldxs + j]), V::load(N + p * dstride + j * kLanes));
+        acc.store(y + r * ldy + p * kLanes);
+      }
+  }
+}
+
+// Runtime (mr, np) -> the matching compiled tile (the shapes of kernels.hpp's float tiles).
+template <class T, class V, long kLda, int NP, int MR = max_tile_rows<V, kLda>(NP)>
+inline void quant_tile_rows(int mr, const T* a, long lda, const T* c, long cstride, long kc, long sub, const T* D,
+                            const T* N, long dstride, const T* xs, long ldxs, T* y, long ldy, bool first) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return quant_tile<T, V, MR, NP, kLda>(a, lda, c, cstride, kc, sub, D, N, dstride, xs, ldxs, y, ldy, first);
+    return quant_tile_rows<T, V, kLda, NP, MR - 1>(mr, a, lda, c, cstride, kc, sub, D, N, dstride, xs, ldxs, y, ldy, first);
+  }
+}
+template <class T, class V, long kLda, int NP = (kLda > 0 ? kLargePanels<V> : kMaxTilePanels)>
+inline void quant_tile_any(int mr, int np, const T* a, long lda, const T* c, long cstride, long kc, long sub, const T* D,
+                           const T* N, long dstride, const T* xs, long ldxs, T* y, long ldy, bool first) {
+  if constexpr (NP >= 1) {
+    if (np == NP) return quant_tile_rows<T, V, kLda, NP>(mr, a, lda, c, cstride, kc, sub, D, N, dstride, xs, ldxs, y, ldy, first);
+    return quant_tile_any<T, V, kLda, NP - 1>(mr, np, a, lda, c, cstride, kc, sub, D, N, dstride, xs, ldxs, y, ldy, first);
+  }
+}
+
+/// The per-thread buffers of the buffered paths: codes, scales, offsets for np panels x kQuantKc.
+template <class T>
+struct QuantBuffers {
+  AlignedBuffer<T> c, D, N;
+  void reserve(long np) {
+    c.reserve(static_cast<std::size_t>(np) * kQuantKc * kLanes);
+    D.reserve(static_cast<std::size_t>(np) * kQuantKc * kLanes / 16);  // sub >= 16
+    N.reserve(static_cast<std::size_t>(np) * kQuantKc * kLanes / 16);
+  }
+};
+
 /// Buffered small M: per column tile and k block of kQuantKc, the tile's panels
-/// are dequantized into a per-thread buffer and every row tile runs kernels.hpp's
-/// micro-kernel over it, continuing each output's chain where the last k block left it.
+/// are factored into a per-thread buffer and every row tile runs quant_tile over
+/// it, continuing each output's running sum where the last k block left it.
 template <class T, class V>
-void matmul_quant_small(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy, bool parallel,
-                        QuantDequant how) {
+void matmul_quant_small(const T* x, long ldx, long M, const T* xs, long ldxs, const QuantPanels& w, T* y, long ldy,
+                        bool parallel, QuantDequant how) {
   const long K = w.n_in(), P = w.n_panels();
+  const QuantFactoring f = quant_factoring(w.type());
   const long n_rtiles = M <= kLargeRows<V> ? 1 : (M + kSmallRows<V> - 1) / kSmallRows<V>;
   const int mr_max = static_cast<int>((M + n_rtiles - 1) / n_rtiles);
   const int np_max = small_panels<V>(mr_max);
@@ -574,8 +735,8 @@ void matmul_quant_small(const T* x, long ldx, long M, const QuantPanels& w, T* y
   {
     int t = 0, nt = 1;
     this_thread(t, nt);
-    static thread_local AlignedBuffer<T> wbuf;
-    wbuf.reserve(static_cast<std::size_t>(kMaxTilePanels) * kQuantKc * kLanes);
+    static thread_local QuantBuffers<T> buf;
+    buf.reserve(kMaxTilePanels);
     long c0, c1;
     split_range(n_ctiles, t, nt, c0, c1);
     for (long c = c0; c < c1; ++c) {
@@ -583,11 +744,13 @@ void matmul_quant_small(const T* x, long ldx, long M, const QuantPanels& w, T* y
       const int np = static_cast<int>(std::min<long>(np_max, P - p0));
       for (long k0 = 0; k0 < K; k0 += kQuantKc) {
         const long kc = std::min(kQuantKc, K - k0);
-        dequantize_panels(w, p0, np, k0, kc, wbuf.data(), how);
+        T* N = f.has_min ? buf.N.data() : nullptr;
+        factor_panels(w, p0, np, k0, kc, buf.c.data(), buf.D.data(), N, how);
         for (long m0 = 0; m0 < M; m0 += mr_max) {
           const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
-          quant_run_tile<T, V, 0>(0, mr, np, x + m0 * ldx + k0, ldx, static_cast<const T*>(wbuf.data()), kc * kLanes,
-                                  kc, y + m0 * ldy + p0 * kLanes, ldy, k0 == 0, false);
+          quant_tile_any<T, V, 0>(mr, np, x + m0 * ldx + k0, ldx, static_cast<const T*>(buf.c.data()), kc * kLanes, kc,
+                                  f.sub, static_cast<const T*>(buf.D.data()), static_cast<const T*>(N), kc / f.sub * kLanes,
+                                  xs ? xs + m0 * ldxs + k0 / f.sub : nullptr, ldxs, y + m0 * ldy + p0 * kLanes, ldy, k0 == 0);
         }
       }
     }
@@ -596,14 +759,15 @@ void matmul_quant_small(const T* x, long ldx, long M, const QuantPanels& w, T* y
 
 /// Buffered large M (prefill): kernels.hpp's matmul_large blocking (k blocks of
 /// kMatmulKc = kQuantKc, row blocks of up to kMatmulMc packed rows, 14 x 2-panel
-/// tiles), with each k block of a panel tile dequantized into a per-thread
+/// tiles), with each k block of a panel tile factored into a per-thread
 /// buffer once per row block.
 template <class T, class V>
-void matmul_quant_large(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy, bool parallel,
-                        QuantDequant how) {
+void matmul_quant_large(const T* x, long ldx, long M, const T* xs, long ldxs, const QuantPanels& w, T* y, long ldy,
+                        bool parallel, QuantDequant how) {
   static_assert(kMatmulKc == kQuantKc, "the packed-row stride assumes k blocks of kMatmulKc");
   constexpr int MR = kLargeRows<V>, NP = kLargePanels<V>;
   const long K = w.n_in(), P = w.n_panels();
+  const QuantFactoring f = quant_factoring(w.type());
   const long n_ctiles = (P + NP - 1) / NP;
 #if defined(_OPENMP)
 #pragma omp parallel if (parallel)
@@ -617,8 +781,8 @@ void matmul_quant_large(const T* x, long ldx, long M, const QuantPanels& w, T* y
     else
       split_range(n_ctiles, t, nt, c0, c1);
     T* xp = matmul_pack_buffer<T>();
-    static thread_local AlignedBuffer<T> wbuf;
-    wbuf.reserve(static_cast<std::size_t>(NP) * kQuantKc * kLanes);
+    static thread_local QuantBuffers<T> buf;
+    buf.reserve(NP);
     const long n_mblocks = (m_end - m_begin + kMatmulMc - 1) / kMatmulMc;
     for (long k0 = 0; k0 < K; k0 += kQuantKc) {
       const long kc = std::min(kQuantKc, K - k0);
@@ -632,13 +796,16 @@ void matmul_quant_large(const T* x, long ldx, long M, const QuantPanels& w, T* y
         for (long c = c0; c < c1; ++c) {
           const long p0 = c * NP;
           const int np = static_cast<int>(std::min<long>(NP, P - p0));
-          dequantize_panels(w, p0, np, k0, kc, wbuf.data(), how);
+          T* N = f.has_min ? buf.N.data() : nullptr;
+          factor_panels(w, p0, np, k0, kc, buf.c.data(), buf.D.data(), N, how);
           for (long i = 0; i < n_rtiles; ++i) {
             long r0, r1;
             split_range(me - mb, static_cast<int>(i), static_cast<int>(n_rtiles), r0, r1);
-            quant_run_tile<T, V, kPackStride>(0, static_cast<int>(r1 - r0), np, static_cast<const T*>(xp + r0 * kPackStride),
-                                              kPackStride, static_cast<const T*>(wbuf.data()), kc * kLanes, kc,
-                                              y + (mb + r0) * ldy + p0 * kLanes, ldy, k0 == 0, false);
+            quant_tile_any<T, V, kPackStride>(static_cast<int>(r1 - r0), np, static_cast<const T*>(xp + r0 * kPackStride),
+                                              kPackStride, static_cast<const T*>(buf.c.data()), kc * kLanes, kc, f.sub,
+                                              static_cast<const T*>(buf.D.data()), static_cast<const T*>(N),
+                                              kc / f.sub * kLanes, xs ? xs + (mb + r0) * ldxs + k0 / f.sub : nullptr, ldxs,
+                                              y + (mb + r0) * ldy + p0 * kLanes, ldy, k0 == 0);
           }
         }
       }
@@ -657,15 +824,26 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantPanels& w, T* y,
   KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= w.n_in());
   if (M <= 0) return;
   const bool parallel = M * w.n_out_padded() * w.n_in() >= kMatmulParallelThreshold;
+  // The rows' sub-block sums, for the offsets of the types with a min (computed
+  // once here, shared by every thread and tile).
+  const QuantFactoring f = quant_factoring(w.type());
+  const long ldxs = w.n_in() / f.sub;
+  static thread_local AlignedBuffer<T> xs_buf;
+  const T* xs = nullptr;
+  if (f.has_min) {
+    xs_buf.reserve(static_cast<std::size_t>(M * ldxs));
+    sub_block_sums(x, ldx, M, w.n_in(), f.sub, xs_buf.data());
+    xs = xs_buf.data();
+  }
 #if defined(KVDECODE_QUANT_FUSED)
   if constexpr (std::is_same_v<T, float>) {
     if ((path == QuantPath::kAuto || path == QuantPath::kFused) && M <= kQuantFusedMaxM)
-      return matmul_quant_fused<T>(x, ldx, M, w, y, ldy, parallel);
+      return matmul_quant_fused<T>(x, ldx, M, xs, ldxs, w, y, ldy, parallel);
   }
 #endif
   if (path == QuantPath::kSmall || ((path == QuantPath::kAuto || path == QuantPath::kFused) && M <= kSmallMaxM<V>))
-    return matmul_quant_small<T, V>(x, ldx, M, w, y, ldy, parallel, how);
-  matmul_quant_large<T, V>(x, ldx, M, w, y, ldy, parallel, how);
+    return matmul_quant_small<T, V>(x, ldx, M, xs, ldxs, w, y, ldy, parallel, how);
+  matmul_quant_large<T, V>(x, ldx, M, xs, ldxs, w, y, ldy, parallel, how);
 }
 
 template <class T, class V>
@@ -682,11 +860,10 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y,
 
 }  // namespace detail
 
-/// y (M x Npad, row stride ldy) = x (M x K, row stride ldx) * W^T for a quantized W.
-/// Bit-identical to matmul() with a float PackedMatrix of W's dequantized values
-/// (so to every M, tiling and thread count); writes all n_out_padded() columns
-/// (padding columns get 0). Allocates nothing for M <= 8 on AVX-512; other
-/// paths use per-thread buffers allocated at their first use on each thread.
+/// y (M x Npad, row stride ldy) = x (M x K, row stride ldx) * W^T for a quantized W,
+/// in the factored order (top of this file): the same bits for every M, path,
+/// tiling and thread count; writes all n_out_padded() columns (padding columns
+/// get 0). Uses per-thread buffers allocated at their first use on each thread.
 /// Preconditions (asserted): x and y do not overlap; ldx >= K; ldy >= n_out_padded().
 template <class T>
 void matmul(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy) {

@@ -319,6 +319,128 @@ inline void dequantize_row(WeightType t, const void* src, float* dst, std::int64
   }
 }
 
+// ---- The factored form the matrix kernels compute with --------------------------
+// Within a sub-block of `sub` consecutive values every type's value is
+//   w = c * D + N        (N = 0 for the types without a min: D * c exactly)
+// with c a small integer code (exact as a float), D the sub-block's scale and N
+// its offset, D and N computed by ggml's own float operations. So c * D + N is
+// ggml's dequantized value bit for bit (c * D is exact, see the top of this file;
+// tests/quant_test.cpp checks every type). The kernels factor D and N out of
+// each sub-block's partial sum (kvdecode/quant_matrix.hpp).
+
+/// Sub-block length and whether the type has an offset N.
+struct QuantFactoring {
+  int sub = 0;
+  bool has_min = false;
+};
+inline QuantFactoring quant_factoring(WeightType t) {
+  switch (t) {
+    case WeightType::kQ8_0:
+    case WeightType::kQ4_0:
+    case WeightType::kQ5_0: return {32, false};
+    case WeightType::kQ4_1:
+    case WeightType::kQ5_1: return {32, true};
+    case WeightType::kQ2_K: return {16, true};
+    case WeightType::kQ3_K:
+    case WeightType::kQ6_K: return {16, false};
+    case WeightType::kQ4_K:
+    case WeightType::kQ5_K: return {32, true};
+    default: return {};
+  }
+}
+
+// c: the block's codes; D, N: one per sub-block (N written only for types with a min).
+inline void factor_block(const BlockQ8_0& b, float* c, float* D, float*) {
+  D[0] = fp16_to_fp32(b.d);
+  for (int i = 0; i < 32; ++i) c[i] = static_cast<float>(b.qs[i]);
+}
+inline void factor_block(const BlockQ4_0& b, float* c, float* D, float*) {
+  D[0] = fp16_to_fp32(b.d);
+  for (int i = 0; i < 32; ++i) c[i] = static_cast<float>(nibble_code(b.qs, i) - 8);
+}
+inline void factor_block(const BlockQ4_1& b, float* c, float* D, float* N) {
+  D[0] = fp16_to_fp32(b.d);
+  N[0] = fp16_to_fp32(b.m);
+  for (int i = 0; i < 32; ++i) c[i] = static_cast<float>(nibble_code(b.qs, i));
+}
+inline void factor_block(const BlockQ5_0& b, float* c, float* D, float*) {
+  D[0] = fp16_to_fp32(b.d);
+  for (int i = 0; i < 32; ++i) c[i] = static_cast<float>(five_bit_code(b.qs, b.qh, i) - 16);
+}
+inline void factor_block(const BlockQ5_1& b, float* c, float* D, float* N) {
+  D[0] = fp16_to_fp32(b.d);
+  N[0] = fp16_to_fp32(b.m);
+  for (int i = 0; i < 32; ++i) c[i] = static_cast<float>(five_bit_code(b.qs, b.qh, i));
+}
+inline void factor_block(const BlockQ2_K& b, float* c, float* D, float* N) {
+  const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+  for (int s = 0; s < 16; ++s) {
+    D[s] = d * static_cast<float>(b.scales[s] & 0xF);
+    N[s] = 0.f - dmin * static_cast<float>(b.scales[s] >> 4);  // 0 - ml, as the vector code computes it
+  }
+  for (int i = 0; i < 256; ++i) c[i] = static_cast<float>(two_bit_code(b.qs, i));
+}
+inline void factor_block(const BlockQ3_K& b, float* c, float* D, float*) {
+  const float d = fp16_to_fp32(b.d);
+  for (int s = 0; s < 16; ++s) D[s] = d * static_cast<float>(q3k_scale(b.scales, s));
+  for (int i = 0; i < 256; ++i) c[i] = static_cast<float>(q3k_code(b, i));
+}
+inline void factor_k4_scales(const std::uint16_t d16, const std::uint16_t dmin16, const std::uint8_t* scales, float* D,
+                             float* N) {
+  const float d = fp16_to_fp32(d16), dmin = fp16_to_fp32(dmin16);
+  for (int s = 0; s < 8; ++s) {
+    int sc, m;
+    k4_scale_min(s, scales, sc, m);
+    D[s] = d * static_cast<float>(sc);
+    N[s] = 0.f - dmin * static_cast<float>(m);
+  }
+}
+inline void factor_block(const BlockQ4_K& b, float* c, float* D, float* N) {
+  factor_k4_scales(b.d, b.dmin, b.scales, D, N);
+  for (int i = 0; i < 256; ++i) c[i] = static_cast<float>(q4k_code(b.qs, i));
+}
+inline void factor_block(const BlockQ5_K& b, float* c, float* D, float* N) {
+  factor_k4_scales(b.d, b.dmin, b.scales, D, N);
+  for (int i = 0; i < 256; ++i) c[i] = static_cast<float>(q5k_code(b, i));
+}
+inline void factor_block(const BlockQ6_K& b, float* c, float* D, float*) {
+  const float d = fp16_to_fp32(b.d);
+  for (int s = 0; s < 16; ++s) D[s] = d * static_cast<float>(b.scales[s]);
+  for (int i = 0; i < 256; ++i) c[i] = static_cast<float>(q6k_code(b, i));
+}
+
+template <class Block, int kBlockValues>
+inline void factor_blocks(const unsigned char* src, float* c, float* D, float* N, std::int64_t n, int sub) {
+  const int per = kBlockValues / sub;
+  for (std::int64_t i = 0; i < n / kBlockValues; ++i)
+    factor_block(load_block<Block>(src + i * sizeof(Block)), c + i * kBlockValues, D + i * per, N ? N + i * per : nullptr);
+}
+
+/// The factored form of `n` consecutive weights of block type t at src: c[0..n)
+/// the codes, D[0..n/sub) the scales and (types with a min) N[0..n/sub) the
+/// offsets, sub = quant_factoring(t).sub. N may be null for a type without a min.
+/// Throws ConfigError (outputs untouched) for a type that is not a block type
+/// or n not a multiple of its block size.
+inline void factor_row(WeightType t, const void* src, float* c, float* D, float* N, std::int64_t n) {
+  const QuantFactoring f = quant_factoring(t);
+  if (f.sub == 0) throw ConfigError(msg("weight type ", weight_type_name(t), " has no factored form"));
+  check_row(t, n, true);
+  const auto* p = static_cast<const unsigned char*>(src);
+  switch (t) {
+    case WeightType::kQ8_0: return factor_blocks<BlockQ8_0, kQK>(p, c, D, N, n, f.sub);
+    case WeightType::kQ4_0: return factor_blocks<BlockQ4_0, kQK>(p, c, D, N, n, f.sub);
+    case WeightType::kQ4_1: return factor_blocks<BlockQ4_1, kQK>(p, c, D, N, n, f.sub);
+    case WeightType::kQ5_0: return factor_blocks<BlockQ5_0, kQK>(p, c, D, N, n, f.sub);
+    case WeightType::kQ5_1: return factor_blocks<BlockQ5_1, kQK>(p, c, D, N, n, f.sub);
+    case WeightType::kQ2_K: return factor_blocks<BlockQ2_K, kQK_K>(p, c, D, N, n, f.sub);
+    case WeightType::kQ3_K: return factor_blocks<BlockQ3_K, kQK_K>(p, c, D, N, n, f.sub);
+    case WeightType::kQ4_K: return factor_blocks<BlockQ4_K, kQK_K>(p, c, D, N, n, f.sub);
+    case WeightType::kQ5_K: return factor_blocks<BlockQ5_K, kQK_K>(p, c, D, N, n, f.sub);
+    case WeightType::kQ6_K: return factor_blocks<BlockQ6_K, kQK_K>(p, c, D, N, n, f.sub);
+    default: break;
+  }
+}
+
 // ---- Reference quantizers --------------------------------------------------------
 // Each block's codes and scales come from a small search that minimises the
 // block's (weighted) squared error, as ggml's reference quantizers do; the

@@ -203,6 +203,29 @@ inline void dequantize_panel_block_portable(WeightType t, const unsigned char* p
 }
 
 
+/// Panel block pb in the factored form (detail/quant.hpp), through its scalar
+/// code: c (block_size x 16, k-major like the above) the codes, D and N
+/// (block_size / sub x 16, sub-block-major) the scales and offsets (N only for
+/// types with a min).
+template <class T>
+inline void factor_panel_block_portable(WeightType t, const unsigned char* pb, T* c, T* D, T* N) {
+  const auto tr = weight_type_traits(t);
+  const QuantFactoring f = quant_factoring(t);
+  const int n_sub = static_cast<int>(tr.block_size) / f.sub;
+  unsigned char block[256];
+  float cv[256], dv[16], nv[16];
+  for (int j = 0; j < kLanes; ++j) {
+    gather_block(t, pb, j, block);
+    factor_row(t, block, cv, dv, f.has_min ? nv : nullptr, tr.block_size);
+    for (std::uint32_t k = 0; k < tr.block_size; ++k) c[k * kLanes + j] = static_cast<T>(cv[k]);
+    for (int s = 0; s < n_sub; ++s) {
+      D[s * kLanes + j] = static_cast<T>(dv[s]);
+      if (f.has_min) N[s * kLanes + j] = static_cast<T>(nv[s]);
+    }
+  }
+}
+
+
 /// The product with quantized panels (defined in kvdecode/quant_matrix.hpp):
 /// y (M x 16 n_panels) = x (M x K) * W^T with the reduction-order rule on W's
 /// dequantized values, V the float vector implementation of the buffered paths.
