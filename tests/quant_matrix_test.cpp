@@ -198,8 +198,8 @@ TEST_P(QuantMatrixTypes, RowsReadBackAsStoredAndDequantizeAsGgml) {
 }
 
 // Scales a file may hold that no quantizer writes: +-inf, NaN, the largest f16 and
-// a subnormal. The vector dequantization must still give what ggml's scalar code
-// gives (NaN for NaN, whatever its payload), on every panel lane.
+// a subnormal. Dequantizing the packed panel blocks must still give what ggml's
+// scalar code gives on the file's bytes (NaN for NaN, whatever its payload), on every lane.
 TEST_P(QuantMatrixTypes, ExtremeScalesDequantizeAsTheScalarCode) {
   const WeightType t = GetParam();
   const long N = 16, K = 512;
@@ -222,19 +222,22 @@ TEST_P(QuantMatrixTypes, ExtremeScalesDequantizeAsTheScalarCode) {
   }
   const std::size_t rb = weight_row_bytes(t, K);
   for (long n = 0; n < N; ++n) detail::dequantize_row(t, q.bytes.data() + n * rb, q.w.data() + n * K, K);
+  // The panel blocks' scalar dequantization (PackedMatrix::at, the double-compute
+  // path) after the panel packing; the kernels' factored form is checked against
+  // the same values in FactoredFormIsGgmlsDequantization.
   const QuantMatrix qm(t, N, K, q.bytes.data());
-  for (auto how : {detail::QuantDequant::kAvx512, detail::QuantDequant::kPortable}) {
-    std::vector<float> out(static_cast<std::size_t>(K * detail::kLanes));
-    detail::dequantize_panels(qm.panels(), 0, 1, 0, K, out.data(), how);
-    for (long k = 0; k < K; ++k)
+  const long bs = qm.panels().block_size();
+  std::vector<float> out(static_cast<std::size_t>(bs * detail::kLanes));
+  for (long kb = 0; kb < K / bs; ++kb) {
+    detail::dequantize_panel_block_portable<float>(t, qm.panels().panel_block(0, kb), out.data());
+    for (long k = kb * bs; k < (kb + 1) * bs; ++k)
       for (long lane = 0; lane < N; ++lane) {
-        const float got = out[static_cast<std::size_t>(k * detail::kLanes + lane)], want = q.w[lane * K + k];
+        const float got = out[static_cast<std::size_t>((k - kb * bs) * detail::kLanes + lane)], want = q.w[lane * K + k];
         if (std::isnan(want)) {
           ASSERT_TRUE(std::isnan(got)) << weight_type_name(t) << " row " << lane << " k " << k;
         } else {
           ASSERT_EQ(std::memcmp(&got, &want, sizeof got), 0)
-              << weight_type_name(t) << " row " << lane << " k " << k << ": " << got << " against " << want
-              << (how == detail::QuantDequant::kAvx512 ? " (avx512)" : " (portable)");
+              << weight_type_name(t) << " row " << lane << " k " << k << ": " << got << " against " << want;
         }
       }
   }
@@ -252,17 +255,28 @@ TEST_P(QuantMatrixTypes, FactoredFormIsGgmlsDequantization) {
   const auto f = detail::quant_factoring(t);
   ASSERT_GT(f.sub, 0);
   const long N = 16, K = 512, J = K / f.sub;
-  for (bool extreme : {false, true}) {
+  // mode 0: the quantizer's scales; 1: every f16 field of every third block replaced by
+  // +-inf, NaN, the largest f16 or a subnormal; 2: every scale negated and every min +0,
+  // so that code 0 dequantizes to -0 (ggml's c*d - m = -0 - (+0)), which c*D + N must give too
+  for (int mode : {0, 1, 2}) {
     auto q = make_rows(t, N, K, 11);
-    if (extreme) {
-      // every f16 field of every third block replaced by +-inf, NaN, the largest f16 or a subnormal
+    if (mode > 0) {
       const auto layout = detail::quant_layout(t);
       const std::uint16_t specials[] = {0x7C00, 0xFC00, 0x7E00, 0x7BFF, 0x0001, 0x8001};
       const auto tr = weight_type_traits(t);
-      for (std::size_t b = 0; b < q.bytes.size() / tr.block_bytes; b += 3)
-        for (int fi = 0; fi < layout.n_fields; ++fi)
-          if (layout.fields[fi].width == 2)
-            std::memcpy(q.bytes.data() + b * tr.block_bytes + layout.fields[fi].offset, &specials[(b / 3 + fi) % 6], 2);
+      for (std::size_t b = 0; b < q.bytes.size() / tr.block_bytes; ++b) {
+        int rank = 0;  // 0: the scale d, 1: the min (the panel layouts list d first)
+        for (int fi = 0; fi < layout.n_fields; ++fi) {
+          if (layout.fields[fi].width != 2) continue;
+          unsigned char* at = q.bytes.data() + b * tr.block_bytes + layout.fields[fi].offset;
+          std::uint16_t v;
+          std::memcpy(&v, at, 2);
+          if (mode == 1 && b % 3 == 0) v = specials[(b / 3 + fi) % 6];
+          if (mode == 2) v = rank == 0 ? static_cast<std::uint16_t>(v | 0x8000) : 0x0000;
+          std::memcpy(at, &v, 2);
+          ++rank;
+        }
+      }
       const std::size_t rb = weight_row_bytes(t, K);
       for (long n = 0; n < N; ++n) detail::dequantize_row(t, q.bytes.data() + n * rb, q.w.data() + n * K, K);
       factor_rows(t, N, K, q);
@@ -272,7 +286,7 @@ TEST_P(QuantMatrixTypes, FactoredFormIsGgmlsDequantization) {
         const long i = n * K + k, j = n * J + k / f.sub;
         const float v = f.has_min ? std::fma(q.c[i], q.D[j], q.N[j]) : q.c[i] * q.D[j];
         ASSERT_TRUE(same_float(v, q.w[i])) << weight_type_name(t) << " row " << n << " k " << k << ": " << v
-                                           << " against " << q.w[i] << (extreme ? " (extreme scales)" : "");
+                                           << " against " << q.w[i] << " (mode " << mode << ")";
       }
     const QuantMatrix qm(t, N, K, q.bytes.data());
     std::vector<float> c[2], D[2], Nn[2];

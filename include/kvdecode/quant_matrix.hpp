@@ -272,7 +272,7 @@ struct DecodeQ2_K {
     const __m512i sc = qk_u8x16(pb + 64 + 16 * s);
     D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
     const __m512 ml = _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
-    N = _mm512_sub_ps(_mm512_setzero_ps(), ml);
+    N = _mm512_sub_ps(_mm512_set1_ps(-0.f), ml);  // -ml exactly (-0 - x negates every x, zeros included)
     words = _mm512_loadu_si512(pb + 320 + 64 * s);
   }
   template <int kk>
@@ -343,7 +343,7 @@ struct DecodeQK4 {
     __m512i sc, mn;
     qk_k4_scale_min(pb + 64, s, sc, mn);
     D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(sc));
-    N = _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(mn)));
+    N = _mm512_sub_ps(_mm512_set1_ps(-0.f), _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(mn)));  // -m exactly
     q = pb + (kFive ? 768 : 256) + 256 * s;
     if constexpr (kFive) hw = _mm512_loadu_si512(pb + 256 + 64 * s);
   }
@@ -396,13 +396,6 @@ inline void static_for(F&& f) {
   static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
 }
 
-/// Dec's weight vector kk of the current sub-block, ggml's value: c D + N (c D for types without a min).
-template <int kk, class Dec>
-inline __m512 qk_weight(const Dec& dec) {
-  if constexpr (Dec::kMin) return _mm512_fmadd_ps(dec.template code<kk>(), dec.D, dec.N);
-  return _mm512_mul_ps(dec.template code<kk>(), dec.D);
-}
-
 // GCC 12 at -O2 miscompiles the panel dequantization for q3_K and q5_K (their
 // blocks came out as zeros; -O1, -O3 and -O2 -fno-ipa-sra were right; found by
 // building the tests at -O2, tests/quant_matrix_test.cpp): noipa keeps
@@ -412,15 +405,6 @@ inline __m512 qk_weight(const Dec& dec) {
 #else
 #define KVDECODE_GCC_NOIPA
 #endif
-/// out (Dec::kBlock x 16) = panel block pb dequantized.
-template <class Dec>
-KVDECODE_GCC_NOIPA inline void dequantize_panel_block_avx512(const unsigned char* pb, float* out) {
-  for (int s = 0; s < Dec::kBlock / Dec::kSub; ++s) {
-    Dec dec;
-    dec.begin(pb, s);
-    static_for<Dec::kSub>([&](auto kk) { _mm512_storeu_ps(out + (s * Dec::kSub + kk) * kLanes, qk_weight<kk>(dec)); });
-  }
-}
 /// Panel block pb in the factored form, as factor_panel_block_portable() gives it.
 template <class Dec>
 KVDECODE_GCC_NOIPA inline void factor_panel_block_avx512(const unsigned char* pb, float* c, float* D, float* N) {
@@ -594,27 +578,6 @@ enum class QuantDequant { kPortable, kAvx512 };
 /// The k block of the buffered paths: 256 values, a whole number of blocks of every type.
 inline constexpr long kQuantKc = 256;
 
-/// out (kc x 16 per panel, panels kc * 16 apart) = panels [p0, p0 + np) over k in [k0, k0 + kc) dequantized.
-template <class T>
-inline void dequantize_panels(const QuantPanels& w, long p0, int np, long k0, long kc, T* out, QuantDequant how) {
-  const long bs = w.block_size();
-  for (int p = 0; p < np; ++p)
-    for (long k = k0; k < k0 + kc; k += bs) {
-      const unsigned char* pb = w.panel_block(p0 + p, k / bs);
-      T* o = out + (p * kc + (k - k0)) * kLanes;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-      if constexpr (std::is_same_v<T, float>) {
-        if (how == QuantDequant::kAvx512) {
-          with_decoder(w.type(), [&](auto dec) { dequantize_panel_block_avx512<decltype(dec)>(pb, o); });
-          continue;
-        }
-      }
-#endif
-      (void)how;
-      dequantize_panel_block_portable<T>(w.type(), pb, o);
-    }
-}
-
 /// The factored form of panels [p0, p0 + np) over k in [k0, k0 + kc): codes c
 /// (kc x 16 per panel, panels kc * 16 apart), scales D and offsets N (kc / sub
 /// x 16 per panel, panels kc / sub * 16 apart; N only for types with a min).
@@ -642,16 +605,38 @@ inline void factor_panels(const QuantPanels& w, long p0, int np, long k0, long k
 }
 
 /// xs[m * (K / sub) + j] = the sum of row m's values in sub-block j, added in
-/// increasing k from +0 (the one definition every path uses).
+/// increasing k from +0 (the one definition every path uses). Sixteen sub-blocks
+/// are summed side by side (k outer, sub-block inner), so that sixteen independent
+/// chains hide the add latency; each chain is still the same sequence of adds.
 template <class T>
-inline void sub_block_sums(const T* x, long ldx, long M, long K, long sub, T* xs) {
+inline void sub_block_sums_rows(const T* x, long ldx, long m0, long m1, long K, long sub, T* xs) {
+  constexpr long kChains = 16;
   const long n = K / sub;
-  for (long m = 0; m < M; ++m)
-    for (long j = 0; j < n; ++j) {
-      T s = T(0);
-      for (long k = j * sub; k < (j + 1) * sub; ++k) s += x[m * ldx + k];
-      xs[m * n + j] = s;
+  for (long m = m0; m < m1; ++m) {
+    const T* row = x + m * ldx;
+    for (long j0 = 0; j0 < n; j0 += kChains) {
+      const long nj = std::min(kChains, n - j0);
+      T s[kChains] = {};
+      for (long k = 0; k < sub; ++k)
+        for (long j = 0; j < nj; ++j) s[j] += row[(j0 + j) * sub + k];
+      std::copy(s, s + nj, xs + m * n + j0);
     }
+  }
+}
+
+/// sub_block_sums_rows() over all M rows, split by rows between threads when parallel.
+template <class T>
+inline void sub_block_sums(const T* x, long ldx, long M, long K, long sub, T* xs, bool parallel = false) {
+#if defined(_OPENMP)
+#pragma omp parallel if (parallel && M > 1)
+#endif
+  {
+    int t = 0, nt = 1;
+    this_thread(t, nt);
+    long m0, m1;
+    split_range(M, t, nt, m0, m1);
+    sub_block_sums_rows(x, ldx, m0, m1, K, sub, xs);
+  }
 }
 
 /// One register tile of the buffered paths: MR rows x NP panels over k in [0, kc),
@@ -857,7 +842,7 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantPanels& w, T* y,
   const T* xs = nullptr;
   if (f.has_min) {
     xs_buf.reserve(static_cast<std::size_t>(M * ldxs));
-    sub_block_sums(x, ldx, M, w.n_in(), f.sub, xs_buf.data());
+    sub_block_sums(x, ldx, M, w.n_in(), f.sub, xs_buf.data(), parallel);
     xs = xs_buf.data();
   }
 #if defined(KVDECODE_QUANT_FUSED)

@@ -376,7 +376,7 @@ inline void factor_block(const BlockQ2_K& b, float* c, float* D, float* N) {
   const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
   for (int s = 0; s < 16; ++s) {
     D[s] = d * static_cast<float>(b.scales[s] & 0xF);
-    N[s] = 0.f - dmin * static_cast<float>(b.scales[s] >> 4);  // 0 - ml, as the vector code computes it
+    N[s] = -(dmin * static_cast<float>(b.scales[s] >> 4));  // -ml: c*D + N is ggml's c*D - ml, zero signs included
   }
   for (int i = 0; i < 256; ++i) c[i] = static_cast<float>(two_bit_code(b.qs, i));
 }
@@ -392,7 +392,7 @@ inline void factor_k4_scales(const std::uint16_t d16, const std::uint16_t dmin16
     int sc, m;
     k4_scale_min(s, scales, sc, m);
     D[s] = d * static_cast<float>(sc);
-    N[s] = 0.f - dmin * static_cast<float>(m);
+    N[s] = -(dmin * static_cast<float>(m));  // -m, exactly: c*D + N is ggml's c*D - m
   }
 }
 inline void factor_block(const BlockQ4_K& b, float* c, float* D, float* N) {
