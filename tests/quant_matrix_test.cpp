@@ -14,8 +14,8 @@
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/quant_matrix.hpp"
 
-namespace kvd {
 namespace {
+using namespace kvd;
 
 const WeightType kTypes[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
                              WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
@@ -381,4 +381,3 @@ TEST(QuantMatrix, RowLengthNotAMultipleOfTheBlockIsRefused) {
 }
 
 }  // namespace
-}  // namespace kvd

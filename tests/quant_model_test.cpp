@@ -16,8 +16,8 @@
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/transformer.hpp"
 
-namespace kvd {
 namespace {
+using namespace kvd;
 
 const std::string kGGUF = std::string(KVDECODE_SHARED_DIR) + "/models/gguf/";
 
@@ -111,4 +111,3 @@ TEST(QuantModel, MixedBlockTypesStackedComputeTheScalarLoop) {
 }
 
 }  // namespace
-}  // namespace kvd

@@ -20,8 +20,8 @@
 #include "kvdecode/gguf.hpp"
 #include "sha256.hpp"
 
-namespace kvd {
 namespace {
+using namespace kvd;
 
 using detail::bits_float;
 using detail::float_bits;
@@ -441,4 +441,3 @@ TEST(Quantize, RowLayoutMatchesBlockByBlock) {
 }
 
 }  // namespace
-}  // namespace kvd
