@@ -541,8 +541,8 @@ inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const
 /// A template (T = float only) so that its tiles are instantiated where matmul_quant_with
 /// is, once in the kernel-instance library, not in every file that includes this header.
 template <class T>
-inline void matmul_quant_fused(const T* x, long ldx, long M, const T* xs, long ldxs, const QuantPanels& w, T* y,
-                               long ldy, bool parallel) {
+void matmul_quant_fused(const T* x, long ldx, long M, const T* xs, long ldxs, const QuantPanels& w, T* y, long ldy,
+                        bool parallel) {
   static_assert(std::is_same_v<T, float>, "the fused tiles are float-only");
   const int mr = static_cast<int>(M);
   const int np_max = quant_fused_panels(mr);

@@ -20,7 +20,10 @@
 // lists every instance that kvd::matmul reaches, for the compute types the
 // library runs (float, and double for the oracle and reference paths) on the
 // vector implementation detail::Vec16 that the flags select.
-#define KVDECODE_KERNEL_INSTANCE_COUNT 6
+// The float quantized product is split in three (the dispatcher, the fused
+// small-M tiles, the buffered paths) because it was the longest file to compile
+// (131 s at -O3 with GCC 12, as long as the other five together).
+#define KVDECODE_KERNEL_INSTANCE_COUNT 8
 #define KVDECODE_KERNEL_INSTANCE_1(prefix) \
   prefix template void matmul_panels<float, Vec16<float>, float>(const float*, long, long, const PanelRange<float>&, float*, long, const RowPrologue&);
 #define KVDECODE_KERNEL_INSTANCE_2(prefix) \
@@ -33,9 +36,19 @@
   prefix template void matmul_quant_with<float, Vec16<float>>(const float*, long, long, const QuantPanels&, float*, long, QuantPath, QuantDequant);
 #define KVDECODE_KERNEL_INSTANCE_6(prefix) \
   prefix template void matmul_quant_with<double, Vec16<double>>(const double*, long, long, const QuantPanels&, double*, long, QuantPath, QuantDequant);
+#if defined(KVDECODE_QUANT_FUSED)
+#define KVDECODE_KERNEL_INSTANCE_7(prefix) \
+  prefix template void matmul_quant_fused<float>(const float*, long, long, const float*, long, const QuantPanels&, float*, long, bool);
+#else
+#define KVDECODE_KERNEL_INSTANCE_7(prefix)
+#endif
+#define KVDECODE_KERNEL_INSTANCE_8(prefix) \
+  prefix template void matmul_quant_small<float, Vec16<float>>(const float*, long, long, const float*, long, const QuantPanels&, float*, long, bool, QuantDequant); \
+  prefix template void matmul_quant_large<float, Vec16<float>>(const float*, long, long, const float*, long, const QuantPanels&, float*, long, bool, QuantDequant);
 #define KVDECODE_KERNEL_INSTANCES(prefix) \
   KVDECODE_KERNEL_INSTANCE_1(prefix) KVDECODE_KERNEL_INSTANCE_2(prefix) KVDECODE_KERNEL_INSTANCE_3(prefix) \
-  KVDECODE_KERNEL_INSTANCE_4(prefix) KVDECODE_KERNEL_INSTANCE_5(prefix) KVDECODE_KERNEL_INSTANCE_6(prefix)
+  KVDECODE_KERNEL_INSTANCE_4(prefix) KVDECODE_KERNEL_INSTANCE_5(prefix) KVDECODE_KERNEL_INSTANCE_6(prefix) \
+  KVDECODE_KERNEL_INSTANCE_7(prefix) KVDECODE_KERNEL_INSTANCE_8(prefix)
 
 #if defined(KVDECODE_EXTERN_KERNELS)
 namespace kvd {
