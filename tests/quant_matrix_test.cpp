@@ -170,6 +170,13 @@ TEST_P(QuantMatrixTypes, EveryPathEveryMEveryThreadCountGivesTheScalarLoopsBits)
 #if defined(__AVX2__) && defined(__FMA__)
       ASSERT_TRUE(same_bits(run(detail::Avx2Vec16<float>{}, QuantPath::kLarge, QuantDequant::kAvx512), want))
           << "avx2 large, " << where;
+      // The AVX2 decoders (on an AVX-512 machine too): fused tiles, and the buffered paths' factoring.
+      ASSERT_TRUE(same_bits(run(detail::Avx2Vec16<float>{}, QuantPath::kFused, QuantDequant::kAvx2), want))
+          << "avx2 fused, " << where;
+      ASSERT_TRUE(same_bits(run(detail::Avx2Vec16<float>{}, QuantPath::kSmall, QuantDequant::kAvx2), want))
+          << "avx2 small, avx2 decoders, " << where;
+      ASSERT_TRUE(same_bits(run(detail::Avx2Vec16<float>{}, QuantPath::kLarge, QuantDequant::kAvx2), want))
+          << "avx2 large, avx2 decoders, " << where;
 #endif
     }
   }
@@ -248,8 +255,8 @@ bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || s
 
 // The factored form the kernels compute with is ggml's dequantization: c * D + N
 // (one rounding, as ggml's s * q - m) gives the dequantized value on every
-// lane, for ordinary and extreme scales, and the AVX-512 decoders factor
-// exactly as the scalar code does.
+// lane, for ordinary and extreme scales, and the AVX-512 and AVX2 decoders
+// factor exactly as the scalar code does.
 TEST_P(QuantMatrixTypes, FactoredFormIsGgmlsDequantization) {
   const WeightType t = GetParam();
   const auto f = detail::quant_factoring(t);
@@ -289,9 +296,9 @@ TEST_P(QuantMatrixTypes, FactoredFormIsGgmlsDequantization) {
                                            << " against " << q.w[i] << " (mode " << mode << ")";
       }
     const QuantMatrix qm(t, N, K, q.bytes.data());
-    std::vector<float> c[2], D[2], Nn[2];
+    std::vector<float> c[3], D[3], Nn[3];
     int h = 0;
-    for (auto how : {detail::QuantDequant::kAvx512, detail::QuantDequant::kPortable}) {
+    for (auto how : {detail::QuantDequant::kAvx512, detail::QuantDequant::kAvx2, detail::QuantDequant::kPortable}) {
       c[h].assign(static_cast<std::size_t>(K * detail::kLanes), -1.f);
       D[h].assign(static_cast<std::size_t>(J * detail::kLanes), -1.f);
       Nn[h].assign(static_cast<std::size_t>(J * detail::kLanes), -1.f);

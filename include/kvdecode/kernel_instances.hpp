@@ -1,7 +1,7 @@
 // The matmul kernels, compiled once: include this in exactly one .cpp file of a
 // program built with KVDECODE_EXTERN_KERNELS (see detail/kernel_instances.hpp).
 // To compile them in parallel, define KVDECODE_KERNEL_INSTANCES_PART to n in
-// file n, for n = 1 .. KVDECODE_KERNEL_INSTANCE_COUNT (6): each file then
+// file n, for n = 1 .. KVDECODE_KERNEL_INSTANCE_COUNT: each file then
 // compiles one instance.
 #pragma once
 

@@ -148,6 +148,28 @@ class QuantMatrix {
 };
 
 namespace detail {
+/// Calls f(std::integral_constant<int, i>) for i = 0 .. N-1 (compile-time k inside a sub-block).
+template <int N, class F, int... I>
+inline void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+  (f(std::integral_constant<int, I>{}), ...);
+}
+template <int N, class F>
+inline void static_for(F&& f) {
+  static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
+}
+
+// GCC 12 at -O2 miscompiles the panel dequantization for q3_K and q5_K (their
+// blocks came out as zeros; -O1, -O3 and -O2 -fno-ipa-sra were right; found by
+// building the tests at -O2, tests/quant_matrix_test.cpp): noipa keeps
+// interprocedural optimisation off these functions.
+#if defined(__GNUC__) && !defined(__clang__)
+#define KVDECODE_GCC_NOIPA __attribute__((noipa))
+#else
+#define KVDECODE_GCC_NOIPA
+#endif
+/// Most rows of the fused small-M paths.
+inline constexpr long kQuantFusedMaxM = 8;
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12 reports its own intrinsics' undefined-source idiom as maybe-uninitialized.
@@ -386,25 +408,6 @@ struct DecodeQ6_K {
   }
 };
 
-/// Calls f(std::integral_constant<int, i>) for i = 0 .. N-1 (compile-time k inside a sub-block).
-template <int N, class F, int... I>
-inline void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
-  (f(std::integral_constant<int, I>{}), ...);
-}
-template <int N, class F>
-inline void static_for(F&& f) {
-  static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
-}
-
-// GCC 12 at -O2 miscompiles the panel dequantization for q3_K and q5_K (their
-// blocks came out as zeros; -O1, -O3 and -O2 -fno-ipa-sra were right; found by
-// building the tests at -O2, tests/quant_matrix_test.cpp): noipa keeps
-// interprocedural optimisation off these functions.
-#if defined(__GNUC__) && !defined(__clang__)
-#define KVDECODE_GCC_NOIPA __attribute__((noipa))
-#else
-#define KVDECODE_GCC_NOIPA
-#endif
 /// Panel block pb in the factored form, as factor_panel_block_portable() gives it.
 template <class Dec>
 KVDECODE_GCC_NOIPA inline void factor_panel_block_avx512(const unsigned char* pb, float* c, float* D, float* N) {
@@ -512,8 +515,6 @@ inline void quant_tile_fused(const float* x, long ldx, const float* xs, long ldx
   }
 }
 
-/// Most rows of the fused small-M path.
-inline constexpr long kQuantFusedMaxM = 8;
 /// Panels per fused tile for m rows (register budget: m * NP partial sums, NP codes, 2 NP scale vectors;
 /// 5 to 8 rows take one panel, which keeps the running sums in registers: 15-25% faster at M = 8
 /// than two panels with them in y).
@@ -571,9 +572,357 @@ void matmul_quant_fused(const T* x, long ldx, long M, const T* xs, long ldxs, co
 #endif
 #endif  // AVX-512
 
-/// How a panel block becomes floats: kPortable (scalar, detail/quant.hpp) or
-/// kAvx512 (the decoders above). Both give the same bits.
-enum class QuantDequant { kPortable, kAvx512 };
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define KVDECODE_QUANT_AVX2 1
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// ---- AVX2 decoders -----------------------------------------------------------------
+// The AVX-512 decoders' arithmetic on half a panel: lanes 8 h .. 8 h + 7 (h = 0, 1)
+// of a panel block, one 8-lane ymm vector per value. begin(pb, s, h) loads
+// sub-block s's scales D and (kMin) offsets N for those 8 rows; code<kk>() gives
+// their codes at k = s * kSub + kk as floats. Every code is a small integer,
+// converted exactly; D and N are the same float operations as the scalar
+// factoring (detail/quant.hpp), so the same bits. Half h of a field sits at
+// +16 h bytes in an f16 field (16 x 2 bytes), +8 h in a byte field (16 x 1)
+// and +32 h in a code-word field (16 x 4).
+
+inline __m256 q2_f16x8(const unsigned char* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i q2_u8x8(const unsigned char* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i q2_i8x8(const unsigned char* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i q2_words(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+/// Bits shift .. shift + width - 1 of each lane of v, at bit 0.
+template <int kShift, int kWidth>
+inline __m256i q2_bits(__m256i v) {
+  if constexpr (kShift + kWidth == 32) return _mm256_srli_epi32(v, kShift);
+  const __m256i s = kShift == 0 ? v : _mm256_srli_epi32(v, kShift);
+  return _mm256_and_si256(s, _mm256_set1_epi32((1 << kWidth) - 1));
+}
+/// Bit kBit of each lane of v, moved to bit kTo (the other bits 0).
+template <int kBit, int kTo>
+inline __m256i q2_bit_to(__m256i v) {
+  const __m256i s = kBit == kTo ? v : kBit > kTo ? _mm256_srli_epi32(v, kBit - kTo) : _mm256_slli_epi32(v, kTo - kBit);
+  return _mm256_and_si256(s, _mm256_set1_epi32(1 << kTo));
+}
+inline __m256 q2_neg(__m256 v) { return _mm256_sub_ps(_mm256_set1_ps(-0.f), v); }  // -v exactly, zeros included
+
+struct Avx2DecodeQ8_0 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = false;
+  const unsigned char* q;
+  __m256 D, N;
+  void begin(const unsigned char* pb, int, int h) {
+    D = q2_f16x8(pb + 16 * h);
+    N = _mm256_setzero_ps();
+    q = pb + 32 + 8 * h;
+  }
+  template <int kk>
+  __m256 code() const { return _mm256_cvtepi32_ps(q2_i8x8(q + 16 * kk)); }
+};
+
+/// q4_0 (code - 8) / q4_1 (code): one group of 32.
+template <bool kHasMin>
+struct Avx2DecodeQ4 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = kHasMin;
+  const unsigned char* q;
+  __m256 D, N;
+  void begin(const unsigned char* pb, int, int h) {
+    D = q2_f16x8(pb + 16 * h);
+    N = kMin ? q2_f16x8(pb + 32 + 16 * h) : _mm256_setzero_ps();
+    q = pb + (kMin ? 64 : 32) + 32 * h;
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i c = q2_bits<4 * (kk % 8), 4>(q2_words(q + 64 * (kk / 8)));
+    return _mm256_cvtepi32_ps(kMin ? c : _mm256_sub_epi32(c, _mm256_set1_epi32(8)));
+  }
+};
+
+/// q5_0 (code - 16) / q5_1 (code): nibble | bit kk of the row's qh << 4.
+template <bool kHasMin>
+struct Avx2DecodeQ5 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = kHasMin;
+  const unsigned char* q;
+  __m256 D, N;
+  __m256i qh;
+  void begin(const unsigned char* pb, int, int h) {
+    D = q2_f16x8(pb + 16 * h);
+    N = kMin ? q2_f16x8(pb + 32 + 16 * h) : _mm256_setzero_ps();
+    qh = q2_words(pb + (kMin ? 64 : 32) + 32 * h);
+    q = pb + (kMin ? 128 : 96) + 32 * h;
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i c = _mm256_or_si256(q2_bits<4 * (kk % 8), 4>(q2_words(q + 64 * (kk / 8))), q2_bit_to<kk, 4>(qh));
+    return _mm256_cvtepi32_ps(kMin ? c : _mm256_sub_epi32(c, _mm256_set1_epi32(16)));
+  }
+};
+
+/// q2_K: 16 sub-blocks of 16, sub-block s = code word s; D = d (sc & 15), N = -(dmin (sc >> 4)).
+struct Avx2DecodeQ2_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = true;
+  __m256i words;
+  __m256 D, N;
+  void begin(const unsigned char* pb, int s, int h) {
+    const __m256i sc = q2_u8x8(pb + 64 + 16 * s + 8 * h);
+    D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(_mm256_and_si256(sc, _mm256_set1_epi32(15))));
+    N = q2_neg(_mm256_mul_ps(q2_f16x8(pb + 32 + 16 * h), _mm256_cvtepi32_ps(_mm256_srli_epi32(sc, 4))));
+    words = q2_words(pb + 320 + 64 * s + 32 * h);
+  }
+  template <int kk>
+  __m256 code() const { return _mm256_cvtepi32_ps(q2_bits<2 * kk, 2>(words)); }
+};
+
+/// q3_K: 16 sub-blocks of 16, D = d (6-bit scale - 32), code = 2-bit + 4 high bit - 4.
+struct Avx2DecodeQ3_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = false;
+  __m256i lw, hw;
+  __m256 D, N;
+  void begin(const unsigned char* pb, int s, int h) {
+    const unsigned char* sc = pb + 32 + 8 * h;
+    const __m256i lo = s < 8 ? _mm256_and_si256(q2_u8x8(sc + 16 * s), _mm256_set1_epi32(15))
+                             : _mm256_srli_epi32(q2_u8x8(sc + 16 * (s - 8)), 4);
+    const __m256i hi = _mm256_and_si256(_mm256_srl_epi32(q2_u8x8(sc + 16 * (8 + s % 4)), _mm_cvtsi32_si128(2 * (s / 4))),
+                                        _mm256_set1_epi32(3));
+    const __m256i v = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(v));
+    N = _mm256_setzero_ps();
+    lw = q2_words(pb + 736 + 64 * s + 32 * h);
+    // high bits of values 16 s .. 16 s + 15: word s / 2, from bit 16 (s % 2)
+    hw = _mm256_srl_epi32(q2_words(pb + 224 + 64 * (s / 2) + 32 * h), _mm_cvtsi32_si128(16 * (s % 2)));
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i idx = _mm256_or_si256(q2_bits<2 * kk, 2>(lw), q2_bit_to<kk, 2>(hw));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(idx, _mm256_set1_epi32(4)));
+  }
+};
+
+/// q4_K / q5_K's 6-bit scale and min of sub-block s for 8 rows (sc: the scale bytes at +8 h).
+inline void q2_k4_scale_min(const unsigned char* sc, int s, __m256i& scale, __m256i& min) {
+  const __m256i m63 = _mm256_set1_epi32(63);
+  if (s < 4) {
+    scale = _mm256_and_si256(q2_u8x8(sc + 16 * s), m63);
+    min = _mm256_and_si256(q2_u8x8(sc + 16 * (s + 4)), m63);
+  } else {
+    const __m256i b = q2_u8x8(sc + 16 * (s + 4));
+    scale = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi32(15)),
+                            _mm256_slli_epi32(_mm256_srli_epi32(q2_u8x8(sc + 16 * (s - 4)), 6), 4));
+    min = _mm256_or_si256(_mm256_srli_epi32(b, 4), _mm256_slli_epi32(_mm256_srli_epi32(q2_u8x8(sc + 16 * s), 6), 4));
+  }
+}
+
+/// q4_K (kFive = false) and q5_K (true): 8 sub-blocks of 32, D = d sc, N = -(dmin m).
+template <bool kFive>
+struct Avx2DecodeQK4 {
+  static constexpr int kBlock = 256, kSub = 32;
+  static constexpr bool kMin = true;
+  const unsigned char* q;
+  __m256 D, N;
+  __m256i hw;
+  void begin(const unsigned char* pb, int s, int h) {
+    __m256i sc, mn;
+    q2_k4_scale_min(pb + 64 + 8 * h, s, sc, mn);
+    D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(sc));
+    N = q2_neg(_mm256_mul_ps(q2_f16x8(pb + 32 + 16 * h), _mm256_cvtepi32_ps(mn)));
+    q = pb + (kFive ? 768 : 256) + 256 * s + 32 * h;
+    hw = kFive ? q2_words(pb + 256 + 64 * s + 32 * h) : _mm256_setzero_si256();
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i c = q2_bits<4 * (kk % 8), 4>(q2_words(q + 64 * (kk / 8)));
+    if constexpr (!kFive) return _mm256_cvtepi32_ps(c);
+    return _mm256_cvtepi32_ps(_mm256_or_si256(c, q2_bit_to<kk, 4>(hw)));
+  }
+};
+
+/// q6_K: 16 sub-blocks of 16, D = d sc, code = 6-bit - 32. Value 16 s + kk: low 4
+/// bits in low word 2 s + kk / 8, high 2 bits in high word s (bits 2 kk, 2 kk + 1).
+/// As in the AVX-512 decoder, the upper high bit is inverted once per sub-block and
+/// an arithmetic shift turns the two high bits into (high - 2) << 4, the two's
+/// complement of the code's high part minus 32.
+struct Avx2DecodeQ6_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = false;
+  const unsigned char* ql;
+  __m256i hw;
+  __m256 D, N;
+  void begin(const unsigned char* pb, int s, int h) {
+    D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(q2_i8x8(pb + 32 + 16 * s + 8 * h)));
+    N = _mm256_setzero_ps();
+    ql = pb + 288 + 128 * s + 32 * h;
+    hw = _mm256_xor_si256(q2_words(pb + 2336 + 64 * s + 32 * h), _mm256_set1_epi32(static_cast<int>(0xAAAAAAAAu)));
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i lo = q2_bits<4 * (kk % 8), 4>(q2_words(ql + 64 * (kk / 8)));
+    // the 2 high bits to the top, then arithmetically down to bits 4..5 (sign above), low bits cleared
+    const __m256i hi = _mm256_slli_epi32(_mm256_srai_epi32(kk == 15 ? hw : _mm256_slli_epi32(hw, 30 - 2 * kk), 30), 4);
+    return _mm256_cvtepi32_ps(_mm256_or_si256(lo, hi));
+  }
+};
+
+/// Calls f(Dec{}) with the AVX2 decoder of type t.
+template <class F>
+inline void with_decoder_avx2(WeightType t, F&& f) {
+  switch (t) {
+    case WeightType::kQ8_0: return f(Avx2DecodeQ8_0{});
+    case WeightType::kQ4_0: return f(Avx2DecodeQ4<false>{});
+    case WeightType::kQ4_1: return f(Avx2DecodeQ4<true>{});
+    case WeightType::kQ5_0: return f(Avx2DecodeQ5<false>{});
+    case WeightType::kQ5_1: return f(Avx2DecodeQ5<true>{});
+    case WeightType::kQ2_K: return f(Avx2DecodeQ2_K{});
+    case WeightType::kQ3_K: return f(Avx2DecodeQ3_K{});
+    case WeightType::kQ4_K: return f(Avx2DecodeQK4<false>{});
+    case WeightType::kQ5_K: return f(Avx2DecodeQK4<true>{});
+    case WeightType::kQ6_K: return f(Avx2DecodeQ6_K{});
+    default: KVD_ASSERT(false);
+  }
+}
+
+/// Panel block pb in the factored form, as factor_panel_block_portable() gives it.
+template <class Dec>
+KVDECODE_GCC_NOIPA inline void factor_panel_block_avx2(const unsigned char* pb, float* c, float* D, float* N) {
+  for (int s = 0; s < Dec::kBlock / Dec::kSub; ++s)
+    for (int h = 0; h < 2; ++h) {
+      Dec dec;
+      dec.begin(pb, s, h);
+      _mm256_storeu_ps(D + s * kLanes + 8 * h, dec.D);
+      if constexpr (Dec::kMin) _mm256_storeu_ps(N + s * kLanes + 8 * h, dec.N);
+      static_for<Dec::kSub>(
+          [&](auto kk) { _mm256_storeu_ps(c + (s * Dec::kSub + kk) * kLanes + 8 * h, dec.template code<kk>()); });
+    }
+}
+
+#if !defined(KVDECODE_NO_FUSED_QUANT)
+#define KVDECODE_QUANT_FUSED_AVX2 1
+/// Small-M register tile (AVX2, float): MR rows x NH half panels (8 outputs each,
+/// half panel i = lanes 8 (i % 2) .. of panel i / 2) over all of k, the codes
+/// decoded in registers, in the factored order (top of this file). The running
+/// sums live in y (read and written once per sub-block), the sub-block's partial
+/// sums in registers: MR NH of them, beside one code vector and one broadcast.
+template <class Dec, int MR, int NH>
+inline void quant_tile_fused_avx2(const float* x, long ldx, const float* xs, long ldxs, const QuantPanels& w, long h0,
+                                  float* y, long ldy) {
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(8) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
+  const long nb = w.n_blocks();
+  const std::size_t pbb = w.panel_block_bytes();
+  constexpr int kSubs = Dec::kBlock / Dec::kSub;
+  for (long b = 0; b < nb; ++b) {
+    const unsigned char* pb[NH];
+    KVD_UNROLL(8) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
+    const float* xb = x + b * Dec::kBlock;
+    for (int s = 0; s < kSubs; ++s) {
+      Dec dec[NH];
+      KVD_UNROLL(8) for (int i = 0; i < NH; ++i) {
+        dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+        // Two blocks ahead in each panel stream, a share per sub-block (never faults);
+        // half h takes the even lines, half 1 - h the odd ones.
+        const std::size_t line0 = pbb * s / kSubs / 64, line1 = (pbb * (s + 1) / kSubs + 63) / 64;
+        for (std::size_t l = line0 + (h0 + i) % 2; l < line1; l += 2) prefetch_read_at(pb[i], 2 * pbb + 64 * l);
+      }
+      __m256 t[MR][NH];
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+        KVD_UNROLL(8) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_ps();
+      static_for<Dec::kSub>([&](auto kk) {
+        KVD_UNROLL(8) for (int i = 0; i < NH; ++i) {
+          const __m256 cv = dec[i].template code<kk>();
+          KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+            t[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(xb + r * ldx + s * Dec::kSub + kk), cv, t[r][i]);
+        }
+      });
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+        KVD_UNROLL(8) for (int i = 0; i < NH; ++i) {
+          float* yp = y + r * ldy + (h0 + i) * 8;
+          __m256 a = _mm256_fmadd_ps(t[r][i], dec[i].D, _mm256_loadu_ps(yp));
+          if constexpr (Dec::kMin) a = _mm256_fmadd_ps(_mm256_broadcast_ss(xs + r * ldxs + b * kSubs + s), dec[i].N, a);
+          _mm256_storeu_ps(yp, a);
+        }
+      }
+    }
+  }
+}
+
+/// Half panels per AVX2 fused tile for m rows (16 ymm registers: m * NH partial
+/// sums, a code vector, a broadcast, the decoders' constants).
+constexpr int quant_fused_halves_avx2(int m) { return m == 1 ? 8 : m == 2 ? 4 : m <= 4 ? 2 : 1; }
+
+template <class Dec, int MR, int NH = quant_fused_halves_avx2(MR)>
+inline void quant_tile_fused_avx2_nh(int nh, const float* x, long ldx, const float* xs, long ldxs, const QuantPanels& w,
+                                     long h0, float* y, long ldy) {
+  if constexpr (NH >= 1) {
+    if (nh == NH) return quant_tile_fused_avx2<Dec, MR, NH>(x, ldx, xs, ldxs, w, h0, y, ldy);
+    return quant_tile_fused_avx2_nh<Dec, MR, NH - 1>(nh, x, ldx, xs, ldxs, w, h0, y, ldy);
+  }
+}
+
+template <class Dec, int MR = static_cast<int>(kQuantFusedMaxM)>
+inline void quant_tile_fused_avx2_any(int mr, int nh, const float* x, long ldx, const float* xs, long ldxs,
+                                      const QuantPanels& w, long h0, float* y, long ldy) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return quant_tile_fused_avx2_nh<Dec, MR>(nh, x, ldx, xs, ldxs, w, h0, y, ldy);
+    return quant_tile_fused_avx2_any<Dec, MR - 1>(mr, nh, x, ldx, xs, ldxs, w, h0, y, ldy);
+  }
+}
+
+/// Small M (<= kQuantFusedMaxM), AVX2: one row tile; threads take contiguous ranges
+/// of column tiles (a template for the same reason as matmul_quant_fused).
+template <class T>
+void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldxs, const QuantPanels& w, T* y, long ldy,
+                             bool parallel) {
+  static_assert(std::is_same_v<T, float>, "the fused tiles are float-only");
+  const int mr = static_cast<int>(M);
+  const int nh_max = quant_fused_halves_avx2(mr);
+  const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
+  with_decoder_avx2(w.type(), [&](auto dec) {
+    using Dec = decltype(dec);
+#if defined(_OPENMP)
+#pragma omp parallel if (parallel)
+#endif
+    {
+      int t = 0, nt = 1;
+      this_thread(t, nt);
+      long c0, c1;
+      split_range(n_ctiles, t, nt, c0, c1);
+      for (long c = c0; c < c1; ++c) {
+        const long h0 = c * nh_max;
+        const int nh = static_cast<int>(std::min<long>(nh_max, H - h0));
+        quant_tile_fused_avx2_any<Dec>(mr, nh, x, ldx, xs, ldxs, w, h0, y, ldy);
+      }
+    }
+  });
+}
+#endif  // !KVDECODE_NO_FUSED_QUANT
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // AVX2
+
+/// How a panel block becomes floats: kPortable (scalar, detail/quant.hpp),
+/// kAvx2 or kAvx512 (the decoders above). All give the same bits. A request for
+/// decoders the build lacks takes the next one it has (AVX-512, then AVX2, then
+/// the scalar code); kQuantDequantBest is the fastest the build has.
+enum class QuantDequant { kPortable, kAvx2, kAvx512 };
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+inline constexpr QuantDequant kQuantDequantBest = QuantDequant::kAvx512;
+#elif defined(KVDECODE_QUANT_AVX2)
+inline constexpr QuantDequant kQuantDequantBest = QuantDequant::kAvx2;
+#else
+inline constexpr QuantDequant kQuantDequantBest = QuantDequant::kPortable;
+#endif
 
 /// The k block of the buffered paths: 256 values, a whole number of blocks of every type.
 inline constexpr long kQuantKc = 256;
@@ -595,6 +944,14 @@ inline void factor_panels(const QuantPanels& w, long p0, int np, long k0, long k
       if constexpr (std::is_same_v<T, float>) {
         if (how == QuantDequant::kAvx512) {
           with_decoder(w.type(), [&](auto dec) { factor_panel_block_avx512<decltype(dec)>(pb, co, Do, No); });
+          continue;
+        }
+      }
+#endif
+#if defined(KVDECODE_QUANT_AVX2)
+      if constexpr (std::is_same_v<T, float>) {
+        if (how != QuantDequant::kPortable) {
+          with_decoder_avx2(w.type(), [&](auto dec) { factor_panel_block_avx2<decltype(dec)>(pb, co, Do, No); });
           continue;
         }
       }
@@ -827,10 +1184,11 @@ void matmul_quant_large(const T* x, long ldx, long M, const T* xs, long ldxs, co
 enum class QuantPath { kAuto, kFused, kSmall, kLarge };
 
 /// matmul_quant() with an explicit float vector V, dequantizer and path.
-/// kFused needs AVX-512, T = float and M <= kQuantFusedMaxM (else it falls back to kAuto).
+/// kFused needs AVX-512 or AVX2 (`how` picks which, as for the decoders), T =
+/// float and M <= kQuantFusedMaxM (else it falls back to kAuto).
 template <class T, class V>
 void matmul_quant_with(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy,
-                       QuantPath path = QuantPath::kAuto, QuantDequant how = QuantDequant::kAvx512) {
+                       QuantPath path = QuantPath::kAuto, QuantDequant how = kQuantDequantBest) {
   KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= w.n_in());
   if (M <= 0) return;
   const bool parallel = M * w.n_out_padded() * w.n_in() >= kMatmulParallelThreshold;
@@ -845,12 +1203,16 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantPanels& w, T* y,
     sub_block_sums(x, ldx, M, w.n_in(), f.sub, xs_buf.data(), parallel);
     xs = xs_buf.data();
   }
-#if defined(KVDECODE_QUANT_FUSED)
   if constexpr (std::is_same_v<T, float>) {
-    if ((path == QuantPath::kAuto || path == QuantPath::kFused) && M <= kQuantFusedMaxM)
-      return matmul_quant_fused<T>(x, ldx, M, xs, ldxs, w, y, ldy, parallel);
-  }
+    if ((path == QuantPath::kAuto || path == QuantPath::kFused) && M <= kQuantFusedMaxM) {
+#if defined(KVDECODE_QUANT_FUSED)
+      if (how == QuantDequant::kAvx512) return matmul_quant_fused<T>(x, ldx, M, xs, ldxs, w, y, ldy, parallel);
 #endif
+#if defined(KVDECODE_QUANT_FUSED_AVX2)
+      if (how != QuantDequant::kPortable) return matmul_quant_fused_avx2<T>(x, ldx, M, xs, ldxs, w, y, ldy, parallel);
+#endif
+    }
+  }
   if (path == QuantPath::kSmall || ((path == QuantPath::kAuto || path == QuantPath::kFused) && M <= kSmallMaxM<V>))
     return matmul_quant_small<T, V>(x, ldx, M, xs, ldxs, w, y, ldy, parallel, how);
   matmul_quant_large<T, V>(x, ldx, M, xs, ldxs, w, y, ldy, parallel, how);
@@ -864,7 +1226,7 @@ void matmul_quant_panels(const T* x, long ldx, long M, const QuantPanels& w, T* 
 /// The same for a QuantMatrix.
 template <class T, class V>
 void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy,
-                       QuantPath path = QuantPath::kAuto, QuantDequant how = QuantDequant::kAvx512) {
+                       QuantPath path = QuantPath::kAuto, QuantDequant how = kQuantDequantBest) {
   matmul_quant_with<T, V>(x, ldx, M, w.panels(), y, ldy, path, how);
 }
 

@@ -23,7 +23,7 @@
 // The float quantized product is split in three (the dispatcher, the fused
 // small-M tiles, the buffered paths) because it was the longest file to compile
 // (131 s at -O3 with GCC 12, as long as the other five together).
-#define KVDECODE_KERNEL_INSTANCE_COUNT 8
+#define KVDECODE_KERNEL_INSTANCE_COUNT 9
 #define KVDECODE_KERNEL_INSTANCE_1(prefix) \
   prefix template void matmul_panels<float, Vec16<float>, float>(const float*, long, long, const PanelRange<float>&, float*, long, const RowPrologue&);
 #define KVDECODE_KERNEL_INSTANCE_2(prefix) \
@@ -45,10 +45,18 @@
 #define KVDECODE_KERNEL_INSTANCE_8(prefix) \
   prefix template void matmul_quant_small<float, Vec16<float>>(const float*, long, long, const float*, long, const QuantPanels&, float*, long, bool, QuantDequant); \
   prefix template void matmul_quant_large<float, Vec16<float>>(const float*, long, long, const float*, long, const QuantPanels&, float*, long, bool, QuantDequant);
+// The AVX2 fused tiles (instance 9) are compiled on AVX-512 builds too, where the
+// tests compare them with the other paths.
+#if defined(KVDECODE_QUANT_FUSED_AVX2)
+#define KVDECODE_KERNEL_INSTANCE_9(prefix) \
+  prefix template void matmul_quant_fused_avx2<float>(const float*, long, long, const float*, long, const QuantPanels&, float*, long, bool);
+#else
+#define KVDECODE_KERNEL_INSTANCE_9(prefix)
+#endif
 #define KVDECODE_KERNEL_INSTANCES(prefix) \
   KVDECODE_KERNEL_INSTANCE_1(prefix) KVDECODE_KERNEL_INSTANCE_2(prefix) KVDECODE_KERNEL_INSTANCE_3(prefix) \
   KVDECODE_KERNEL_INSTANCE_4(prefix) KVDECODE_KERNEL_INSTANCE_5(prefix) KVDECODE_KERNEL_INSTANCE_6(prefix) \
-  KVDECODE_KERNEL_INSTANCE_7(prefix) KVDECODE_KERNEL_INSTANCE_8(prefix)
+  KVDECODE_KERNEL_INSTANCE_7(prefix) KVDECODE_KERNEL_INSTANCE_8(prefix) KVDECODE_KERNEL_INSTANCE_9(prefix)
 
 #if defined(KVDECODE_EXTERN_KERNELS)
 namespace kvd {
