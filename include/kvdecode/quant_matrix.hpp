@@ -148,13 +148,23 @@ class QuantMatrix {
 };
 
 namespace detail {
-/// Calls f(std::integral_constant<int, i>) for i = 0 .. N-1 (compile-time k inside a sub-block).
+// Forces inlining where GCC's heuristics give up: a sub-block loop of 32 values
+// unrolled through static_for, left as a call, keeps the tile's partial sums in
+// memory (4x slower; seen for the AVX2 q8_0, q4_0 and q5_0 tiles of 2 and 4 rows).
+#if defined(__GNUC__) || defined(__clang__)
+#define KVD_ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define KVD_ALWAYS_INLINE
+#endif
+
+/// Calls f(std::integral_constant<int, i>) for i = 0 .. N-1 (compile-time k inside
+/// a sub-block), inlined: f's own body should be KVD_ALWAYS_INLINE too.
 template <int N, class F, int... I>
-inline void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
+KVD_ALWAYS_INLINE inline void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
   (f(std::integral_constant<int, I>{}), ...);
 }
 template <int N, class F>
-inline void static_for(F&& f) {
+KVD_ALWAYS_INLINE inline void static_for(F&& f) {
   static_for_impl<N>(f, std::make_integer_sequence<int, N>{});
 }
 
@@ -416,7 +426,7 @@ KVDECODE_GCC_NOIPA inline void factor_panel_block_avx512(const unsigned char* pb
     dec.begin(pb, s);
     _mm512_storeu_ps(D + s * kLanes, dec.D);
     if constexpr (Dec::kMin) _mm512_storeu_ps(N + s * kLanes, dec.N);
-    static_for<Dec::kSub>([&](auto kk) { _mm512_storeu_ps(c + (s * Dec::kSub + kk) * kLanes, dec.template code<kk>()); });
+    static_for<Dec::kSub>([&](auto kk) KVD_ALWAYS_INLINE { _mm512_storeu_ps(c + (s * Dec::kSub + kk) * kLanes, dec.template code<kk>()); });
   }
 }
 
@@ -482,7 +492,7 @@ inline void quant_tile_fused(const float* x, long ldx, const float* xs, long ldx
       __m512 t[MR][NP];
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
         KVD_UNROLL(4) for (int p = 0; p < NP; ++p) t[r][p] = _mm512_setzero_ps();
-      static_for<Dec::kSub>([&](auto kk) {
+      static_for<Dec::kSub>([&](auto kk) KVD_ALWAYS_INLINE {
         __m512 cv[NP];
         KVD_UNROLL(4) for (int p = 0; p < NP; ++p) cv[p] = dec[p].template code<kk>();
         KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
@@ -583,7 +593,9 @@ void matmul_quant_fused(const T* x, long ldx, long M, const T* xs, long ldxs, co
 // The AVX-512 decoders' arithmetic on half a panel: lanes 8 h .. 8 h + 7 (h = 0, 1)
 // of a panel block, one 8-lane ymm vector per value. begin(pb, s, h) loads
 // sub-block s's scales D and (kMin) offsets N for those 8 rows; code<kk>() gives
-// their codes at k = s * kSub + kk as floats. Every code is a small integer,
+// their codes at k = s * kSub + kk as floats. kHeavy: the decoder keeps a code
+// word in a register besides the words it loads (q5_0, q5_1, q3_K, q5_K, q6_K),
+// which shapes the tiles below. Every code is a small integer,
 // converted exactly; D and N are the same float operations as the scalar
 // factoring (detail/quant.hpp), so the same bits. Half h of a field sits at
 // +16 h bytes in an f16 field (16 x 2 bytes), +8 h in a byte field (16 x 1)
@@ -617,6 +629,7 @@ inline __m256 q2_neg(__m256 v) { return _mm256_sub_ps(_mm256_set1_ps(-0.f), v); 
 struct Avx2DecodeQ8_0 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = false;
+  static constexpr bool kHeavy = false;
   const unsigned char* q;
   __m256 D, N;
   void begin(const unsigned char* pb, int, int h) {
@@ -633,6 +646,7 @@ template <bool kHasMin>
 struct Avx2DecodeQ4 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = kHasMin;
+  static constexpr bool kHeavy = false;
   const unsigned char* q;
   __m256 D, N;
   void begin(const unsigned char* pb, int, int h) {
@@ -652,6 +666,7 @@ template <bool kHasMin>
 struct Avx2DecodeQ5 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = kHasMin;
+  static constexpr bool kHeavy = true;
   const unsigned char* q;
   __m256 D, N;
   __m256i qh;
@@ -672,6 +687,7 @@ struct Avx2DecodeQ5 {
 struct Avx2DecodeQ2_K {
   static constexpr int kBlock = 256, kSub = 16;
   static constexpr bool kMin = true;
+  static constexpr bool kHeavy = false;
   __m256i words;
   __m256 D, N;
   void begin(const unsigned char* pb, int s, int h) {
@@ -688,6 +704,7 @@ struct Avx2DecodeQ2_K {
 struct Avx2DecodeQ3_K {
   static constexpr int kBlock = 256, kSub = 16;
   static constexpr bool kMin = false;
+  static constexpr bool kHeavy = true;
   __m256i lw, hw;
   __m256 D, N;
   void begin(const unsigned char* pb, int s, int h) {
@@ -729,6 +746,7 @@ template <bool kFive>
 struct Avx2DecodeQK4 {
   static constexpr int kBlock = 256, kSub = 32;
   static constexpr bool kMin = true;
+  static constexpr bool kHeavy = kFive;
   const unsigned char* q;
   __m256 D, N;
   __m256i hw;
@@ -756,6 +774,7 @@ struct Avx2DecodeQK4 {
 struct Avx2DecodeQ6_K {
   static constexpr int kBlock = 256, kSub = 16;
   static constexpr bool kMin = false;
+  static constexpr bool kHeavy = true;
   const unsigned char* ql;
   __m256i hw;
   __m256 D, N;
@@ -802,7 +821,7 @@ KVDECODE_GCC_NOIPA inline void factor_panel_block_avx2(const unsigned char* pb, 
       _mm256_storeu_ps(D + s * kLanes + 8 * h, dec.D);
       if constexpr (Dec::kMin) _mm256_storeu_ps(N + s * kLanes + 8 * h, dec.N);
       static_for<Dec::kSub>(
-          [&](auto kk) { _mm256_storeu_ps(c + (s * Dec::kSub + kk) * kLanes + 8 * h, dec.template code<kk>()); });
+          [&](auto kk) KVD_ALWAYS_INLINE { _mm256_storeu_ps(c + (s * Dec::kSub + kk) * kLanes + 8 * h, dec.template code<kk>()); });
     }
 }
 
@@ -837,7 +856,7 @@ inline void quant_tile_fused_avx2(const float* x, long ldx, const float* xs, lon
       __m256 t[MR][NH];
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
         KVD_UNROLL(8) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_ps();
-      static_for<Dec::kSub>([&](auto kk) {
+      static_for<Dec::kSub>([&](auto kk) KVD_ALWAYS_INLINE {
         KVD_UNROLL(8) for (int i = 0; i < NH; ++i) {
           const __m256 cv = dec[i].template code<kk>();
           KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
@@ -856,11 +875,22 @@ inline void quant_tile_fused_avx2(const float* x, long ldx, const float* xs, lon
   }
 }
 
-/// Half panels per AVX2 fused tile for m rows (16 ymm registers: m * NH partial
-/// sums, a code vector, a broadcast, the decoders' constants).
-constexpr int quant_fused_halves_avx2(int m) { return m == 1 ? 8 : m == 2 ? 4 : m <= 4 ? 2 : 1; }
+/// The AVX2 fused tiles' shapes (16 ymm registers: MR NH partial sums, a code
+/// vector, a broadcast, the decoders' constants and, for a heavy decoder, one code
+/// word per half panel). Measured per core in L2 (2048-long rows, Zen 3), the
+/// best of NH = 1, 2, 4, 8: light decoders take 4 half panels for 1 or 2 rows
+/// and 2 for 3 or 4, and more rows are split into tiles of at most 4 rows (two
+/// 4 x 2 tiles beat one 8 x 1 tile by 14% for q4_K); heavy decoders take 2 half
+/// panels for 1 or 2 rows and 1 for more, with up to 8 rows per tile.
+template <class Dec>
+constexpr int quant_fused_rows_avx2(int m) { return Dec::kHeavy || m <= 4 ? m : (m + 1) / 2; }
+template <class Dec>
+constexpr int quant_fused_halves_avx2(int mr) {
+  if constexpr (Dec::kHeavy) return mr <= 2 ? 2 : 1;
+  return mr <= 2 ? 4 : 2;
+}
 
-template <class Dec, int MR, int NH = quant_fused_halves_avx2(MR)>
+template <class Dec, int MR, int NH = quant_fused_halves_avx2<Dec>(MR)>
 inline void quant_tile_fused_avx2_nh(int nh, const float* x, long ldx, const float* xs, long ldxs, const QuantPanels& w,
                                      long h0, float* y, long ldy) {
   if constexpr (NH >= 1) {
@@ -869,7 +899,7 @@ inline void quant_tile_fused_avx2_nh(int nh, const float* x, long ldx, const flo
   }
 }
 
-template <class Dec, int MR = static_cast<int>(kQuantFusedMaxM)>
+template <class Dec, int MR = quant_fused_rows_avx2<Dec>(static_cast<int>(kQuantFusedMaxM))>
 inline void quant_tile_fused_avx2_any(int mr, int nh, const float* x, long ldx, const float* xs, long ldxs,
                                       const QuantPanels& w, long h0, float* y, long ldy) {
   if constexpr (MR >= 1) {
@@ -878,17 +908,17 @@ inline void quant_tile_fused_avx2_any(int mr, int nh, const float* x, long ldx, 
   }
 }
 
-/// Small M (<= kQuantFusedMaxM), AVX2: one row tile; threads take contiguous ranges
-/// of column tiles (a template for the same reason as matmul_quant_fused).
+/// Small M (<= kQuantFusedMaxM), AVX2: one or two row tiles; threads take contiguous
+/// ranges of column tiles (a template for the same reason as matmul_quant_fused).
 template <class T>
 void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldxs, const QuantPanels& w, T* y, long ldy,
                              bool parallel) {
   static_assert(std::is_same_v<T, float>, "the fused tiles are float-only");
-  const int mr = static_cast<int>(M);
-  const int nh_max = quant_fused_halves_avx2(mr);
-  const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
   with_decoder_avx2(w.type(), [&](auto dec) {
     using Dec = decltype(dec);
+    const int mr_max = quant_fused_rows_avx2<Dec>(static_cast<int>(M));
+    const int nh_max = quant_fused_halves_avx2<Dec>(mr_max);
+    const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
 #if defined(_OPENMP)
 #pragma omp parallel if (parallel)
 #endif
@@ -900,7 +930,11 @@ void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldx
       for (long c = c0; c < c1; ++c) {
         const long h0 = c * nh_max;
         const int nh = static_cast<int>(std::min<long>(nh_max, H - h0));
-        quant_tile_fused_avx2_any<Dec>(mr, nh, x, ldx, xs, ldxs, w, h0, y, ldy);
+        for (long m0 = 0; m0 < M; m0 += mr_max) {
+          const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
+          quant_tile_fused_avx2_any<Dec>(mr, nh, x + m0 * ldx, ldx, xs ? xs + m0 * ldxs : nullptr, ldxs, w, h0,
+                                         y + m0 * ldy, ldy);
+        }
       }
     }
   });
