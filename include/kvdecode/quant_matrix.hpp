@@ -34,11 +34,14 @@
 //  * small M (decode, M <= 8) on AVX-512: a register tile of up to 8 rows x 4
 //    panels decodes each k's 16-lane code vectors in registers from the
 //    streamed panel blocks and runs the sub-block chains.
+//  * small M on AVX2 (no AVX-512): the same with 8-lane decoders on half
+//    panels, tiles of up to 8 rows x 4 half panels (shapes per decoder).
 //  * otherwise: a k block of a tile of panels is factored into per-thread
 //    buffers (codes, scales, offsets) and a micro-kernel with kernels.hpp's
 //    tile shapes runs over them (large M: with kernels.hpp's GotoBLAS
 //    blocking; the buffers are reused by every row of a row block, so their
-//    cost vanishes as M grows).
+//    cost vanishes as M grows). The factoring runs through the AVX-512 or AVX2
+//    decoders, or the scalar code where the build has neither.
 // The rows' sub-block sums xs are computed once per product into a per-thread
 // buffer (allocated at its first use on each thread).
 #pragma once
