@@ -11,14 +11,18 @@
 // scales: the kernels' speed does not depend on the values.
 // BM_QuantMatmulInCache: the same kernels on one matrix held in L2, one
 // thread, CPU time (the compute rate apart from memory).
+// fast = 1: the fast mode (fast_matmul.hpp, int8-rounded activations) on the
+// q4 types, beside the default mode in the same run.
 #include <benchmark/benchmark.h>
 
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/quant_matrix.hpp"
+#include "kvdecode/fast_matmul.hpp"
 
 namespace {
 
@@ -65,6 +69,7 @@ void BM_QuantMatmul(benchmark::State& st) {
   const auto t = static_cast<WeightType>(st.range(0));
   const long M = st.range(1);
   const int threads = static_cast<int>(st.range(2));
+  const bool fast = st.range(3) != 0;
   const int n_layers = M >= 64 ? 1 : 4;
   const auto& layers = layers_of(t, n_layers);
   const long K_max = 5632, N_max = 5632;
@@ -79,11 +84,16 @@ void BM_QuantMatmul(benchmark::State& st) {
     }
   for (auto _ : st) {
     for (const auto& l : layers)
-      for (const auto& m : l.mats) kvd::matmul(x.data(), m->n_in(), M, *m, y.data(), m->n_out_padded());
+      for (const auto& m : l.mats) {
+        if (fast)
+          kvd::matmul_fast(x.data(), m->n_in(), M, *m, y.data(), m->n_out_padded());
+        else
+          kvd::matmul(x.data(), m->n_in(), M, *m, y.data(), m->n_out_padded());
+      }
     benchmark::DoNotOptimize(y.data());
   }
   kvd::set_num_threads(saved);
-  st.SetLabel(kvd::weight_type_name(t));
+  st.SetLabel(std::string(kvd::weight_type_name(t)) + (fast ? " fast" : ""));
   st.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   st.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -94,6 +104,7 @@ void BM_QuantMatmul(benchmark::State& st) {
 void BM_QuantMatmulInCache(benchmark::State& st) {
   const auto t = static_cast<WeightType>(st.range(0));
   const long M = st.range(1), N = 512, K = 2048;
+  const bool fast = st.range(2) != 0;
   std::mt19937_64 rng(7);
   const auto rows = random_rows(t, N, K, rng);
   const QuantMatrix w(t, N, K, rows.data());
@@ -101,11 +112,14 @@ void BM_QuantMatmulInCache(benchmark::State& st) {
   const int saved = kvd::num_threads();
   kvd::set_num_threads(1);
   for (auto _ : st) {
-    kvd::matmul(x.data(), K, M, w, y.data(), w.n_out_padded());
+    if (fast)
+      kvd::matmul_fast(x.data(), K, M, w, y.data(), w.n_out_padded());
+    else
+      kvd::matmul(x.data(), K, M, w, y.data(), w.n_out_padded());
     benchmark::DoNotOptimize(y.data());
   }
   kvd::set_num_threads(saved);
-  st.SetLabel(kvd::weight_type_name(t));
+  st.SetLabel(std::string(kvd::weight_type_name(t)) + (fast ? " fast" : ""));
   st.counters["Gweights/s"] = benchmark::Counter(static_cast<double>(N * K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -114,16 +128,24 @@ const int kRegister = [] {
                               WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
                               WeightType::kQ5_K, WeightType::kQ6_K};
   auto* b = benchmark::RegisterBenchmark("BM_QuantMatmul", BM_QuantMatmul);
-  b->ArgNames({"type", "M", "threads"});
+  b->ArgNames({"type", "M", "threads", "fast"});
   for (WeightType t : types)
-    for (long M : {1L, 8L, 256L}) b->Args({static_cast<long>(t), M, 2});
-  b->Args({static_cast<long>(WeightType::kQ4_K), 1, 1});
-  b->Args({static_cast<long>(WeightType::kQ8_0), 1, 1});
+    for (long M : {1L, 8L, 256L}) {
+      b->Args({static_cast<long>(t), M, 2, 0});
+      if (kvd::detail::fast_matmul_type(t)) b->Args({static_cast<long>(t), M, 2, 1});
+    }
+  b->Args({static_cast<long>(WeightType::kQ4_K), 1, 1, 0});
+  b->Args({static_cast<long>(WeightType::kQ4_K), 1, 1, 1});
+  b->Args({static_cast<long>(WeightType::kQ8_0), 1, 1, 0});
   b->UseRealTime()->Unit(benchmark::kMillisecond);
   auto* c = benchmark::RegisterBenchmark("BM_QuantMatmulInCache", BM_QuantMatmulInCache);
-  c->ArgNames({"type", "M"});
+  c->ArgNames({"type", "M", "fast"});
   for (WeightType t : types)
-    for (long M : {1L, 8L}) c->Args({static_cast<long>(t), M});
+    for (long M : {1L, 8L, 64L}) {
+      if (M < 64) c->Args({static_cast<long>(t), M, 0});
+      if (kvd::detail::fast_matmul_type(t)) c->Args({static_cast<long>(t), M, 1});
+    }
+  c->Args({static_cast<long>(WeightType::kQ4_K), 64, 0});
   c->Unit(benchmark::kMicrosecond);
   return 0;
 }();

@@ -110,6 +110,7 @@ struct Options {
   std::vector<kvd::QuantScheme> schemes;  ///< --weight-types (empty: section 4 skipped)
   std::string quality_model;              ///< --quality-model
   std::vector<int> prefill_lengths;       ///< --prefill-lengths (empty: no prefill sweep)
+  bool fast_matmul = false;               ///< --fast-matmul: the weight-type table in the fast mode
 };
 
 const char* const kIntro = R"(usage: kvdecode-roofline [options]
@@ -166,6 +167,7 @@ Options parse_options(int argc, char** argv) {
   if (!o.quality_model.empty() && o.schemes.empty())
     throw kvd::ArgumentError("--quality-model rates the schemes of --weight-types, which is not given");
   o.prefill_lengths = p.prefill_lengths;
+  o.fast_matmul = p.fast_matmul;
   if (!o.prefill_lengths.empty() && o.schemes.empty())
     throw kvd::ArgumentError("--prefill-lengths times the schemes of --weight-types, which is not given");
   return o;
@@ -649,6 +651,8 @@ struct SchemeFigures {
 };
 
 constexpr int kTypePos = 256, kTypePrefill = 256, kTypeBatch = 8, kQualityTokens = 320;
+/// --fast-matmul: every model of the weight-type table runs in the fast mode (fast_matmul.hpp).
+bool g_fast_matmul = false;
 
 SchemeFigures measure_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantScheme scheme, bool quick, Undisturbed& u) {
   const std::string name = std::string("1.1B ") + kvd::quant_scheme_name(scheme);
@@ -666,6 +670,7 @@ SchemeFigures measure_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantSche
     for (const kvd::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) count(*m);
   const kvd::ModelConfig cfg = w.config;
   Model m(std::move(w));
+  m.set_fast_matmul(g_fast_matmul);
   f.step_bytes = m.weight_bytes_per_token() + cfg.kv_bytes_per_token(kvd::DType::kF32) * (kTypePos + 1);
 
   const Reps decode_reps = quick ? Reps{5, 0.3, 100} : Reps{15, 2.0, 1000};
@@ -708,6 +713,7 @@ std::vector<PrefillPoint> measure_prefill_sweep(const kvd::ModelWeights<float>& 
   kvd::ModelWeights<float> w = kvd_bench::weights_in_scheme(f32, scheme);
   const kvd::ModelConfig cfg = w.config;
   Model m(std::move(w));
+  m.set_fast_matmul(g_fast_matmul);
   std::vector<PrefillPoint> pts;
   for (int n : lengths) {
     PrefillPoint p;
@@ -780,6 +786,7 @@ void rate_scheme(SchemeFigures& f, const std::string& path, const fs::path& scra
   kvd::GGUFLoadOptions lo;
   lo.max_seq_len = static_cast<int>(text.size());
   Model qm(kvd::load_gguf_model<float>(tmp.string(), lo));
+  qm.set_fast_matmul(g_fast_matmul);
   std::error_code ec;
   fs::remove(tmp, ec);
   const kvd::RowMatrix<float> got = qm.forward_reference(text, /*all_logits=*/true);  // (n, V)
@@ -1070,6 +1077,8 @@ int roofline_main(int argc, char** argv) {
     progress("1.1B shape: generating random float32 weights (%s)", kvd_bench::tinyllama_config(max_len).summary().c_str());
     const kvd::ModelWeights<float> f32 = kvd::ModelWeights<float>::random(kvd_bench::tinyllama_config(max_len), 2024);
     std::vector<std::vector<PrefillPoint>> sweeps;  // per scheme, with --prefill-lengths
+    g_fast_matmul = opt.fast_matmul;
+    if (g_fast_matmul) progress("--fast-matmul: q4_0, q4_1 and q4_K matrices round their inputs to int8 blocks");
     for (kvd::QuantScheme sc : opt.schemes) {
       schemes.push_back(measure_scheme(f32, sc, opt.quick, u));
       if (!opt.prefill_lengths.empty()) sweeps.push_back(measure_prefill_sweep(f32, sc, opt.prefill_lengths, u));

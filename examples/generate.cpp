@@ -271,6 +271,7 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
      << ",\"weight_bytes_per_token\":" << weight_bytes
      << ",\"decode_weight_gb_per_second\":" << weight_bytes * run.result.decode_tokens_per_second() / 1e9
      << ",\"kv_cache_bytes\":" << run.kv_bytes << ",\"kv_bytes_per_token\":" << c.kv_bytes_per_token(kvd::parse_dtype(o.cache_dtype))
+     << ",\"fast_matmul\":" << (o.fast_matmul ? "true" : "false")
      << ",\"cache\":" << (use_cache ? "true" : "false") << ",\"cache_dtype\":\"" << o.cache_dtype << "\""
      << ",\"peak_rss_bytes\":" << kvd::cli::peak_rss_bytes() << ",\"threads\":" << kvd::num_threads() << ",\"stop_reason\":\"" << kvd::stop_reason_name(run.result.stop) << "\"";
   if (identical) js << ",\"identical\":" << (*identical ? "true" : "false");
@@ -321,6 +322,7 @@ int real_main(int argc, char** argv) {
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
                             << kvd::num_threads() << " thread(s)\n";
   }
+  model->set_fast_matmul(o.fast_matmul);
   const kvd::ModelConfig& c = model->config();
 
   // A draft model: loaded like the target (same planned context).
@@ -340,6 +342,9 @@ int real_main(int argc, char** argv) {
       throw kvd::ConfigError(kvd::detail::msg(*o.draft_model, ": the draft model's vocab_size ", draft->config().vocab_size,
                                               " differs from the target's ", c.vocab_size,
                                               " (a draft model must share the target's vocabulary)"));
+    // The draft only chooses proposals, which the target verifies: its fast mode can
+    // change how many are accepted, never the output.
+    draft->set_fast_matmul(true);
     if (progress) std::cerr << "loaded draft " << *o.draft_model << " (" << draft->config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - d0).count() << " s\n";
   }

@@ -159,15 +159,15 @@ TEST(GGUFModel, ConfigFromMetadata) {
 
 class GGUFExactness : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
-// reference == prefill == prefill + decode == chunked == batched, bit for bit, 1 and 2 threads.
-TEST_P(GGUFExactness, EveryPathIdentical) {
-  const std::string name = std::get<0>(GetParam());
-  SKIP_IF_MISSING(kGGUF + name + ".gguf");
+// reference == prefill == prefill + decode == chunked == batched == paged, bit for
+// bit, with `threads` threads, in the default mode or the fast mode (fast_matmul.hpp).
+void check_every_path(const std::string& name, int threads, bool fast) {
   const int saved = num_threads();
-  set_num_threads(std::get<1>(GetParam()));
+  set_num_threads(threads);
   GGUFLoadOptions o;
   o.max_seq_len = 40;
   Transformer<float> model(load_gguf_model<float>(kGGUF + name + ".gguf", o));
+  model.set_fast_matmul(fast);
   const ModelConfig& c = model.config();
   const auto ids = read_ids(kRef + "prompt.ids");
   const int n = static_cast<int>(ids.size()), V = c.vocab_size;
@@ -224,6 +224,12 @@ TEST_P(GGUFExactness, EveryPathIdentical) {
   set_num_threads(saved);
 }
 
+TEST_P(GGUFExactness, EveryPathIdentical) {
+  const std::string name = std::get<0>(GetParam());
+  SKIP_IF_MISSING(kGGUF + name + ".gguf");
+  check_every_path(name, std::get<1>(GetParam()), false);
+}
+
 INSTANTIATE_TEST_SUITE_P(RopeStyles, GGUFExactness,
                          ::testing::Combine(::testing::Values("stories260K-F16", "rand256-BF16", "qwen2arch-F32",
                                                               "stories260K-Q4_K_M", "rand256-Q2_K", "rand256-Q4_K_M",
@@ -233,6 +239,83 @@ INSTANTIATE_TEST_SUITE_P(RopeStyles, GGUFExactness,
                            std::string s = std::get<0>(info.param);
                            for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return s + "_threads" + std::to_string(std::get<1>(info.param));
+                         });
+
+// ---- The fast mode (int8-rounded activations) on real GGUF models ---------------
+
+class GGUFFastExactness : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+// The same contract in the fast mode: every path bit-identical to every other.
+TEST_P(GGUFFastExactness, EveryPathIdentical) {
+  const std::string name = std::get<0>(GetParam());
+  SKIP_IF_MISSING(kGGUF + name + ".gguf");
+  check_every_path(name, std::get<1>(GetParam()), true);
+}
+
+INSTANTIATE_TEST_SUITE_P(FastMode, GGUFFastExactness,
+                         ::testing::Combine(::testing::Values("rand256-Q4_K_M", "rand256-Q4_0", "rand256-Q4_1"),
+                                            ::testing::Values(1, 2)),
+                         [](const auto& info) {
+                           std::string s = std::get<0>(info.param);
+                           for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s + "_threads" + std::to_string(std::get<1>(info.param));
+                         });
+
+class GGUFFastReference : public ::testing::TestWithParam<const char*> {};
+
+// The fast mode's logits against the float64 forward on the dequantized weights:
+// it changes them (the q4 matrices round their inputs), by at most 3% of the
+// largest logit at any position (llama.cpp's own rounding: 1.2-1.8%). A model
+// without q4 matrices (stories260K's rows of 64 hold no q4_K block) is unchanged, bit for bit.
+TEST_P(GGUFFastReference, LogitsNearReference) {
+  const std::string name = GetParam();
+  SKIP_IF_MISSING(kGGUF + name + ".gguf");
+  Transformer<float> model(load_gguf_model<float>(kGGUF + name + ".gguf"));
+  const auto ids = read_ids(kRef + "prompt.ids");
+  const auto ref = read_floats(kRef + name + ".logits");
+  const int V = model.config().vocab_size;
+  ASSERT_EQ(ref.size(), ids.size() * V);
+  const RowMatrix<float> exact = prompt_logits(model, ids);
+  model.set_fast_matmul(true);
+  const RowMatrix<float> fast = prompt_logits(model, ids);
+  bool any_q4 = false;
+  for (const auto& b : model.blocks())
+    for (const auto* m : {&b.attention().wqkv(), &b.attention().wo(), &b.mlp().w13(), &b.mlp().w2()})
+      for (const auto& seg : m->segments()) any_q4 = any_q4 || detail::fast_matmul_type(seg.type);
+  double worst = 0, mean_kl = 0;
+  for (std::size_t t = 0; t < ids.size(); ++t) {
+    double max_abs = 0, max_err = 0;
+    for (int v = 0; v < V; ++v) {
+      max_abs = std::max(max_abs, std::abs(double(ref[t * V + v])));
+      max_err = std::max(max_err, std::abs(double(ref[t * V + v]) - fast(t, v)));
+    }
+    EXPECT_LE(max_err, 0.03 * max_abs) << name << " position " << t;
+    worst = std::max(worst, max_err / max_abs);
+    // KL(reference || fast) of the next-token distributions
+    double mr = -1e300, mf = -1e300, zr = 0, zf = 0, kl = 0;
+    for (int v = 0; v < V; ++v) mr = std::max(mr, double(ref[t * V + v])), mf = std::max(mf, double(fast(t, v)));
+    for (int v = 0; v < V; ++v) zr += std::exp(ref[t * V + v] - mr), zf += std::exp(fast(t, v) - mf);
+    for (int v = 0; v < V; ++v) {
+      const double lr = ref[t * V + v] - mr - std::log(zr), lf = fast(t, v) - mf - std::log(zf);
+      kl += std::exp(lr) * (lr - lf);
+    }
+    mean_kl += kl / ids.size();
+  }
+  if (any_q4)
+    EXPECT_FALSE(kvd_test::same_bits(fast.data(), exact.data(), fast.size())) << "fast mode changed nothing";
+  else
+    EXPECT_TRUE(kvd_test::same_bits(fast.data(), exact.data(), fast.size())) << "no q4 matrix, yet the logits changed";
+  std::cout << "  " << name << " fast mode: largest error " << worst << " of the largest logit, mean KL " << mean_kl
+            << "\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedFiles, GGUFFastReference,
+                         ::testing::Values("stories260K-Q4_K_M", "rand256-Q4_0", "rand256-Q4_1", "rand256-Q4_K_M",
+                                           "rand256-Q8_0"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s;
                          });
 
 // ---- Bad models: metadata and tensors that do not describe a runnable model ----

@@ -17,6 +17,11 @@ class TransformerBlock {
 
   const Attention<T>& attention() const { return attn_; }
   const SwiGLU<T>& mlp() const { return mlp_; }
+  /// Fast mode on every product of the block (PackedMatrix::set_fast_matmul).
+  void set_fast_matmul(bool on) {
+    attn_.set_fast_matmul(on);
+    mlp_.set_fast_matmul(on);
+  }
 
   /// Updates ws.x (M rows) in place. Returns multiply-adds performed.
   /// The block's last residual add (x += the MLP's output in ws.proj) is left

@@ -241,6 +241,12 @@ class PackedMatrix {
   }
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(data_.size()); }
 
+  /// Fast mode (fast_matmul.hpp): products with this matrix's q4_0, q4_1 and q4_K
+  /// segments round the activations to int8 blocks. Off by default; other
+  /// segments keep the default numerics either way.
+  void set_fast_matmul(bool on) { fast_ = on; }
+  bool fast_matmul() const { return fast_; }
+
   /// W[n][k] for output column n (as numbered by part_col), read back from the
   /// packed layout (for tests and the reference).
   T at(long n, long k) const {
@@ -358,6 +364,7 @@ class PackedMatrix {
   std::vector<long> part_col_;
   std::vector<Segment> segments_;
   detail::AlignedBuffer<unsigned char> data_;  // segments' panels back to back
+  bool fast_ = false;                          // set_fast_matmul()
 };
 
 namespace detail {
@@ -733,6 +740,10 @@ void matmul_panels(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, l
   }
 }
 
+// fast_matmul.hpp (included at the end of this file).
+inline bool fast_matmul_type(WeightType t);
+inline void matmul_fast_panels(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy);
+
 /// matmul() with an explicit vector implementation V (Vec16<T> in the library;
 /// the tests also run PortableVec16<T> and Avx2Vec16<T> and compare bits).
 /// The one dispatch on storage type: each segment runs the kernels with its
@@ -763,7 +774,14 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
         continue;
       }
     }
-    if (is_quant_block_type(s.type)) {  // quant_matrix.hpp's kernels
+    if (is_quant_block_type(s.type)) {  // quant_matrix.hpp's kernels (fast_matmul.hpp's in fast mode)
+      if constexpr (std::is_same_v<T, float>) {
+        if (w.fast_matmul() && fast_matmul_type(s.type)) {
+          matmul_fast_panels(x, ldx, M, QuantPanels{s.type, w.template panel_as<unsigned char>(s.panel0), s.n_panels, K},
+                             ys, ldy);
+          continue;
+        }
+      }
       matmul_quant_panels<T, V>(x, ldx, M, QuantPanels{s.type, w.template panel_as<unsigned char>(s.panel0), s.n_panels, K},
                                 ys, ldy);
       continue;
@@ -799,6 +817,7 @@ void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long l
 
 // The quantized kernels behind matmul_quant_panels (they use the float kernels above).
 #include "kvdecode/quant_matrix.hpp"
+#include "kvdecode/fast_matmul.hpp"
 
 // With KVDECODE_EXTERN_KERNELS, the kernels are declared here and compiled in one
 // file of the program (kvdecode/kernel_instances.hpp).

@@ -19,6 +19,11 @@ class SwiGLU {
   const PackedMatrix<T>& w13() const { return w13_; }  ///< (2F, D): gate rows then up rows (from up_col())
   long up_col() const { return up_col_; }
   const PackedMatrix<T>& w2() const { return w2_; }    ///< (D, F)
+  /// Fast mode on both products (PackedMatrix::set_fast_matmul).
+  void set_fast_matmul(bool on) {
+    w13_.set_fast_matmul(on);
+    w2_.set_fast_matmul(on);
+  }
 
   /// xn (M, ldx) -> out (M, ldo); uses ws.h13 and ws.hmid. `pre`, if given, prepares
   /// xn's rows first (inside the gate/up product's parallel region); the SwiGLU of

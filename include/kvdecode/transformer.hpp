@@ -82,6 +82,19 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   const std::vector<TransformerBlock<T>>& blocks() const { return blocks_; }
   const PackedMatrix<T>& classifier() const { return classifier_; }
+
+  /// The opt-in fast mode (fast_matmul.hpp, `--fast-matmul`): every q4_0, q4_1
+  /// and q4_K matrix rounds its input rows to int8 blocks and uses integer dot
+  /// products. Every path stays bit-identical to every other in this mode (its
+  /// logits differ from the default mode's: the activations are rounded).
+  /// Matrices of other types, and double models, keep the default numerics.
+  /// Call it between forwards, not during one.
+  void set_fast_matmul(bool on) {
+    for (auto& b : blocks_) b.set_fast_matmul(on);
+    classifier_.set_fast_matmul(on);
+    fast_matmul_ = on;
+  }
+  bool fast_matmul() const { return fast_matmul_; }
   const WeightMatrix& embedding() const { return embedding_; }  ///< (V, D)
 
   /// Bytes of weights a decode step reads: every packed matrix, one embedding
@@ -301,6 +314,7 @@ class Transformer {
   std::unique_ptr<RoPE<T>> rope_;  // on the heap: blocks keep a pointer that must survive moves
   std::vector<TransformerBlock<T>> blocks_;
   RMSNorm<T> final_norm_;
+  bool fast_matmul_ = false;
   PackedMatrix<T> classifier_;  // (V, D)
   WeightMatrix embedding_;      // (V, D) in its storage type (f64 for a double model)
   Workspace<T> ws_;

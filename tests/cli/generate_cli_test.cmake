@@ -23,7 +23,7 @@ endfunction()
 
 expect_rc(0 --help)
 foreach(opt --model --tokenizer --prompt --prompt-ids --steps --temperature --top-k --top-p --min-p --seed --threads
-            --no-cache --compare --ids --dump-logits --json --draft-model --draft-tokens --lookup)
+            --no-cache --compare --ids --dump-logits --json --draft-model --draft-tokens --lookup --fast-matmul)
   string(FIND "${OUT}" "${opt}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "--help does not mention ${opt}")
@@ -253,6 +253,25 @@ if(EXISTS ${GGUF})
     endif()
   endforeach()
   expect_same_logits_without_cache(${GGUF} "GGUF")
+
+  # --fast-matmul: the same bytes with and without the cache and for 1 or 2 threads,
+  # and other bytes than the default mode's (the q4 matrices round their inputs).
+  set(Q4KM ${SHARED}/models/gguf/rand256-Q4_K_M.gguf)  # stories260K-Q4_K_M holds no q4 matrix (rows of 64)
+  expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 10 --fast-matmul -t 1 --dump-logits ${WORK_DIR}/fast1.bin --quiet)
+  expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 10 --fast-matmul -t 2 --no-cache --dump-logits ${WORK_DIR}/fast2.bin --quiet)
+  expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 10 --dump-logits ${WORK_DIR}/exact.bin --quiet)
+  file(SHA256 ${WORK_DIR}/fast1.bin h_fast1)
+  file(SHA256 ${WORK_DIR}/fast2.bin h_fast2)
+  file(SHA256 ${WORK_DIR}/exact.bin h_exact)
+  if(NOT h_fast1 STREQUAL h_fast2 OR h_fast1 STREQUAL h_exact)
+    message(FATAL_ERROR "--fast-matmul: --dump-logits differ between 1 thread with the cache and 2 without it, "
+                        "or equal the default mode's")
+  endif()
+  expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 4 --fast-matmul --json --quiet)
+  string(FIND "${OUT}" "\"fast_matmul\":true" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "--json with --fast-matmul lacks \"fast_matmul\":true:\n${OUT}")
+  endif()
 
   # Speculative decoding: a Q4_K_M draft model or prompt lookup gives the same ids and
   # --dump-logits bytes as plain decoding, greedy and sampled, for several draft lengths.

@@ -1,0 +1,351 @@
+// The opt-in fast mode of quantized products (`--fast-matmul`,
+// Transformer::set_fast_matmul): activations rounded to int8 blocks, integer
+// dot products against the weights' codes, as llama.cpp computes. Off by
+// default: the default mode keeps activations in the compute type.
+//
+// NUMERICS (one definition, every path). Row m of x is rounded once per
+// product, in blocks j of 32 values:
+//   amax = the largest |x| of the block (NaNs skipped), d_j = amax / 127,
+//   q[k] = x[k] * (1 / d_j) rounded to the nearest integer, ties to even,
+//          clamped to [-127, 127] (0 where d_j = 0 or the product is NaN),
+//   Q_j  = the sum of the block's q (an integer).
+// Output (m, n), with the weights' codes c, scales D and offsets N of the
+// factored form (quant_matrix.hpp), whose sub-blocks are these blocks of 32:
+//   acc = +0; for each sub-block j, in increasing k:
+//     I   = the sum of c[n][k] q[m][k] over the sub-block   (int32, exact in any order)
+//     acc = fma(float(I) * d_j, D[n][j], acc)
+//     acc = fma(d_j * float(Q_j), N[n][j], acc)            (types with a min)
+//   y[m][n] = acc
+// The integer sums are exact and every float step is a fixed, row-local
+// sequence, so the result is the same bits for every M, path, tiling and thread
+// count: the exactness contract holds in this mode as in the default one (each
+// mode against itself). float(I) is exact: |I| <= 32 * 15 * 127 < 2^24.
+//
+// Types: q4_0, q4_1 and q4_K (4-bit codes in sub-blocks of 32). A matrix of any
+// other type keeps the default numerics in fast mode, per matrix, so a model
+// mixing types (Q4_K_M) is still exact across paths.
+//
+// PATHS. The scalar loop below defines the result. On AVX2 the 8 nibbles of a
+// code word (values k .. k + 7 of one output) split into two byte vectors,
+// (w & 0x0F..) = values k, k+2, k+4, k+6 and (w >> 4 & 0x0F..) = k+1, k+3, k+5,
+// k+7, so the rounded rows are stored with each group of 8 in the order 0, 2, 4,
+// 6, 1, 3, 5, 7: one 4-byte broadcast then feeds vpmaddubsw for 8 outputs.
+// A sub-block's 16-bit partial sums stay below 8 * 2 * 15 * 127 = 30480.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kvdecode/quant_matrix.hpp"
+
+namespace kvd {
+namespace detail {
+
+/// Whether the fast mode computes matrices of type t (the others keep the default numerics).
+inline bool fast_matmul_type(WeightType t) {
+  return t == WeightType::kQ4_0 || t == WeightType::kQ4_1 || t == WeightType::kQ4_K;
+}
+
+inline constexpr long kFastBlock = 32;
+
+/// Position of value k (0..7) of a group of 8 in the rounded row (0, 2, 4, 6, 1, 3, 5, 7).
+constexpr int fast_slot(int k) { return (k % 2 == 0) ? k / 2 : 4 + k / 2; }
+
+/// Rounded rows: q (M x K, row stride K, groups of 8 reordered), and per row and
+/// block of 32: the scale d, the integer sum of q, and d * float(that sum).
+struct FastRows {
+  AlignedBuffer<std::int8_t> q;
+  AlignedBuffer<float> d, xq;
+  AlignedBuffer<std::int32_t> qsum;
+  long K = 0;
+  void reserve(long M, long k) {
+    K = k;
+    q.reserve(static_cast<std::size_t>(M * K));
+    d.reserve(static_cast<std::size_t>(M * K / kFastBlock));
+    xq.reserve(static_cast<std::size_t>(M * K / kFastBlock));
+    qsum.reserve(static_cast<std::size_t>(M * K / kFastBlock));
+  }
+};
+
+/// The scalar definition of fast_round_block().
+inline float fast_round_block_portable(const float* x, std::int32_t* qi) {
+  float amax = 0.f;
+  for (long k = 0; k < kFastBlock; ++k) {
+    const float a = std::fabs(x[k]);
+    amax = a > amax ? a : amax;  // skips NaN
+  }
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  for (long k = 0; k < kFastBlock; ++k) {
+    float r = std::nearbyint(x[k] * id);  // the default rounding mode: to nearest, ties to even
+    if (!(r == r)) r = 0.f;
+    r = std::min(std::max(r, -127.f), 127.f);
+    qi[k] = static_cast<std::int32_t>(r);
+  }
+  return d;
+}
+
+/// One block of 32 values rounded (top of this file): the integer codes in natural order, the scale.
+inline float fast_round_block(const float* x, std::int32_t* qi) {
+#if defined(__AVX2__) && defined(__FMA__)
+  // The same operations as the scalar code: max skipping NaNs (vmaxps returns
+  // its second operand when either is NaN), one multiply, round to nearest even.
+  __m256 m = _mm256_setzero_ps();
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int v = 0; v < 4; ++v) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * v), abs_mask), m);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float amax = 0.f;
+  for (float a : lanes) amax = a > amax ? a : amax;
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  const __m256 vid = _mm256_set1_ps(id), lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
+  for (int v = 0; v < 4; ++v) {
+    __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * v), vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));  // NaN -> 0
+    r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qi + 8 * v), _mm256_cvtps_epi32(r));
+  }
+  return d;
+#else
+  return fast_round_block_portable(x, qi);
+#endif
+}
+
+/// Rows [m0, m1) of x (stride ldx, K values) rounded into `rows`.
+inline void fast_round_rows(const float* x, long ldx, long m0, long m1, FastRows& rows, bool portable = false) {
+  const long K = rows.K, nb = K / kFastBlock;
+  for (long m = m0; m < m1; ++m)
+    for (long j = 0; j < nb; ++j) {
+      std::int32_t qi[kFastBlock];
+      const float* xb = x + m * ldx + j * kFastBlock;
+      const float d = portable ? fast_round_block_portable(xb, qi) : fast_round_block(xb, qi);
+      std::int8_t* q = rows.q.data() + m * K + j * kFastBlock;
+      std::int32_t s = 0;
+      for (int k = 0; k < kFastBlock; ++k) {
+        q[(k & ~7) + fast_slot(k & 7)] = static_cast<std::int8_t>(qi[k]);
+        s += qi[k];
+      }
+      rows.d.data()[m * nb + j] = d;
+      rows.qsum.data()[m * nb + j] = s;
+      rows.xq.data()[m * nb + j] = d * static_cast<float>(s);
+    }
+}
+
+/// The scalar definition of the fast product: y (M x Npad) from rounded rows.
+inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
+  const long K = w.n_in(), nb = K / kFastBlock, P = w.n_panels(), bs = w.block_size();
+  const QuantFactoring f = quant_factoring(w.type());
+  KVD_ASSERT(f.sub == kFastBlock);
+#if defined(_OPENMP)
+#pragma omp parallel if (parallel)
+#endif
+  {
+    int t = 0, nt = 1;
+    this_thread(t, nt);
+    long p0, p1;
+    split_range(P, t, nt, p0, p1);
+    std::vector<float> c(static_cast<std::size_t>(bs * kLanes)), D(static_cast<std::size_t>(bs / kFastBlock * kLanes)),
+        N(D.size());
+    for (long p = p0; p < p1; ++p) {
+      for (long m = 0; m < M; ++m) std::fill(y + m * ldy + p * kLanes, y + m * ldy + (p + 1) * kLanes, 0.f);
+      for (long b = 0; b < w.n_blocks(); ++b) {
+        factor_panel_block_portable<float>(w.type(), w.panel_block(p, b), c.data(), D.data(), f.has_min ? N.data() : nullptr);
+        for (long m = 0; m < M; ++m)
+          for (long s = 0; s < bs / kFastBlock; ++s) {
+            const long j = b * (bs / kFastBlock) + s;
+            const std::int8_t* q = rows.q.data() + m * K + j * kFastBlock;
+            const float d = rows.d.data()[m * nb + j], xq = rows.xq.data()[m * nb + j];
+            for (int lane = 0; lane < kLanes; ++lane) {
+              std::int32_t I = 0;
+              for (int k = 0; k < kFastBlock; ++k)
+                I += static_cast<std::int32_t>(c[(s * kFastBlock + k) * kLanes + lane]) * q[(k & ~7) + fast_slot(k & 7)];
+              float& acc = y[m * ldy + p * kLanes + lane];
+              acc = std::fma(static_cast<float>(I) * d, D[s * kLanes + lane], acc);
+              if (f.has_min) acc = std::fma(xq, N[s * kLanes + lane], acc);
+            }
+          }
+      }
+    }
+  }
+}
+
+#if defined(KVDECODE_QUANT_AVX2)
+#define KVDECODE_FAST_AVX2 1
+/// AVX2 register tile: MR rows x NH half panels over all of k (see the top of this
+/// file). The running sums live in y, the sub-block's 16-bit partial sums in registers.
+template <class Dec, int MR, int NH>
+inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
+  constexpr bool kOffset8 = std::is_same_v<Dec, Avx2DecodeQ4<false>>;  // q4_0: codes - 8
+  constexpr int kSubs = Dec::kBlock / kFastBlock;
+  const long K = rows.K, nbq = K / kFastBlock;
+  KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
+  const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+  const std::size_t pbb = w.panel_block_bytes();
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  for (long b = 0; b < w.n_blocks(); ++b) {
+    const unsigned char* pb[NH];
+    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
+    for (int s = 0; s < kSubs; ++s) {
+      const long j = b * kSubs + s;
+      // The code words' addresses now, the scales and offsets after the sub-block's
+      // integer loop (computed before it, GCC keeps them in registers the loop needs).
+      const unsigned char* qw[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+        Dec where;
+        where.begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+        qw[i] = where.q;
+        const std::size_t line0 = pbb * s / kSubs / 64, line1 = (pbb * (s + 1) / kSubs + 63) / 64;
+        for (std::size_t l = line0 + (h0 + i) % 2; l < line1; l += 2) prefetch_read_at(pb[i], 2 * pbb + 64 * l);
+      }
+      __m256i t[MR][NH];
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_si256();
+      // A loop, not unrolled: unrolled, GCC reassociates the 16-bit sums and
+      // computes every product of the sub-block first, spilling them to the stack.
+      KVD_UNROLL(1) for (int g = 0; g < 4; ++g) {
+        // every half panel's two code vectors, then each row's two broadcasts used
+        // for all of them: 2 NH + MR NH + 2 + 1 registers
+        __m256i lo[NH], hi[NH];
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw[i] + 64 * g));
+          lo[i] = _mm256_and_si256(wv, m4);
+          hi[i] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+        }
+        KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+          const std::int8_t* qa = q0 + r * K + j * kFastBlock + 8 * g;
+          std::int32_t a0, a1;
+          std::memcpy(&a0, qa, 4);
+          std::memcpy(&a1, qa + 4, 4);
+          const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);
+          KVD_UNROLL(4) for (int i = 0; i < NH; ++i)
+            t[r][i] = _mm256_add_epi16(t[r][i], _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0),
+                                                                 _mm256_maddubs_epi16(hi[i], b1)));
+        }
+      }
+      Dec dec[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+        const long e = (m0 + r) * nbq + j;
+        const __m256 d = _mm256_set1_ps(rows.d.data()[e]);
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          __m256i I = _mm256_madd_epi16(t[r][i], ones);
+          if constexpr (kOffset8) I = _mm256_sub_epi32(I, _mm256_set1_epi32(8 * rows.qsum.data()[e]));
+          float* yp = y + r * ldy + (h0 + i) * 8;
+          __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp));
+          if constexpr (Dec::kMin) a = _mm256_fmadd_ps(_mm256_set1_ps(rows.xq.data()[e]), dec[i].N, a);
+          _mm256_storeu_ps(yp, a);
+        }
+      }
+    }
+  }
+}
+
+inline constexpr int kFastMaxRows = 4;
+/// Half panels per tile: 4 for 1 or 2 rows, 2 for 3 or 4 (8 16-bit accumulators).
+constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
+
+template <class Dec, int MR, int NH = fast_halves(MR)>
+inline void fast_tile_avx2_nh(int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
+  if constexpr (NH >= 1) {
+    if (nh == NH) return fast_tile_avx2<Dec, MR, NH>(rows, m0, w, h0, y, ldy);
+    return fast_tile_avx2_nh<Dec, MR, NH - 1>(nh, rows, m0, w, h0, y, ldy);
+  }
+}
+template <class Dec, int MR = kFastMaxRows>
+inline void fast_tile_avx2_any(int mr, int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y,
+                               long ldy) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return fast_tile_avx2_nh<Dec, MR>(nh, rows, m0, w, h0, y, ldy);
+    return fast_tile_avx2_any<Dec, MR - 1>(mr, nh, rows, m0, w, h0, y, ldy);
+  }
+}
+
+/// The AVX2 fast product. Threads take contiguous ranges of column tiles; rows go
+/// in blocks that keep their rounded values in L2, and tiles of up to 4 rows.
+inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
+  auto run = [&](auto dec) {
+    using Dec = decltype(dec);
+    const int mr_max = static_cast<int>(std::min<long>(M, kFastMaxRows));
+    const int nh_max = fast_halves(mr_max);
+    const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
+    const long mb = std::max<long>(kFastMaxRows, (128L << 10) / rows.K / kFastMaxRows * kFastMaxRows);
+#if defined(_OPENMP)
+#pragma omp parallel if (parallel)
+#endif
+    {
+      int t = 0, nt = 1;
+      this_thread(t, nt);
+      long c0, c1;
+      split_range(n_ctiles, t, nt, c0, c1);
+      for (long b0 = 0; b0 < M; b0 += mb)
+        for (long c = c0; c < c1; ++c) {
+          const long h0 = c * nh_max;
+          const int nh = static_cast<int>(std::min<long>(nh_max, H - h0));
+          for (long m0 = b0; m0 < std::min(M, b0 + mb); m0 += mr_max) {
+            const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
+            fast_tile_avx2_any<Dec>(mr, nh, rows, m0, w, h0, y + m0 * ldy, ldy);
+          }
+        }
+    }
+  };
+  switch (w.type()) {
+    case WeightType::kQ4_0: return run(Avx2DecodeQ4<false>{});
+    case WeightType::kQ4_1: return run(Avx2DecodeQ4<true>{});
+    case WeightType::kQ4_K: return run(Avx2DecodeQK4<false>{});
+    default: KVD_ASSERT(false);
+  }
+}
+#endif  // KVDECODE_QUANT_AVX2
+
+/// Which code computes the fast product (the tests force each; all give the same bits).
+enum class FastPath { kAuto, kPortable };
+
+/// y (M x Npad) = the fast product (top of this file) of x (M x K) and w.
+/// Precondition (asserted): fast_matmul_type(w.type()).
+inline void matmul_fast_with(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy,
+                             FastPath path = FastPath::kAuto) {
+  KVD_ASSERT(fast_matmul_type(w.type()) && ldy >= w.n_out_padded() && ldx >= w.n_in());
+  if (M <= 0) return;
+  const bool parallel = M * w.n_out_padded() * w.n_in() >= kMatmulParallelThreshold;
+  static thread_local FastRows rows_buf;
+  FastRows& rows = rows_buf;  // the caller's buffer: inside the parallel regions, rows_buf would be each thread's own
+  rows.reserve(M, w.n_in());
+  const bool portable = path == FastPath::kPortable;
+#if defined(_OPENMP)
+#pragma omp parallel if (parallel && M > 1)
+#endif
+  {
+    int t = 0, nt = 1;
+    this_thread(t, nt);
+    long m0, m1;
+    split_range(M, t, nt, m0, m1);
+    fast_round_rows(x, ldx, m0, m1, rows, portable);
+  }
+#if defined(KVDECODE_FAST_AVX2)
+  if (!portable) return matmul_fast_avx2(rows, M, w, y, ldy, parallel);
+#endif
+  matmul_fast_portable(rows, M, w, y, ldy, parallel);
+}
+
+/// The fast product for kvd::matmul's dispatch (kernels.hpp).
+inline void matmul_fast_panels(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy) {
+  matmul_fast_with(x, ldx, M, w, y, ldy);
+}
+
+}  // namespace detail
+
+/// y (M x Npad, row stride ldy) = x (M x K) * W^T in the fast mode (top of this
+/// file): the same bits for every M, tiling and thread count. Throws ConfigError
+/// naming the type if the fast mode does not compute W's type (fast_matmul_type()).
+inline void matmul_fast(const float* x, long ldx, long M, const QuantMatrix& w, float* y, long ldy) {
+  if (!detail::fast_matmul_type(w.type()))
+    throw ConfigError(detail::msg("fast matmul: weight type ", weight_type_name(w.type()), " is not computed in fast mode"));
+  detail::matmul_fast_with(x, ldx, M, w.panels(), y, ldy);
+}
+
+}  // namespace kvd
