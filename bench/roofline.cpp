@@ -648,17 +648,24 @@ struct SchemeFigures {
   std::uint64_t quality_file_bytes = 0;
   std::string quality_types;          // tensor types of the rated file ("q5_0 x10, q8_0 x1")
   double bits_per_weight() const { return matrix_values ? 8.0 * matrix_bytes / matrix_values : 0; }
+  bool fast = false;  // measured in the fast mode (--fast-matmul)
+  std::string label() const { return std::string(kvd::quant_scheme_name(scheme)) + (fast ? "+fast" : ""); }
 };
 
 constexpr int kTypePos = 256, kTypePrefill = 256, kTypeBatch = 8, kQualityTokens = 320;
-/// --fast-matmul: every model of the weight-type table runs in the fast mode (fast_matmul.hpp).
-bool g_fast_matmul = false;
+/// Whether a scheme stores most of its matrices in types the fast mode computes (q4_0, q4_1, q4_K, q6_K).
+bool scheme_has_fast_types(kvd::QuantScheme s) {
+  using Q = kvd::QuantScheme;
+  return s == Q::kQ4_0 || s == Q::kQ4_1 || s == Q::kQ4_K || s == Q::kQ4_K_M || s == Q::kQ6_K;
+}
 
-SchemeFigures measure_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantScheme scheme, bool quick, Undisturbed& u) {
-  const std::string name = std::string("1.1B ") + kvd::quant_scheme_name(scheme);
-  progress("%s: storing the weights", name.c_str());
+SchemeFigures measure_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantScheme scheme, bool quick, Undisturbed& u,
+                             bool fast) {
   SchemeFigures f;
   f.scheme = scheme;
+  f.fast = fast;
+  const std::string name = "1.1B " + f.label();
+  progress("%s: storing the weights", name.c_str());
   kvd::ModelWeights<float> w = kvd_bench::weights_in_scheme(f32, scheme);
   auto count = [&](const kvd::WeightMatrix& m) {
     f.matrix_bytes += m.bytes();
@@ -670,7 +677,7 @@ SchemeFigures measure_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantSche
     for (const kvd::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) count(*m);
   const kvd::ModelConfig cfg = w.config;
   Model m(std::move(w));
-  m.set_fast_matmul(g_fast_matmul);
+  m.set_fast_matmul(fast);
   f.step_bytes = m.weight_bytes_per_token() + cfg.kv_bytes_per_token(kvd::DType::kF32) * (kTypePos + 1);
 
   const Reps decode_reps = quick ? Reps{5, 0.3, 100} : Reps{15, 2.0, 1000};
@@ -708,12 +715,12 @@ struct PrefillPoint {
 };
 
 std::vector<PrefillPoint> measure_prefill_sweep(const kvd::ModelWeights<float>& f32, kvd::QuantScheme scheme,
-                                                const std::vector<int>& lengths, Undisturbed& u) {
-  const std::string name = std::string("1.1B ") + kvd::quant_scheme_name(scheme);
+                                                const std::vector<int>& lengths, Undisturbed& u, bool fast) {
+  const std::string name = std::string("1.1B ") + kvd::quant_scheme_name(scheme) + (fast ? "+fast" : "");
   kvd::ModelWeights<float> w = kvd_bench::weights_in_scheme(f32, scheme);
   const kvd::ModelConfig cfg = w.config;
   Model m(std::move(w));
-  m.set_fast_matmul(g_fast_matmul);
+  m.set_fast_matmul(fast);
   std::vector<PrefillPoint> pts;
   for (int n : lengths) {
     PrefillPoint p;
@@ -776,7 +783,7 @@ std::vector<int> sampled_text(Model& m, int n) {
 /// perplexity of the text.
 void rate_scheme(SchemeFigures& f, const std::string& path, const fs::path& scratch_dir, const std::vector<int>& text,
                  const kvd::RowMatrix<float>& ref) {
-  const fs::path tmp = scratch_dir / (std::string("quality-") + kvd::quant_scheme_name(f.scheme) + ".gguf");
+  const fs::path tmp = scratch_dir / ("quality-" + f.label() + ".gguf");
   const kvd::QuantizeResult q = kvd::quantize_model(path, tmp.string(), f.scheme);
   std::map<std::string, int> types;
   for (const auto& t : q.tensors)
@@ -786,7 +793,7 @@ void rate_scheme(SchemeFigures& f, const std::string& path, const fs::path& scra
   kvd::GGUFLoadOptions lo;
   lo.max_seq_len = static_cast<int>(text.size());
   Model qm(kvd::load_gguf_model<float>(tmp.string(), lo));
-  qm.set_fast_matmul(g_fast_matmul);
+  qm.set_fast_matmul(f.fast);
   std::error_code ec;
   fs::remove(tmp, ec);
   const kvd::RowMatrix<float> got = qm.forward_reference(text, /*all_logits=*/true);  // (n, V)
@@ -881,7 +888,7 @@ void print_schemes(const std::vector<SchemeFigures>& v, double bw_gbs, double fm
               "and repeat them, so each row still streams its own bytes), %d thread(s), decode at position %d, prefill\n"
               "of %d tokens, batch %d vs 1; limits: %.2f GB/s and %.1f GFLOP/s from above. Medians.\n",
               T, kTypePos, kTypePrefill, kTypeBatch, bw_gbs, fma_gflops);
-  std::printf("%-7s %5s %8s %8s %7s %8s %6s %9s %8s %7s %9s %6s", "scheme", "bpw", "MB/step", "tok/s", "GB/s",
+  std::printf("%-11s %5s %8s %8s %7s %8s %6s %9s %8s %7s %9s %6s", "scheme", "bpw", "MB/step", "tok/s", "GB/s",
               "of bw", "target", "prefill/s", "of FMA", "b8/b1", "others", "");
   if (rated) std::printf(" %9s %6s %8s  %s", "KL", "top-1", "ppl", "tensors (quality model)");
   std::printf("\n");
@@ -908,13 +915,13 @@ void print_schemes(const std::vector<SchemeFigures>& v, double bw_gbs, double fm
     if (has_pf && pf_frac < kPrefillTarget) met += " pf-NO";
     if (is_q4k && f.batchN.size() && ratio < kBatchTarget) met += " b-NO";
     const double others = std::max({f.decode_busy, f.prefill_busy, f.batch_busy});
-    std::printf("%-7s %5.2f %8.1f %8.2f %7.2f %7.1f%% %5.0f%% %9s %7s%% %7s %8.0f%% %6s", kvd::quant_scheme_name(f.scheme),
+    std::printf("%-11s %5.2f %8.1f %8.2f %7.2f %7.1f%% %5.0f%% %9s %7s%% %7s %8.0f%% %6s", f.label().c_str(),
                 f.bits_per_weight(), f.step_bytes / 1e6, tps, gbs, 100 * frac, 100 * target,
                 has_pf ? fmt("%.1f", pf_tps).c_str() : "-", has_pf ? fmt("%.1f", 100 * pf_frac).c_str() : "-",
                 f.batchN.size() ? fmt("%.2fx", ratio).c_str() : "-", 100 * std::max(others, 0.0), met.c_str());
     if (f.rated) std::printf(" %9.5f %5.1f%% %8.3f  %s", f.kl, 100 * f.top1, f.ppl, f.quality_types.c_str());
     std::printf("\n");
-    csv << kvd::quant_scheme_name(f.scheme) << ',' << fmt("%.4f", f.bits_per_weight()) << ',' << f.step_bytes << ','
+    csv << f.label() << ',' << fmt("%.4f", f.bits_per_weight()) << ',' << f.step_bytes << ','
         << fmt("%.4f", tps) << ',' << fmt("%.3f", gbs) << ',' << fmt("%.4f", frac) << ',' << target << ','
         << (has_pf ? fmt("%.3f", pf_tps) : "") << ',' << (has_pf ? fmt("%.2f", 2.0 * f.prefill_macs / f.prefill.median() / 1e9) : "")
         << ',' << (has_pf ? fmt("%.4f", pf_frac) : "") << ',' << (f.batchN.size() ? fmt("%.3f", ratio) : "") << ','
@@ -952,22 +959,22 @@ void print_schemes(const std::vector<SchemeFigures>& v, double bw_gbs, double fm
 }
 
 /// The --prefill-lengths table, prefill_speed.csv and prefill_speed.svg.
-void print_prefill_sweeps(const std::vector<kvd::QuantScheme>& schemes, const std::vector<std::vector<PrefillPoint>>& sweeps,
+void print_prefill_sweeps(const std::vector<std::string>& schemes, const std::vector<std::vector<PrefillPoint>>& sweeps,
                           double fma_gflops, int T, const fs::path& dir) {
   std::printf("\nTime to first token on the TinyLlama-1.1B shape: prefill of each prompt length into an empty cache,\n"
               "%d thread(s); tokens/s and share of the FMA peak (%.1f GFLOP/s) from the median run.\n", T, fma_gflops);
-  std::printf("%-7s %7s %10s %10s %8s %8s\n", "scheme", "tokens", "ms", "tokens/s", "of FMA", "others");
+  std::printf("%-11s %7s %10s %10s %8s %8s\n", "scheme", "tokens", "ms", "tokens/s", "of FMA", "others");
   std::ostringstream csv;
   csv << "scheme,prompt_tokens,seconds_median,seconds_best,tokens_per_s,GFLOP_per_s,fraction_of_fma,others_cpu\n";
   static const char* const kColors[] = {"#1f63b4", "#d6452a", "#2a9d4a", "#8e44ad", "#e08e0b", "#555555"};
   std::vector<Series> series;
   for (std::size_t i = 0; i < sweeps.size(); ++i) {
-    Series s{std::string(kvd::quant_scheme_name(schemes[i])) + " prefill tokens/s (median)", kColors[i % 6], {}, {}};
+    Series s{schemes[i] + " prefill tokens/s (median)", kColors[i % 6], {}, {}};
     for (const PrefillPoint& p : sweeps[i]) {
       const double sec = p.seconds.median(), tps = p.tokens / sec, gflops = 2.0 * p.macs / sec / 1e9;
-      std::printf("%-7s %7d %10.1f %10.1f %7.1f%% %7.0f%%\n", kvd::quant_scheme_name(schemes[i]), p.tokens, sec * 1e3,
+      std::printf("%-11s %7d %10.1f %10.1f %7.1f%% %7.0f%%\n", schemes[i].c_str(), p.tokens, sec * 1e3,
                   tps, 100 * gflops / fma_gflops, 100 * std::max(p.busy, 0.0));
-      csv << kvd::quant_scheme_name(schemes[i]) << ',' << p.tokens << ',' << fmt("%.6f", sec) << ','
+      csv << schemes[i] << ',' << p.tokens << ',' << fmt("%.6f", sec) << ','
           << fmt("%.6f", p.seconds.min()) << ',' << fmt("%.3f", tps) << ',' << fmt("%.2f", gflops) << ','
           << fmt("%.4f", gflops / fma_gflops) << ',' << fmt("%.3f", p.busy) << '\n';
       s.x.push_back(p.tokens);
@@ -1077,23 +1084,29 @@ int roofline_main(int argc, char** argv) {
     progress("1.1B shape: generating random float32 weights (%s)", kvd_bench::tinyllama_config(max_len).summary().c_str());
     const kvd::ModelWeights<float> f32 = kvd::ModelWeights<float>::random(kvd_bench::tinyllama_config(max_len), 2024);
     std::vector<std::vector<PrefillPoint>> sweeps;  // per scheme, with --prefill-lengths
-    g_fast_matmul = opt.fast_matmul;
-    if (g_fast_matmul) progress("--fast-matmul: q4_0, q4_1 and q4_K matrices round their inputs to int8 blocks");
-    for (kvd::QuantScheme sc : opt.schemes) {
-      schemes.push_back(measure_scheme(f32, sc, opt.quick, u));
-      if (!opt.prefill_lengths.empty()) sweeps.push_back(measure_prefill_sweep(f32, sc, opt.prefill_lengths, u));
-      if (qref) {
-        rate_scheme(schemes.back(), opt.quality_model, opt.out_dir, qtext, qlogits);
-        progress("quality of %s: KL %.5f, top-1 %.1f%%, perplexity %.3f (%s)", kvd::quant_scheme_name(sc),
-                 schemes.back().kl, 100 * schemes.back().top1, schemes.back().ppl, schemes.back().quality_types.c_str());
+    std::vector<std::string> sweep_labels;
+    if (opt.fast_matmul)
+      progress("--fast-matmul: schemes with q4_0, q4_1, q4_K or q6_K matrices are measured twice, default and fast mode");
+    for (kvd::QuantScheme sc : opt.schemes)
+      for (bool fast : {false, true}) {
+        if (fast && !(opt.fast_matmul && scheme_has_fast_types(sc))) continue;
+        schemes.push_back(measure_scheme(f32, sc, opt.quick, u, fast));
+        if (!opt.prefill_lengths.empty()) {
+          sweeps.push_back(measure_prefill_sweep(f32, sc, opt.prefill_lengths, u, fast));
+          sweep_labels.push_back(schemes.back().label());
+        }
+        if (qref) {
+          rate_scheme(schemes.back(), opt.quality_model, opt.out_dir, qtext, qlogits);
+          progress("quality of %s: KL %.5f, top-1 %.1f%%, perplexity %.3f (%s)", schemes.back().label().c_str(),
+                   schemes.back().kl, 100 * schemes.back().top1, schemes.back().ppl, schemes.back().quality_types.c_str());
+        }
       }
-    }
     std::printf("\nkvdecode %s roofline, %s: read bandwidth %.2f GB/s (%d thread(s), others' CPU %s), FMA peak %.1f "
                 "GFLOP/s (others' CPU %s)\n", kvd::kVersion, cpu_model().c_str(), bw.best_gbs, T,
                 bw_busy >= 0 ? fmt("%.0f%%", 100 * bw_busy).c_str() : "?", fmaT.best_gflops,
                 fma_busy >= 0 ? fmt("%.0f%%", 100 * fma_busy).c_str() : "?");
     print_schemes(schemes, bw.best_gbs, fmaT.best_gflops, T, opt.out_dir);
-    if (!sweeps.empty()) print_prefill_sweeps(opt.schemes, sweeps, fmaT.best_gflops, T, opt.out_dir);
+    if (!sweeps.empty()) print_prefill_sweeps(sweep_labels, sweeps, fmaT.best_gflops, T, opt.out_dir);
     std::printf("%d measurement(s) were repeated because other processes took more than %.0f%% of the CPUs.\n",
                 u.repeats(), 100 * u.max_others());
     return 0;

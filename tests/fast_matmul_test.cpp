@@ -21,13 +21,14 @@
 namespace {
 using namespace kvd;
 
-const WeightType kFastTypes[] = {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ4_K};
+const WeightType kFastTypes[] = {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ6_K};
 
 struct Rows {
   std::vector<unsigned char> bytes;
   std::vector<float> w;     // (n_out, n_in) dequantized
   std::vector<float> c;     // (n_out, n_in) codes
-  std::vector<float> D, N;  // (n_out, n_in / 32)
+  std::vector<float> D, N;  // (n_out, n_in / sub), sub = 32 or 16 (q6_K)
+  long sub = 32;
 };
 
 Rows make_rows(WeightType t, long n_out, long n_in, unsigned seed) {
@@ -42,14 +43,15 @@ Rows make_rows(WeightType t, long n_out, long n_in, unsigned seed) {
   q.bytes.resize(rb * static_cast<std::size_t>(n_out));
   q.w.resize(src.size());
   q.c.resize(src.size());
-  q.D.assign(static_cast<std::size_t>(n_out * n_in / 32), 0.f);
+  q.sub = detail::quant_factoring(t).sub;
+  q.D.assign(static_cast<std::size_t>(n_out * n_in / q.sub), 0.f);
   q.N.assign(q.D.size(), 0.f);
   const bool has_min = detail::quant_factoring(t).has_min;
   for (long r = 0; r < n_out; ++r) {
     detail::quantize_row(t, src.data() + r * n_in, q.bytes.data() + r * rb, n_in);
     detail::dequantize_row(t, q.bytes.data() + r * rb, q.w.data() + r * n_in, n_in);
-    detail::factor_row(t, q.bytes.data() + r * rb, q.c.data() + r * n_in, q.D.data() + r * (n_in / 32),
-                       has_min ? q.N.data() + r * (n_in / 32) : nullptr, n_in);
+    detail::factor_row(t, q.bytes.data() + r * rb, q.c.data() + r * n_in, q.D.data() + r * (n_in / q.sub),
+                       has_min ? q.N.data() + r * (n_in / q.sub) : nullptr, n_in);
   }
   return q;
 }
@@ -87,11 +89,12 @@ std::vector<float> spec_product(const std::vector<float>& x, long M, const Rows&
     for (long j = 0; j < K / 32; ++j) d[j] = spec_round(&x[m * K + 32 * j], &q[32 * j], &qs[j]);
     for (long n = 0; n < N; ++n) {
       float acc = 0.f;
-      for (long j = 0; j < K / 32; ++j) {
+      for (long s = 0; s < K / w.sub; ++s) {
+        const long j = s * w.sub / 32;
         std::int32_t I = 0;
-        for (long k = 32 * j; k < 32 * j + 32; ++k) I += static_cast<std::int32_t>(w.c[n * K + k]) * q[k];
-        acc = std::fma(static_cast<float>(I) * d[j], w.D[n * (K / 32) + j], acc);
-        if (has_min) acc = std::fma(d[j] * static_cast<float>(qs[j]), w.N[n * (K / 32) + j], acc);
+        for (long k = s * w.sub; k < (s + 1) * w.sub; ++k) I += static_cast<std::int32_t>(w.c[n * K + k]) * q[k];
+        acc = std::fma(static_cast<float>(I) * d[j], w.D[n * (K / w.sub) + s], acc);
+        if (has_min) acc = std::fma(d[j] * static_cast<float>(qs[j]), w.N[n * (K / w.sub) + s], acc);
       }
       y[m * ldy + n] = acc;
     }
@@ -122,6 +125,10 @@ TEST(FastMatmul, RoundingIsTheDefinitionOnEveryPath) {
         ASSERT_EQ(rows.qsum.data()[e], qs) << "row " << m << " block " << j;
         const float xq = d * static_cast<float>(qs);
         ASSERT_TRUE(kvd_test::same_bits(&xq, rows.xq.data() + e, 1));
+        int half0 = 0, half1 = 0;
+        for (int k = 0; k < 16; ++k) half0 += q[k], half1 += q[16 + k];
+        ASSERT_EQ(rows.qsum16.data()[2 * e], half0);
+        ASSERT_EQ(rows.qsum16.data()[2 * e + 1], half1);
         for (int k = 0; k < 32; ++k)
           ASSERT_EQ(rows.q.data()[m * K + 32 * j + (k & ~7) + detail::fast_slot(k & 7)], q[k])
               << "row " << m << " block " << j << " value " << k << " portable " << portable;

@@ -253,7 +253,7 @@ TEST_P(GGUFFastExactness, EveryPathIdentical) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FastMode, GGUFFastExactness,
-                         ::testing::Combine(::testing::Values("rand256-Q4_K_M", "rand256-Q4_0", "rand256-Q4_1"),
+                         ::testing::Combine(::testing::Values("rand256-Q4_K_M", "rand256-Q4_0", "rand256-Q4_1", "rand256-Q6_K"),
                                             ::testing::Values(1, 2)),
                          [](const auto& info) {
                            std::string s = std::get<0>(info.param);
@@ -264,9 +264,9 @@ INSTANTIATE_TEST_SUITE_P(FastMode, GGUFFastExactness,
 class GGUFFastReference : public ::testing::TestWithParam<const char*> {};
 
 // The fast mode's logits against the float64 forward on the dequantized weights:
-// it changes them (the q4 matrices round their inputs), by at most 3% of the
+// it changes them (the q4 and q6_K matrices round their inputs), by at most 3% of the
 // largest logit at any position (llama.cpp's own rounding: 1.2-1.8%). A model
-// without q4 matrices (stories260K's rows of 64 hold no q4_K block) is unchanged, bit for bit.
+// without such matrices (stories260K's rows of 64 hold no q4_K or q6_K block) is unchanged, bit for bit.
 TEST_P(GGUFFastReference, LogitsNearReference) {
   const std::string name = GetParam();
   SKIP_IF_MISSING(kGGUF + name + ".gguf");
@@ -311,7 +311,7 @@ TEST_P(GGUFFastReference, LogitsNearReference) {
 
 INSTANTIATE_TEST_SUITE_P(SharedFiles, GGUFFastReference,
                          ::testing::Values("stories260K-Q4_K_M", "rand256-Q4_0", "rand256-Q4_1", "rand256-Q4_K_M",
-                                           "rand256-Q8_0"),
+                                           "rand256-Q6_K", "rand256-Q8_0"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

@@ -10,27 +10,33 @@
 //          clamped to [-127, 127] (0 where d_j = 0 or the product is NaN),
 //   Q_j  = the sum of the block's q (an integer).
 // Output (m, n), with the weights' codes c, scales D and offsets N of the
-// factored form (quant_matrix.hpp), whose sub-blocks are these blocks of 32:
-//   acc = +0; for each sub-block j, in increasing k:
+// factored form (quant_matrix.hpp), whose sub-blocks are these blocks of 32 or,
+// for q6_K, their halves of 16:
+//   acc = +0; for each sub-block s, in increasing k, in block j:
 //     I   = the sum of c[n][k] q[m][k] over the sub-block   (int32, exact in any order)
-//     acc = fma(float(I) * d_j, D[n][j], acc)
-//     acc = fma(d_j * float(Q_j), N[n][j], acc)            (types with a min)
+//     acc = fma(float(I) * d_j, D[n][s], acc)
+//     acc = fma(d_j * float(Q_j), N[n][s], acc)            (types with a min: sub-blocks of 32)
 //   y[m][n] = acc
 // The integer sums are exact and every float step is a fixed, row-local
 // sequence, so the result is the same bits for every M, path, tiling and thread
 // count: the exactness contract holds in this mode as in the default one (each
-// mode against itself). float(I) is exact: |I| <= 32 * 15 * 127 < 2^24.
+// mode against itself). float(I) is exact: |I| <= 32 * 15 * 127 (q4) or
+// 16 * 32 * 127 (q6_K) < 2^24.
 //
-// Types: q4_0, q4_1 and q4_K (4-bit codes in sub-blocks of 32). A matrix of any
-// other type keeps the default numerics in fast mode, per matrix, so a model
-// mixing types (Q4_K_M) is still exact across paths.
+// Types: q4_0, q4_1, q4_K (4-bit codes in sub-blocks of 32) and q6_K (6-bit
+// codes in sub-blocks of 16), so a Q4_K_M file runs in fast mode throughout. A
+// matrix of any other type keeps the default numerics in fast mode, per matrix,
+// so a model mixing types is still exact across paths.
 //
 // PATHS. The scalar loop below defines the result. On AVX2 the 8 nibbles of a
 // code word (values k .. k + 7 of one output) split into two byte vectors,
 // (w & 0x0F..) = values k, k+2, k+4, k+6 and (w >> 4 & 0x0F..) = k+1, k+3, k+5,
 // k+7, so the rounded rows are stored with each group of 8 in the order 0, 2, 4,
 // 6, 1, 3, 5, 7: one 4-byte broadcast then feeds vpmaddubsw for 8 outputs.
-// A sub-block's 16-bit partial sums stay below 8 * 2 * 15 * 127 = 30480.
+// A sub-block's 16-bit partial sums stay below 8 * 2 * 15 * 127 = 30480. q6_K's
+// 6-bit codes are the same nibble planes plus two high bits per value, spread
+// from the high word into bits 4..5 of each byte; their 16-bit sums (at most
+// 2 * 2 * 63 * 127 = 32004 per group of 8 values) widen to 32 bits per group.
 #pragma once
 
 #include <algorithm>
@@ -46,7 +52,7 @@ namespace detail {
 
 /// Whether the fast mode computes matrices of type t (the others keep the default numerics).
 inline bool fast_matmul_type(WeightType t) {
-  return t == WeightType::kQ4_0 || t == WeightType::kQ4_1 || t == WeightType::kQ4_K;
+  return t == WeightType::kQ4_0 || t == WeightType::kQ4_1 || t == WeightType::kQ4_K || t == WeightType::kQ6_K;
 }
 
 inline constexpr long kFastBlock = 32;
@@ -55,11 +61,12 @@ inline constexpr long kFastBlock = 32;
 constexpr int fast_slot(int k) { return (k % 2 == 0) ? k / 2 : 4 + k / 2; }
 
 /// Rounded rows: q (M x K, row stride K, groups of 8 reordered), and per row and
-/// block of 32: the scale d, the integer sum of q, and d * float(that sum).
+/// block of 32: the scale d, the integer sum of q, and d * float(that sum); per
+/// half block of 16: the integer sum of q (q6_K's sub-blocks).
 struct FastRows {
   AlignedBuffer<std::int8_t> q;
   AlignedBuffer<float> d, xq;
-  AlignedBuffer<std::int32_t> qsum;
+  AlignedBuffer<std::int32_t> qsum, qsum16;
   long K = 0;
   void reserve(long M, long k) {
     K = k;
@@ -67,6 +74,7 @@ struct FastRows {
     d.reserve(static_cast<std::size_t>(M * K / kFastBlock));
     xq.reserve(static_cast<std::size_t>(M * K / kFastBlock));
     qsum.reserve(static_cast<std::size_t>(M * K / kFastBlock));
+    qsum16.reserve(static_cast<std::size_t>(M * K / 16));
   }
 };
 
@@ -124,11 +132,14 @@ inline void fast_round_rows(const float* x, long ldx, long m0, long m1, FastRows
       const float* xb = x + m * ldx + j * kFastBlock;
       const float d = portable ? fast_round_block_portable(xb, qi) : fast_round_block(xb, qi);
       std::int8_t* q = rows.q.data() + m * K + j * kFastBlock;
-      std::int32_t s = 0;
+      std::int32_t s = 0, half[2] = {0, 0};
       for (int k = 0; k < kFastBlock; ++k) {
         q[(k & ~7) + fast_slot(k & 7)] = static_cast<std::int8_t>(qi[k]);
         s += qi[k];
+        half[k / 16] += qi[k];
       }
+      rows.qsum16.data()[(m * nb + j) * 2] = half[0];
+      rows.qsum16.data()[(m * nb + j) * 2 + 1] = half[1];
       rows.d.data()[m * nb + j] = d;
       rows.qsum.data()[m * nb + j] = s;
       rows.xq.data()[m * nb + j] = d * static_cast<float>(s);
@@ -139,7 +150,8 @@ inline void fast_round_rows(const float* x, long ldx, long m0, long m1, FastRows
 inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
   const long K = w.n_in(), nb = K / kFastBlock, P = w.n_panels(), bs = w.block_size();
   const QuantFactoring f = quant_factoring(w.type());
-  KVD_ASSERT(f.sub == kFastBlock);
+  const long sub = f.sub, n_sub = bs / sub;
+  KVD_ASSERT((sub == kFastBlock || sub == 16) && !(f.has_min && sub != kFastBlock));
 #if defined(_OPENMP)
 #pragma omp parallel if (parallel)
 #endif
@@ -148,21 +160,20 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
     this_thread(t, nt);
     long p0, p1;
     split_range(P, t, nt, p0, p1);
-    std::vector<float> c(static_cast<std::size_t>(bs * kLanes)), D(static_cast<std::size_t>(bs / kFastBlock * kLanes)),
-        N(D.size());
+    std::vector<float> c(static_cast<std::size_t>(bs * kLanes)), D(static_cast<std::size_t>(n_sub * kLanes)), N(D.size());
     for (long p = p0; p < p1; ++p) {
       for (long m = 0; m < M; ++m) std::fill(y + m * ldy + p * kLanes, y + m * ldy + (p + 1) * kLanes, 0.f);
       for (long b = 0; b < w.n_blocks(); ++b) {
         factor_panel_block_portable<float>(w.type(), w.panel_block(p, b), c.data(), D.data(), f.has_min ? N.data() : nullptr);
         for (long m = 0; m < M; ++m)
-          for (long s = 0; s < bs / kFastBlock; ++s) {
-            const long j = b * (bs / kFastBlock) + s;
-            const std::int8_t* q = rows.q.data() + m * K + j * kFastBlock;
+          for (long s = 0; s < n_sub; ++s) {
+            const long k0 = b * bs + s * sub, j = k0 / kFastBlock;  // first value, block of 32
+            const std::int8_t* q = rows.q.data() + m * K;
             const float d = rows.d.data()[m * nb + j], xq = rows.xq.data()[m * nb + j];
             for (int lane = 0; lane < kLanes; ++lane) {
               std::int32_t I = 0;
-              for (int k = 0; k < kFastBlock; ++k)
-                I += static_cast<std::int32_t>(c[(s * kFastBlock + k) * kLanes + lane]) * q[(k & ~7) + fast_slot(k & 7)];
+              for (long k = k0; k < k0 + sub; ++k)
+                I += static_cast<std::int32_t>(c[(k - b * bs) * kLanes + lane]) * q[(k & ~7L) + fast_slot(static_cast<int>(k & 7))];
               float& acc = y[m * ldy + p * kLanes + lane];
               acc = std::fma(static_cast<float>(I) * d, D[s * kLanes + lane], acc);
               if (f.has_min) acc = std::fma(xq, N[s * kLanes + lane], acc);
@@ -245,14 +256,94 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
   }
 }
 
+/// The q6_K tile: MR rows x NH half panels; per group of 8 values the two nibble
+/// planes get their two high bits (bits 4..5 of each byte) from the high word.
+template <int MR, int NH>
+inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
+  const long K = rows.K, nbq = K / kFastBlock;
+  KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
+  const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), m12 = _mm256_set1_epi8(12),
+                bytes02 = _mm256_set1_epi32(0x00FF00FF), low16 = _mm256_set1_epi32(0xFFFF), ones = _mm256_set1_epi16(1);
+  const std::size_t pbb = w.panel_block_bytes();
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  for (long b = 0; b < w.n_blocks(); ++b) {
+    const unsigned char* pb[NH];
+    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
+    for (int s = 0; s < 16; ++s) {
+      const unsigned char* ql[NH];
+      const unsigned char* qh[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+        const int h = static_cast<int>((h0 + i) % 2);
+        ql[i] = pb[i] + 288 + 128 * s + 32 * h;  // Avx2DecodeQ6_K's fields
+        qh[i] = pb[i] + 2336 + 64 * s + 32 * h;
+        const std::size_t line0 = pbb * s / 16 / 64, line1 = (pbb * (s + 1) / 16 + 63) / 64;
+        for (std::size_t l = line0 + (h0 + i) % 2; l < line1; l += 2) prefetch_read_at(pb[i], 2 * pbb + 64 * l);
+      }
+      __m256i t[MR][NH];
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_si256();
+      const long k0 = b * 256 + 16 * s;
+      KVD_UNROLL(1) for (int g = 0; g < 2; ++g) {
+        __m256i lo[NH], hi[NH];
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql[i] + 64 * g));
+          const __m256i hw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh[i]));
+          // the group's 8 pairs of high bits (16 bits), nibble n -> byte n: byte n then
+          // holds the high bits of values 2n (bits 0..1) and 2n + 1 (bits 2..3)
+          __m256i v = g == 0 ? _mm256_and_si256(hw, low16) : _mm256_srli_epi32(hw, 16);
+          v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 8)), bytes02);
+          v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), m4);
+          lo[i] = _mm256_or_si256(_mm256_and_si256(wv, m4), _mm256_slli_epi32(_mm256_and_si256(v, m3), 4));
+          hi[i] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
+                                  _mm256_slli_epi32(_mm256_and_si256(v, m12), 2));
+        }
+        KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+          const std::int8_t* qa = q0 + r * K + k0 + 8 * g;
+          std::int32_t a0, a1;
+          std::memcpy(&a0, qa, 4);
+          std::memcpy(&a1, qa + 4, 4);
+          const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);
+          KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0), _mm256_maddubs_epi16(hi[i], b1));
+            t[r][i] = _mm256_add_epi32(t[r][i], _mm256_madd_epi16(p, ones));
+          }
+        }
+      }
+      Avx2DecodeQ6_K dec[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+        const long row = m0 + r;
+        const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
+        const __m256i off = _mm256_set1_epi32(32 * rows.qsum16.data()[row * (K / 16) + k0 / 16]);
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          const __m256i I = _mm256_sub_epi32(t[r][i], off);  // codes - 32
+          float* yp = y + r * ldy + (h0 + i) * 8;
+          _mm256_storeu_ps(yp, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp)));
+        }
+      }
+    }
+  }
+}
+
 inline constexpr int kFastMaxRows = 4;
 /// Half panels per tile: 4 for 1 or 2 rows, 2 for 3 or 4 (8 16-bit accumulators).
 constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
 
-template <class Dec, int MR, int NH = fast_halves(MR)>
+/// q6_K's tiles hold 32-bit sums and more constants: 2 half panels for 1 row, 1 beyond.
+template <class Dec>
+constexpr int fast_halves_of(int mr) {
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return mr <= 1 ? 2 : 1;
+  return fast_halves(mr);
+}
+
+template <class Dec, int MR, int NH = fast_halves_of<Dec>(MR)>
 inline void fast_tile_avx2_nh(int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   if constexpr (NH >= 1) {
-    if (nh == NH) return fast_tile_avx2<Dec, MR, NH>(rows, m0, w, h0, y, ldy);
+    if (nh == NH) {
+      if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return fast_tile_q6k_avx2<MR, NH>(rows, m0, w, h0, y, ldy);
+      else return fast_tile_avx2<Dec, MR, NH>(rows, m0, w, h0, y, ldy);
+    }
     return fast_tile_avx2_nh<Dec, MR, NH - 1>(nh, rows, m0, w, h0, y, ldy);
   }
 }
@@ -271,7 +362,7 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
   auto run = [&](auto dec) {
     using Dec = decltype(dec);
     const int mr_max = static_cast<int>(std::min<long>(M, kFastMaxRows));
-    const int nh_max = fast_halves(mr_max);
+    const int nh_max = fast_halves_of<Dec>(mr_max);
     const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
     const long mb = std::max<long>(kFastMaxRows, (128L << 10) / rows.K / kFastMaxRows * kFastMaxRows);
 #if defined(_OPENMP)
@@ -297,6 +388,7 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
     case WeightType::kQ4_0: return run(Avx2DecodeQ4<false>{});
     case WeightType::kQ4_1: return run(Avx2DecodeQ4<true>{});
     case WeightType::kQ4_K: return run(Avx2DecodeQK4<false>{});
+    case WeightType::kQ6_K: return run(Avx2DecodeQ6_K{});
     default: KVD_ASSERT(false);
   }
 }

@@ -241,8 +241,8 @@ class PackedMatrix {
   }
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(data_.size()); }
 
-  /// Fast mode (fast_matmul.hpp): products with this matrix's q4_0, q4_1 and q4_K
-  /// segments round the activations to int8 blocks. Off by default; other
+  /// Fast mode (fast_matmul.hpp): products with this matrix's q4_0, q4_1, q4_K and
+  /// q6_K segments round the activations to int8 blocks. Off by default; other
   /// segments keep the default numerics either way.
   void set_fast_matmul(bool on) { fast_ = on; }
   bool fast_matmul() const { return fast_; }
