@@ -16,6 +16,7 @@
 
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/fast_matmul.hpp"
+#include "quant_rows.hpp"
 #include "test_util.hpp"
 
 namespace {
@@ -23,46 +24,9 @@ using namespace kvd;
 
 const WeightType kFastTypes[] = {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ6_K};
 
-struct Rows {
-  std::vector<unsigned char> bytes;
-  std::vector<float> w;     // (n_out, n_in) dequantized
-  std::vector<float> c;     // (n_out, n_in) codes
-  std::vector<float> D, N;  // (n_out, n_in / sub), sub = 32 or 16 (q6_K)
-  long sub = 32;
-};
-
-Rows make_rows(WeightType t, long n_out, long n_in, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.f, 0.05f);
-  std::vector<float> src(static_cast<std::size_t>(n_out * n_in));
-  for (auto& v : src) v = nd(rng);
-  for (long k = 0; k < n_in; ++k) src[static_cast<std::size_t>(n_in + k)] += 0.1f;  // a row with an offset
-  for (long k = 0; k < n_in; ++k) src[static_cast<std::size_t>(2 * n_in + k)] = 0.f;  // a zero row
-  const std::size_t rb = weight_row_bytes(t, static_cast<std::uint64_t>(n_in));
-  Rows q;
-  q.bytes.resize(rb * static_cast<std::size_t>(n_out));
-  q.w.resize(src.size());
-  q.c.resize(src.size());
-  q.sub = detail::quant_factoring(t).sub;
-  q.D.assign(static_cast<std::size_t>(n_out * n_in / q.sub), 0.f);
-  q.N.assign(q.D.size(), 0.f);
-  const bool has_min = detail::quant_factoring(t).has_min;
-  for (long r = 0; r < n_out; ++r) {
-    detail::quantize_row(t, src.data() + r * n_in, q.bytes.data() + r * rb, n_in);
-    detail::dequantize_row(t, q.bytes.data() + r * rb, q.w.data() + r * n_in, n_in);
-    detail::factor_row(t, q.bytes.data() + r * rb, q.c.data() + r * n_in, q.D.data() + r * (n_in / q.sub),
-                       has_min ? q.N.data() + r * (n_in / q.sub) : nullptr, n_in);
-  }
-  return q;
-}
-
-std::vector<float> activations(long M, long K, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd;
-  std::vector<float> x(static_cast<std::size_t>(M * K));
-  for (auto& v : x) v = nd(rng);
-  return x;
-}
+using kvd_test::activations;
+using kvd_test::make_rows;
+using Rows = kvd_test::QuantRows;
 
 /// The rounding of one block, as fast_matmul.hpp's comment defines it.
 float spec_round(const float* x, int* q, int* qsum) {
@@ -82,6 +46,7 @@ float spec_round(const float* x, int* q, int* qsum) {
 /// The fast product, as fast_matmul.hpp's comment defines it (y: M x ldy).
 std::vector<float> spec_product(const std::vector<float>& x, long M, const Rows& w, WeightType t, long N, long K, long ldy) {
   const bool has_min = detail::quant_factoring(t).has_min;
+  const long sub = detail::quant_factoring(t).sub;
   std::vector<float> y(static_cast<std::size_t>(M * ldy), 0.f);
   std::vector<int> q(static_cast<std::size_t>(K)), qs(static_cast<std::size_t>(K / 32));
   std::vector<float> d(static_cast<std::size_t>(K / 32));
@@ -89,12 +54,12 @@ std::vector<float> spec_product(const std::vector<float>& x, long M, const Rows&
     for (long j = 0; j < K / 32; ++j) d[j] = spec_round(&x[m * K + 32 * j], &q[32 * j], &qs[j]);
     for (long n = 0; n < N; ++n) {
       float acc = 0.f;
-      for (long s = 0; s < K / w.sub; ++s) {
-        const long j = s * w.sub / 32;
+      for (long s = 0; s < K / sub; ++s) {
+        const long j = s * sub / 32;
         std::int32_t I = 0;
-        for (long k = s * w.sub; k < (s + 1) * w.sub; ++k) I += static_cast<std::int32_t>(w.c[n * K + k]) * q[k];
-        acc = std::fma(static_cast<float>(I) * d[j], w.D[n * (K / w.sub) + s], acc);
-        if (has_min) acc = std::fma(d[j] * static_cast<float>(qs[j]), w.N[n * (K / w.sub) + s], acc);
+        for (long k = s * sub; k < (s + 1) * sub; ++k) I += static_cast<std::int32_t>(w.c[n * K + k]) * q[k];
+        acc = std::fma(static_cast<float>(I) * d[j], w.D[n * (K / sub) + s], acc);
+        if (has_min) acc = std::fma(d[j] * static_cast<float>(qs[j]), w.N[n * (K / sub) + s], acc);
       }
       y[m * ldy + n] = acc;
     }

@@ -52,6 +52,23 @@ RowMatrix<float> prompt_logits(Transformer<float>& model, const std::vector<int>
 
 // ---- Reference logits -------------------------------------------------------
 
+/// Expects every position's largest |ref - got| within tol * its largest |ref|;
+/// returns the largest of those ratios.
+double check_near_reference(const std::vector<float>& ref, const RowMatrix<float>& got, std::size_t n, int V, double tol,
+                            const std::string& name) {
+  double worst = 0;
+  for (std::size_t t = 0; t < n; ++t) {
+    double max_abs = 0, max_err = 0;
+    for (int v = 0; v < V; ++v) {
+      max_abs = std::max(max_abs, std::abs(double(ref[t * V + v])));
+      max_err = std::max(max_err, std::abs(double(ref[t * V + v]) - got(t, v)));
+    }
+    EXPECT_LE(max_err, tol * max_abs) << name << " position " << t;
+    worst = std::max(worst, max_err / max_abs);
+  }
+  return worst;
+}
+
 class GGUFReference : public ::testing::TestWithParam<const char*> {};
 
 // Every file's logits within 1e-4 of the largest reference logit, at every position.
@@ -64,16 +81,7 @@ TEST_P(GGUFReference, LogitsMatchReference) {
   const int V = model.config().vocab_size;
   ASSERT_EQ(ref.size(), ids.size() * V);
   const RowMatrix<float> got = prompt_logits(model, ids);
-  double worst = 0;
-  for (std::size_t t = 0; t < ids.size(); ++t) {
-    double max_abs = 0, max_err = 0;
-    for (int v = 0; v < V; ++v) {
-      max_abs = std::max(max_abs, std::abs(double(ref[t * V + v])));
-      max_err = std::max(max_err, std::abs(double(ref[t * V + v]) - got(t, v)));
-    }
-    EXPECT_LE(max_err, 1e-4 * max_abs) << name << " position " << t;
-    worst = std::max(worst, max_err / max_abs);
-  }
+  const double worst = check_near_reference(ref, got, ids.size(), V, 1e-4, name);
   std::cout << "  " << name << ": largest error " << worst << " of the largest logit\n";
 }
 
@@ -282,15 +290,9 @@ TEST_P(GGUFFastReference, LogitsNearReference) {
   for (const auto& b : model.blocks())
     for (const auto* m : {&b.attention().wqkv(), &b.attention().wo(), &b.mlp().w13(), &b.mlp().w2()})
       for (const auto& seg : m->segments()) any_q4 = any_q4 || detail::fast_matmul_type(seg.type);
-  double worst = 0, mean_kl = 0;
+  const double worst = check_near_reference(ref, fast, ids.size(), V, 0.03, name);
+  double mean_kl = 0;
   for (std::size_t t = 0; t < ids.size(); ++t) {
-    double max_abs = 0, max_err = 0;
-    for (int v = 0; v < V; ++v) {
-      max_abs = std::max(max_abs, std::abs(double(ref[t * V + v])));
-      max_err = std::max(max_err, std::abs(double(ref[t * V + v]) - fast(t, v)));
-    }
-    EXPECT_LE(max_err, 0.03 * max_abs) << name << " position " << t;
-    worst = std::max(worst, max_err / max_abs);
     // KL(reference || fast) of the next-token distributions
     double mr = -1e300, mf = -1e300, zr = 0, zf = 0, kl = 0;
     for (int v = 0; v < V; ++v) mr = std::max(mr, double(ref[t * V + v])), mf = std::max(mf, double(fast(t, v)));

@@ -152,14 +152,7 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
   const QuantFactoring f = quant_factoring(w.type());
   const long sub = f.sub, n_sub = bs / sub;
   KVD_ASSERT((sub == kFastBlock || sub == 16) && !(f.has_min && sub != kFastBlock));
-#if defined(_OPENMP)
-#pragma omp parallel if (parallel)
-#endif
-  {
-    int t = 0, nt = 1;
-    this_thread(t, nt);
-    long p0, p1;
-    split_range(P, t, nt, p0, p1);
+  parallel_parts(P, parallel, [&](long p0, long p1) {
     std::vector<float> c(static_cast<std::size_t>(bs * kLanes)), D(static_cast<std::size_t>(n_sub * kLanes)), N(D.size());
     for (long p = p0; p < p1; ++p) {
       for (long m = 0; m < M; ++m) std::fill(y + m * ldy + p * kLanes, y + m * ldy + (p + 1) * kLanes, 0.f);
@@ -181,7 +174,7 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
           }
       }
     }
-  }
+  });
 }
 
 #if defined(KVDECODE_QUANT_AVX2)
@@ -365,14 +358,7 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
     const int nh_max = fast_halves_of<Dec>(mr_max);
     const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
     const long mb = std::max<long>(kFastMaxRows, (128L << 10) / rows.K / kFastMaxRows * kFastMaxRows);
-#if defined(_OPENMP)
-#pragma omp parallel if (parallel)
-#endif
-    {
-      int t = 0, nt = 1;
-      this_thread(t, nt);
-      long c0, c1;
-      split_range(n_ctiles, t, nt, c0, c1);
+    parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
       for (long b0 = 0; b0 < M; b0 += mb)
         for (long c = c0; c < c1; ++c) {
           const long h0 = c * nh_max;
@@ -382,7 +368,7 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
             fast_tile_avx2_any<Dec>(mr, nh, rows, m0, w, h0, y + m0 * ldy, ldy);
           }
         }
-    }
+    });
   };
   switch (w.type()) {
     case WeightType::kQ4_0: return run(Avx2DecodeQ4<false>{});
@@ -408,16 +394,7 @@ inline void matmul_fast_with(const float* x, long ldx, long M, const QuantPanels
   FastRows& rows = rows_buf;  // the caller's buffer: inside the parallel regions, rows_buf would be each thread's own
   rows.reserve(M, w.n_in());
   const bool portable = path == FastPath::kPortable;
-#if defined(_OPENMP)
-#pragma omp parallel if (parallel && M > 1)
-#endif
-  {
-    int t = 0, nt = 1;
-    this_thread(t, nt);
-    long m0, m1;
-    split_range(M, t, nt, m0, m1);
-    fast_round_rows(x, ldx, m0, m1, rows, portable);
-  }
+  parallel_parts(M, parallel && M > 1, [&](long m0, long m1) { fast_round_rows(x, ldx, m0, m1, rows, portable); });
 #if defined(KVDECODE_FAST_AVX2)
   if (!portable) return matmul_fast_avx2(rows, M, w, y, ldy, parallel);
 #endif

@@ -504,6 +504,23 @@ inline void split_range(long n, int t, int nt, long& begin, long& end) {
   end = n * (t + 1) / nt;
 }
 
+/// f(begin, end) on each thread of one parallel region (when `parallel`; else on
+/// the calling thread with [0, n)), with that thread's split_range() part of n items.
+template <class F>
+inline void parallel_parts(long n, bool parallel, F&& f) {
+#if defined(_OPENMP)
+#pragma omp parallel if (parallel)
+#endif
+  {
+    int t = 0, nt = 1;
+    this_thread(t, nt);
+    long begin, end;
+    split_range(n, t, nt, begin, end);
+    f(begin, end);
+  }
+  (void)parallel;
+}
+
 /// Small M (decode, batched decode): no packing, nothing allocated. Each thread
 /// takes a contiguous range of column tiles, so the threads stream disjoint
 /// contiguous parts of the packed weights, each byte once from memory; a second
