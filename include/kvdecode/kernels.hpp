@@ -536,14 +536,7 @@ void matmul_small(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, lo
   // take k in blocks, so that each block of weights is still in L1 when the
   // next row tile reads it.
   const long kc_max = n_rtiles == 1 ? K : kSmallKc;
-#if defined(_OPENMP)
-#pragma omp parallel if (parallel)
-#endif
-  {
-    int t = 0, nt = 1;
-    this_thread(t, nt);
-    long c0, c1;
-    split_range(n_ctiles, t, nt, c0, c1);
+  parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
     for (long c = c0; c < c1; ++c) {
       const long p0 = c * np_max;
       const int np = static_cast<int>(std::min<long>(np_max, P - p0));
@@ -556,7 +549,7 @@ void matmul_small(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, lo
         }
       }
     }
-  }
+  });
 }
 
 /// Per-thread scratch for packed input rows, allocated once per thread at its

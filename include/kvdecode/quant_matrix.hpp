@@ -563,20 +563,13 @@ void matmul_quant_fused(const T* x, long ldx, long M, const T* xs, long ldxs, co
   const long P = w.n_panels(), n_ctiles = (P + np_max - 1) / np_max;
   with_decoder(w.type(), [&](auto dec) {
     using Dec = decltype(dec);
-#if defined(_OPENMP)
-#pragma omp parallel if (parallel)
-#endif
-    {
-      int t = 0, nt = 1;
-      this_thread(t, nt);
-      long c0, c1;
-      split_range(n_ctiles, t, nt, c0, c1);
+    parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
       for (long c = c0; c < c1; ++c) {
         const long p0 = c * np_max;
         const int np = static_cast<int>(std::min<long>(np_max, P - p0));
         quant_tile_fused_any<Dec>(mr, np, x, ldx, xs, ldxs, w, p0, y, ldy);
       }
-    }
+    });
   });
 }
 #endif  // !KVDECODE_NO_FUSED_QUANT
@@ -922,14 +915,7 @@ void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldx
     const int mr_max = quant_fused_rows_avx2<Dec>(static_cast<int>(M));
     const int nh_max = quant_fused_halves_avx2<Dec>(mr_max);
     const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
-#if defined(_OPENMP)
-#pragma omp parallel if (parallel)
-#endif
-    {
-      int t = 0, nt = 1;
-      this_thread(t, nt);
-      long c0, c1;
-      split_range(n_ctiles, t, nt, c0, c1);
+    parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
       for (long c = c0; c < c1; ++c) {
         const long h0 = c * nh_max;
         const int nh = static_cast<int>(std::min<long>(nh_max, H - h0));
@@ -939,7 +925,7 @@ void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldx
                                          y + m0 * ldy, ldy);
         }
       }
-    }
+    });
   });
 }
 #endif  // !KVDECODE_NO_FUSED_QUANT
