@@ -3,10 +3,19 @@
 // with seeded random f16 weights and a synthetic SentencePiece-style vocabulary,
 // so that kvdecode-quantize and kvdecode-generate (--draft-model, --lookup) can be
 // measured on a model of that size without downloading one:
-//   kvdecode-random-gguf OUT.gguf [LAYERS] [SEED]
+//   kvdecode-random-gguf OUT.gguf [LAYERS] [SEED] [DECAY]
 // LAYERS (default 22) shrinks the model for a quicker run. Every matrix holds its own
 // values, uniform in [-0.03, 0.03), from SplitMix64(seed, tensor index); norms are 1.
+// The embedding and the classifier are drawn first, then the layers in order, so the
+// file with fewer LAYERS and the same SEED and DECAY is the first layers of the larger
+// one: a smaller model of the same family (a draft model for speculative decoding).
+// DECAY (default 1) scales the two matrices that write into the residual stream
+// (attn_output, ffn_down) of layer l by DECAY^l. At 1 the layers are equal and the
+// random network is chaotic (a small change of its weights changes its greedy output
+// within a few tokens); below 1 the later layers refine what the first ones decided,
+// as in a trained model, and a few first layers predict most of its choices.
 // Exit status: 0 success, 1 the file could not be written, 2 bad argument.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -19,14 +28,19 @@
 namespace {
 
 int run(int argc, char** argv) {
-  if (argc < 2 || argc > 4 || std::string(argv[1]) == "--help") {
-    std::cerr << "usage: kvdecode-random-gguf OUT.gguf [LAYERS (1..22, default 22)] [SEED (default 1)]\n";
-    return argc < 2 || argc > 4 ? 2 : 0;
+  if (argc < 2 || argc > 5 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cerr << "usage: kvdecode-random-gguf OUT.gguf [LAYERS (1..22, default 22)] [SEED (default 1)] [DECAY (0..1, "
+                 "default 1)]\n"
+                 "  A random f16 model of the TinyLlama-1.1B shape. Fewer LAYERS with the same SEED and DECAY give the\n"
+                 "  first layers of the larger model. DECAY scales layer l's attn_output and ffn_down by DECAY^l.\n";
+    return argc < 2 || argc > 5 ? 2 : 0;
   }
   const std::string path = argv[1];
   const int layers = argc > 2 ? std::stoi(argv[2]) : 22;
   const std::uint64_t seed = argc > 3 ? std::stoull(argv[3]) : 1;
+  const double decay = argc > 4 ? std::stod(argv[4]) : 1.0;
   if (layers < 1 || layers > 22) throw kvd::ArgumentError(kvd::detail::msg("LAYERS = ", layers, " must be in [1, 22]"));
+  if (!(decay > 0 && decay <= 1)) throw kvd::ArgumentError(kvd::detail::msg("DECAY = ", argv[4], " must be in (0, 1]"));
   const std::uint64_t d = 2048, ff = 5632, H = 32, KV = 4, V = 32000, dh = 64;
 
   kvd::GGUFWriter w;
@@ -67,12 +81,12 @@ int run(int argc, char** argv) {
   std::vector<std::vector<std::uint16_t>> mats;
   std::vector<float> ones(d, 1.f);
   mats.reserve(2 + 7 * static_cast<std::size_t>(layers));
-  auto mat = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows) {
+  auto mat = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows, double scale = 1.0) {
     std::uint64_t state = seed * 0x9E3779B97F4A7C15ull + mats.size();
     mats.emplace_back(cols * rows);
     for (auto& x : mats.back()) {
       const double u = static_cast<double>(kvd::splitmix64(state) >> 11) * 0x1.0p-53;  // [0, 1)
-      x = Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(static_cast<float>(0.06 * u - 0.03)));
+      x = Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(static_cast<float>(scale * (0.06 * u - 0.03))));
     }
     w.add_tensor_ref(name, kvd::WeightType::kF16, {cols, rows}, mats.back().data(), cols * rows * 2);
   };
@@ -84,18 +98,19 @@ int run(int argc, char** argv) {
   mat("output.weight", d, V);
   for (int l = 0; l < layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
+    const double out_scale = std::pow(decay, l);  // of the matrices writing into the residual stream
     norm(p + "attn_norm.weight");
     mat(p + "attn_q.weight", d, H * dh);
     mat(p + "attn_k.weight", d, KV * dh);
     mat(p + "attn_v.weight", d, KV * dh);
-    mat(p + "attn_output.weight", H * dh, d);
+    mat(p + "attn_output.weight", H * dh, d, out_scale);
     norm(p + "ffn_norm.weight");
     mat(p + "ffn_gate.weight", d, ff);
-    mat(p + "ffn_down.weight", ff, d);
+    mat(p + "ffn_down.weight", ff, d, out_scale);
     mat(p + "ffn_up.weight", d, ff);
   }
   w.write(path);
-  std::cerr << "wrote " << path << " (" << layers << " layers, f16)\n";
+  std::cerr << "wrote " << path << " (" << layers << " layers, f16, decay " << decay << ")\n";
   return 0;
 }
 

@@ -43,7 +43,7 @@ const char* const kOutro = R"(--json fields: prompt_tokens, generated_tokens, pr
 decode_tokens_per_second, weight_bytes_per_token, kv_cache_bytes, kv_bytes_per_token,
 cache, cache_dtype, threads, stop_reason, prompt_ids, generated_ids, text, ...; with
 --draft-model or --lookup also draft, draft_tokens, draft_proposed, draft_accepted,
-acceptance_rate, target_forwards; with
+acceptance_rate, target_forwards, draft_seconds (of decode_seconds); with
 --prompt-cache also reused and prefilled; with --conversation one object
 {model, cache_reuse, cache_dtype, turns: [{prompt_tokens, reused, prefilled, ...}]}
 Options take their value as the next argument or after '=' (--steps=64).
@@ -112,6 +112,7 @@ struct Run {
   kvd::GenerateResult<float> result;
   bool speculative = false;  // with a drafter: the counters below are set
   long draft_proposed = 0, draft_accepted = 0, target_forwards = 0;
+  double draft_seconds = 0;  // proposing, included in decode_seconds
   std::vector<float> logits;  // (positions, V): every position fed, in order
   std::uint64_t kv_bytes = 0;
   double total_seconds = 0;
@@ -190,6 +191,7 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
     run.draft_proposed = r.draft_proposed;
     run.draft_accepted = r.draft_accepted;
     run.target_forwards = r.target_forwards;
+    run.draft_seconds = r.draft_seconds;
     run.result = std::move(r);
   } else {
     run.result = kvd::generate(model, prompt, cache, gopt, hooks);
@@ -280,7 +282,7 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
        << ",\"draft_tokens\":" << o.draft_tokens << ",\"draft_proposed\":" << run.draft_proposed
        << ",\"draft_accepted\":" << run.draft_accepted << ",\"acceptance_rate\":"
        << (run.draft_proposed > 0 ? static_cast<double>(run.draft_accepted) / run.draft_proposed : 0.0)
-       << ",\"target_forwards\":" << run.target_forwards;
+       << ",\"target_forwards\":" << run.target_forwards << ",\"draft_seconds\":" << run.draft_seconds;
   if (run.reused >= 0)
     js << ",\"reused\":" << run.reused << ",\"prefilled\":" << prompt.size() - static_cast<std::size_t>(run.reused);
   js << ",\"prompt_ids\":[";

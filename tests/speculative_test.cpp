@@ -178,6 +178,67 @@ TEST(PromptLookup, RejectsNonPositiveNgram) {
 // ---------------------------------------------------------------------------
 // Identity with plain decoding on a random model (needs no files).
 
+// The pay-off rule on given times (it never changes the output, only the speed).
+TEST(DraftTuner, ADraftModelIsProbedWithTwoDraftsAndDroppedWhenItCannotPay) {
+  detail::DraftTuner model(4, true), lookup(4, false);
+  EXPECT_EQ(model.choose(), 0);  // the first step is plain: it measures a plain step
+  EXPECT_EQ(lookup.choose(), 0);
+  model.plain_step(0.040);
+  lookup.plain_step(0.040);
+  EXPECT_EQ(model.choose(), 2);   // a draft model: its prefill yields draft 1, one decode step draft 2
+  EXPECT_EQ(lookup.choose(), 4);  // prompt lookup costs no forward: the full length
+  // 2 drafts, none kept; the draft's prefill took 0.300 s of its 0.345 s, so one
+  // decode step of the draft took 0.045 s: more than a plain step of the target.
+  model.verified(2, 0, true, 0.050, 0.345, 0.300);
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(model.choose(), 0) << "round " << i;
+    model.plain_step(0.040);
+  }
+}
+
+TEST(DraftTuner, ADraftModelThatCouldPayIsDroppedOnlyAfterFourRounds) {
+  // A draft token costs 0.015 s against a 0.040 s plain step: it would pay at full
+  // acceptance, not at the 1/3 estimated after one rejection. The tuner keeps
+  // drafting one token a round until 4 verifications with drafts, then stops.
+  detail::DraftTuner t(4, true);
+  t.plain_step(0.040);
+  ASSERT_EQ(t.choose(), 2);
+  t.verified(2, 0, true, 0.045, 0.315, 0.300);
+  for (int round = 2; round <= 4; ++round) {
+    ASSERT_EQ(t.choose(), 1) << "round " << round;
+    t.verified(1, 0, true, 0.0425, 0.015, 0.0);
+  }
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(t.choose(), 0) << "after the 4th round, step " << i;
+}
+
+TEST(DraftTuner, ACheapAcceptedDraftKeepsDraftingAndACostlyOneStops) {
+  // The same acceptance (every draft kept), two draft costs per token. Drafting k pays
+  // while (1 + k) / (plain + k * (row + draft)) beats 1 / plain.
+  for (double draft_s : {0.002, 0.060}) {
+    detail::DraftTuner t(4, true);
+    EXPECT_EQ(t.choose(), 0);
+    t.plain_step(0.040);
+    ASSERT_EQ(t.choose(), 2);
+    t.verified(2, 2, false, 0.044, 0.300 + draft_s, 0.300);  // the first draft came from the feed
+    int k = t.choose();
+    if (draft_s < 0.01) {
+      EXPECT_EQ(k, 4) << "draft_s " << draft_s;
+    } else {
+      EXPECT_EQ(k, 0) << "draft_s " << draft_s;
+    }
+  }
+}
+
+TEST(DraftTuner, AFeedOnlyProbeCountsTheFeedAsTheDraftCost) {
+  // draft_tokens = 1: the one draft came from the draft's prefill, so no decode step
+  // was timed; the feed's time stands for a draft token's cost (an upper bound).
+  detail::DraftTuner t(1, true);
+  t.plain_step(0.040);
+  ASSERT_EQ(t.choose(), 1);
+  t.verified(1, 1, false, 0.042, 0.500, 0.500);  // a 0.5 s prefill cannot pay for one token
+  EXPECT_EQ(t.choose(), 0);
+}
+
 TEST(Speculative, ScriptedDraftersMatchPlainDecodingForEveryDraftLength) {
   const ModelConfig c = test_config();
   Transformer<float> model(ModelWeights<float>::random(c, 21));

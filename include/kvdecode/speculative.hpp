@@ -247,23 +247,37 @@ int max_verify_rows(const Cache& cache) {
 /// yield E(k) = 1 + a + ... + a^k tokens for one forward of k + 1 rows costing
 /// plain + k * (extra_row + draft_token) seconds (a draft model's one-off prefill of
 /// the prompt left out); k = 0 is a plain step. The k with
-/// the best expected tokens per second is used. When it is 0, a prompt-lookup drafter
+/// the best expected tokens per second is used. The first verification (after one
+/// plain step) measures the costs: with max_k drafts for prompt lookup, with at most
+/// 2 for a draft model (its prefill yields the first, one decode step the second), so
+/// that a draft model too slow to pay costs one probe of 2 rather than max_k steps.
+/// When the best k is 0, a prompt-lookup drafter
 /// gets a one-token probe now and then (gaps doubling from 8 steps) to notice the
 /// acceptance rising; a drafter with a model is not probed again (it stops for the
 /// rest of the generation), since a probe must first feed it every token it skipped,
 /// a prefill that costs more than the probe can win back (measured on the 1.1B shape).
+/// So a draft model is dropped only on evidence: at once when even full acceptance
+/// would not pay for its measured cost, otherwise after 4 verifications with drafts
+/// (one draft a round while the estimate says 0), since an early rejection or two
+/// says little about the acceptance.
 class DraftTuner {
  public:
   DraftTuner(int max_k, bool uses_model) : max_k_(max_k), uses_model_(uses_model) {}
 
   int choose() {
     if (plain_s_ <= 0) return 0;             // the first decode step is plain: it measures plain_s_
-    if (row_s_ < 0) return max_k_;           // then one verification of max_k measures the rest
+    if (row_s_ < 0) return uses_model_ ? std::min(max_k_, 2) : max_k_;  // then one verification measures the rest
     if (gave_up_) return 0;
-    if (best() > 0) return best();
+    if (const int k = best(); k > 0) return k;
     if (uses_model_) {
-      gave_up_ = true;
-      return 0;
+      // A draft model is dropped for good (see above), so only on evidence: at once if
+      // it could not pay even with every draft accepted, else after kMinRounds
+      // verifications with drafts; until then it drafts one token a round.
+      if (best(1.0) == 0 || rounds_ >= kMinRounds) {
+        gave_up_ = true;
+        return 0;
+      }
+      return 1;
     }
     if (--until_probe_ > 0) return 0;
     probing_ = true;
@@ -274,11 +288,21 @@ class DraftTuner {
 
   /// A verification of `proposed` (>= 1) drafts, `accepted` of them kept, `rejected`
   /// when a draft mismatched (not when the draft ran out or generation stopped).
-  void verified(int proposed, int accepted, bool rejected, double verify_seconds, double draft_seconds) {
+  /// `draft_seconds` is the whole propose() call, `feed_seconds` the part of it that
+  /// fed the drafter tokens it had not seen (Drafter::last_feed_seconds), which also
+  /// yielded the first draft.
+  void verified(int proposed, int accepted, bool rejected, double verify_seconds, double draft_seconds,
+                double feed_seconds) {
+    ++rounds_;
     acc_ = 0.8 * acc_ + accepted;
     rej_ = 0.8 * rej_ + (rejected ? 1 : 0);
     row_s_ = ema(row_s_, std::max(0.0, (verify_seconds - plain_s_) / proposed));
-    draft_s_ = ema(draft_s_, draft_seconds / proposed);
+    // Per draft token: the forwards timed apart from the feed, one per draft they yielded.
+    const int timed = proposed - (feed_seconds > 0 ? 1 : 0);
+    if (timed > 0)
+      draft_s_ = ema(draft_s_, std::max(0.0, draft_seconds - feed_seconds) / timed);
+    else if (draft_s_ < 0)
+      draft_s_ = feed_seconds;  // only a feed so far: a forward of one token costs at most that
     if (probing_) {
       probing_ = false;
       if (best() > 0) {
@@ -292,8 +316,9 @@ class DraftTuner {
 
  private:
   static double ema(double avg, double x) { return avg <= 0 ? x : 0.7 * avg + 0.3 * x; }  // avg <= 0: none yet
-  int best() const {
-    const double a = (acc_ + 1) / (acc_ + rej_ + 2);
+  // The best draft length at acceptance a (default: the estimate, prior 1/2).
+  int best(double a = -1) const {
+    if (a < 0) a = (acc_ + 1) / (acc_ + rej_ + 2);
     int best_k = 0;
     double best_rate = 1.0 / plain_s_, tokens = 1, term = 1;
     for (int k = 1; k <= max_k_; ++k) {
@@ -314,6 +339,8 @@ class DraftTuner {
   double acc_ = 0, rej_ = 0;                         // decayed counts of accepted drafts and rejections
   int until_probe_ = 8, gap_ = 8;
   bool probing_ = false, gave_up_ = false;
+  int rounds_ = 0;                   // verifications with drafts so far
+  static constexpr int kMinRounds = 4;
 };
 }  // namespace detail
 
@@ -437,7 +464,7 @@ SpeculativeResult<T> generate_speculative(Transformer<T>& model, const std::vect
       tuner.plain_step(dt - draft_dt);
     else
       tuner.verified(static_cast<int>(draft.size()), produced - 1, produced - 1 < static_cast<int>(draft.size()),
-                     dt - draft_dt, std::max(0.0, draft_dt - drafter.last_feed_seconds()));
+                     dt - draft_dt, draft_dt, drafter.last_feed_seconds());
   }
   return res;
 }
