@@ -69,16 +69,26 @@ double check_near_reference(const std::vector<float>& ref, const RowMatrix<float
   return worst;
 }
 
+// A shared file's model, the reference prompt and the reference logits (ids x V).
+struct ReferenceRun {
+  Transformer<float> model;
+  std::vector<int> ids;
+  std::vector<float> ref;
+  int V;
+};
+ReferenceRun load_reference_run(const std::string& name) {
+  Transformer<float> model(load_gguf_model<float>(kGGUF + name + ".gguf"));
+  const int V = model.config().vocab_size;
+  return {std::move(model), read_ids(kRef + "prompt.ids"), read_floats(kRef + name + ".logits"), V};
+}
+
 class GGUFReference : public ::testing::TestWithParam<const char*> {};
 
 // Every file's logits within 1e-4 of the largest reference logit, at every position.
 TEST_P(GGUFReference, LogitsMatchReference) {
   const std::string name = GetParam();
   SKIP_IF_MISSING(kGGUF + name + ".gguf");
-  Transformer<float> model(load_gguf_model<float>(kGGUF + name + ".gguf"));
-  const auto ids = read_ids(kRef + "prompt.ids");
-  const auto ref = read_floats(kRef + name + ".logits");
-  const int V = model.config().vocab_size;
+  auto [model, ids, ref, V] = load_reference_run(name);
   ASSERT_EQ(ref.size(), ids.size() * V);
   const RowMatrix<float> got = prompt_logits(model, ids);
   const double worst = check_near_reference(ref, got, ids.size(), V, 1e-4, name);
@@ -278,10 +288,7 @@ class GGUFFastReference : public ::testing::TestWithParam<const char*> {};
 TEST_P(GGUFFastReference, LogitsNearReference) {
   const std::string name = GetParam();
   SKIP_IF_MISSING(kGGUF + name + ".gguf");
-  Transformer<float> model(load_gguf_model<float>(kGGUF + name + ".gguf"));
-  const auto ids = read_ids(kRef + "prompt.ids");
-  const auto ref = read_floats(kRef + name + ".logits");
-  const int V = model.config().vocab_size;
+  auto [model, ids, ref, V] = load_reference_run(name);
   ASSERT_EQ(ref.size(), ids.size() * V);
   const RowMatrix<float> exact = prompt_logits(model, ids);
   model.set_fast_matmul(true);
