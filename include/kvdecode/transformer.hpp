@@ -92,9 +92,8 @@ class Transformer {
   void set_fast_matmul(bool on) {
     for (auto& b : blocks_) b.set_fast_matmul(on);
     classifier_.set_fast_matmul(on);
-    fast_matmul_ = on;
   }
-  bool fast_matmul() const { return fast_matmul_; }
+  bool fast_matmul() const { return classifier_.fast_matmul(); }  ///< as set_fast_matmul() left every matrix
   const WeightMatrix& embedding() const { return embedding_; }  ///< (V, D)
 
   /// Bytes of weights a decode step reads: every packed matrix, one embedding
@@ -314,7 +313,6 @@ class Transformer {
   std::unique_ptr<RoPE<T>> rope_;  // on the heap: blocks keep a pointer that must survive moves
   std::vector<TransformerBlock<T>> blocks_;
   RMSNorm<T> final_norm_;
-  bool fast_matmul_ = false;
   PackedMatrix<T> classifier_;  // (V, D)
   WeightMatrix embedding_;      // (V, D) in its storage type (f64 for a double model)
   Workspace<T> ws_;
