@@ -653,11 +653,8 @@ struct SchemeFigures {
 };
 
 constexpr int kTypePos = 256, kTypePrefill = 256, kTypeBatch = 8, kQualityTokens = 320;
-/// Whether a scheme stores most of its matrices in types the fast mode computes (q4_0, q4_1, q4_K, q6_K).
-bool scheme_has_fast_types(kvd::QuantScheme s) {
-  using Q = kvd::QuantScheme;
-  return s == Q::kQ4_0 || s == Q::kQ4_1 || s == Q::kQ4_K || s == Q::kQ4_K_M || s == Q::kQ6_K;
-}
+/// Whether a scheme's main storage type is one the fast mode computes (every block type but q8_0).
+bool scheme_has_fast_types(kvd::QuantScheme s) { return kvd::detail::fast_matmul_type(kvd::quant_scheme_type(s)); }
 
 SchemeFigures measure_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantScheme scheme, bool quick, Undisturbed& u,
                              bool fast) {
@@ -1086,7 +1083,7 @@ int roofline_main(int argc, char** argv) {
     std::vector<std::vector<PrefillPoint>> sweeps;  // per scheme, with --prefill-lengths
     std::vector<std::string> sweep_labels;
     if (opt.fast_matmul)
-      progress("--fast-matmul: schemes with q4_0, q4_1, q4_K or q6_K matrices are measured twice, default and fast mode");
+      progress("--fast-matmul: schemes of block types other than q8_0 are measured twice, default and fast mode");
     for (kvd::QuantScheme sc : opt.schemes)
       for (bool fast : {false, true}) {
         if (fast && !(opt.fast_matmul && scheme_has_fast_types(sc))) continue;

@@ -308,7 +308,7 @@ inline std::vector<Option> all_options(Params& p) {
        kGenerate | kCacheReport | kRoofline | kQuantize | kConversation,
        [&p, str] { return p.threads > 0 ? str(p.threads) : S("OpenMP's default"); },
        [&p](const S& n, const S& v) { p.threads = static_cast<int>(parse_integer(n, v, 1, 1024)); }});
-  add({{"--fast-matmul"}, "", "fast mode: q4_0, q4_1, q4_K and q6_K matrices round their input rows to int8 blocks of 32 "
+  add({{"--fast-matmul"}, "", "fast mode: matrices of every block type but q8_0 round their input rows to int8 blocks of 32 "
        "and use integer dot products, as llama.cpp does (faster; logits move about 1% of the largest; still "
        "identical across every path and thread count)", exe, kGenerate | kRoofline, none,
        flag(p.fast_matmul)});

@@ -22,7 +22,8 @@
 namespace {
 using namespace kvd;
 
-const WeightType kFastTypes[] = {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ6_K};
+const WeightType kFastTypes[] = {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ5_0, WeightType::kQ5_1,
+                                 WeightType::kQ5_K, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ6_K};
 
 using kvd_test::activations;
 using kvd_test::make_rows;
@@ -57,9 +58,10 @@ std::vector<float> spec_product(const std::vector<float>& x, long M, const Rows&
       for (long s = 0; s < K / sub; ++s) {
         const long j = s * sub / 32;
         std::int32_t I = 0;
-        for (long k = s * sub; k < (s + 1) * sub; ++k) I += static_cast<std::int32_t>(w.c[n * K + k]) * q[k];
+        std::int32_t Q = 0;  // the sub-block's sum of q
+        for (long k = s * sub; k < (s + 1) * sub; ++k) I += static_cast<std::int32_t>(w.c[n * K + k]) * q[k], Q += q[k];
         acc = std::fma(static_cast<float>(I) * d[j], w.D[n * (K / sub) + s], acc);
-        if (has_min) acc = std::fma(d[j] * static_cast<float>(qs[j]), w.N[n * (K / sub) + s], acc);
+        if (has_min) acc = std::fma(d[j] * static_cast<float>(Q), w.N[n * (K / sub) + s], acc);
       }
       y[m * ldy + n] = acc;
     }
@@ -77,9 +79,10 @@ TEST(FastMatmul, RoundingIsTheDefinitionOnEveryPath) {
   for (int k = 0; k < 32; ++k) x[96 + k] = (k - 16) * 0.5f;  // amax 8: d = 8/127, values 63.5 d .. ties after rounding
   x[96] = 127.f / 127.f * 8.f;
   for (int k = 0; k < 32; ++k) x[128 + k] = k % 2 ? 1e-40f : -3e-41f;
+  for (int order : {8, 16})
   for (bool portable : {false, true}) {
     detail::FastRows rows;
-    rows.reserve(M, K);
+    rows.reserve(M, K, order);
     detail::fast_round_rows(x.data(), K, 0, M, rows, portable);
     for (long m = 0; m < M; ++m)
       for (long j = 0; j < K / 32; ++j) {
@@ -94,9 +97,15 @@ TEST(FastMatmul, RoundingIsTheDefinitionOnEveryPath) {
         for (int k = 0; k < 16; ++k) half0 += q[k], half1 += q[16 + k];
         ASSERT_EQ(rows.qsum16.data()[2 * e], half0);
         ASSERT_EQ(rows.qsum16.data()[2 * e + 1], half1);
-        for (int k = 0; k < 32; ++k)
-          ASSERT_EQ(rows.q.data()[m * K + 32 * j + (k & ~7) + detail::fast_slot(k & 7)], q[k])
-              << "row " << m << " block " << j << " value " << k << " portable " << portable;
+        const float xq0 = d * static_cast<float>(half0), xq1 = d * static_cast<float>(half1);
+        ASSERT_TRUE(kvd_test::same_bits(&xq0, rows.xq16.data() + 2 * e, 1));
+        ASSERT_TRUE(kvd_test::same_bits(&xq1, rows.xq16.data() + 2 * e + 1, 1));
+        for (int k = 0; k < 32; ++k) {
+          // order 8: each group of 8 as 0, 2, 4, 6, 1, 3, 5, 7; order 16: each group of 16 as 0, 4, 8, 12, 1, 5, ...
+          const int slot = order == 8 ? (k & ~7) + (k % 2 ? 4 + (k & 7) / 2 : (k & 7) / 2) : (k & ~15) + 4 * (k % 4) + (k & 15) / 4;
+          ASSERT_EQ(rows.q.data()[m * K + 32 * j + slot], q[k])
+              << "row " << m << " block " << j << " value " << k << " order " << order << " portable " << portable;
+        }
       }
   }
 }

@@ -15,18 +15,23 @@
 //   acc = +0; for each sub-block s, in increasing k, in block j:
 //     I   = the sum of c[n][k] q[m][k] over the sub-block   (int32, exact in any order)
 //     acc = fma(float(I) * d_j, D[n][s], acc)
-//     acc = fma(d_j * float(Q_j), N[n][s], acc)            (types with a min: sub-blocks of 32)
+//     acc = fma(d_j * float(Q_s), N[n][s], acc)            (types with a min; Q_s = the
+//                                                          sum of q over sub-block s)
 //   y[m][n] = acc
 // The integer sums are exact and every float step is a fixed, row-local
 // sequence, so the result is the same bits for every M, path, tiling and thread
 // count: the exactness contract holds in this mode as in the default one (each
-// mode against itself). float(I) is exact: |I| <= 32 * 15 * 127 (q4) or
-// 16 * 32 * 127 (q6_K) < 2^24.
+// mode against itself). float(I) is exact: |I| <= 32 * 31 * 127 (q5) or
+// 16 * 32 * 127 (q6_K) < 2^24. For sub-blocks of 32, Q_s = Q_j.
 //
-// Types: q4_0, q4_1, q4_K (4-bit codes in sub-blocks of 32) and q6_K (6-bit
-// codes in sub-blocks of 16), so a Q4_K_M file runs in fast mode throughout. A
-// matrix of any other type keeps the default numerics in fast mode, per matrix,
-// so a model mixing types is still exact across paths.
+// Types: every block type but q8_0. Codes in sub-blocks of 32: q4_0, q4_1, q4_K
+// (4 bits), q5_0, q5_1, q5_K (5 bits); in sub-blocks of 16: q2_K (2 bits), q3_K
+// (3) and q6_K (6). So Q4_K_M, Q5_K_M, Q3_K_M and Q2_K files run in fast mode
+// throughout. q8_0 keeps the default numerics: on AVX2 its bytes would need
+// transposing to 4 values per output lane, which measured no faster than its
+// float path (README, "Fast mode"). A matrix of a type the mode does not compute
+// keeps the default numerics, per matrix, so a model mixing types is still
+// exact across paths.
 //
 // PATHS. The scalar loop below defines the result. On AVX2 the 8 nibbles of a
 // code word (values k .. k + 7 of one output) split into two byte vectors,
@@ -37,6 +42,14 @@
 // 6-bit codes are the same nibble planes plus two high bits per value, spread
 // from the high word into bits 4..5 of each byte; their 16-bit sums (at most
 // 2 * 2 * 63 * 127 = 32004 per group of 8 values) widen to 32 bits per group.
+// q5's codes are the nibble planes plus one high bit per value, spread from the
+// high word into bit 4 of each byte (sums of at most 2 * 2 * 31 * 127 = 15748
+// per group, widened per group). q2_K and q3_K hold 16 values of 2 bits in a
+// word (value v at bits 2 v), so (w >> 2 j) & 3 gives values j, j + 4, j + 8,
+// j + 12 in its 4 bytes: their rounded rows store each group of 16 in the
+// order 0, 4, 8, 12, 1, 5, ... (fast_order() 16). q3_K adds its high bit (bit 2
+// of each byte, from the high word) and takes code + 4 in [0, 8), subtracting
+// 4 Q_s after (at most 8 * 2 * 7 * 127 = 14224 in 16 bits per sub-block).
 #pragma once
 
 #include <algorithm>
@@ -52,29 +65,48 @@ namespace detail {
 
 /// Whether the fast mode computes matrices of type t (the others keep the default numerics).
 inline bool fast_matmul_type(WeightType t) {
-  return t == WeightType::kQ4_0 || t == WeightType::kQ4_1 || t == WeightType::kQ4_K || t == WeightType::kQ6_K;
+  switch (t) {
+    case WeightType::kQ4_0: case WeightType::kQ4_1: case WeightType::kQ4_K:
+    case WeightType::kQ5_0: case WeightType::kQ5_1: case WeightType::kQ5_K:
+    case WeightType::kQ2_K: case WeightType::kQ3_K: case WeightType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
 }
 
 inline constexpr long kFastBlock = 32;
 
 /// Position of value k (0..7) of a group of 8 in the rounded row (0, 2, 4, 6, 1, 3, 5, 7).
 constexpr int fast_slot(int k) { return (k % 2 == 0) ? k / 2 : 4 + k / 2; }
+/// Position of value k (0..15) of a group of 16 in a row of order 16 (0, 4, 8, 12, 1, 5, 9, 13, ...).
+constexpr int fast_slot16(int k) { return 4 * (k % 4) + k / 4; }
+/// The rounded rows' order for type t: groups of 16 for the 2-bit planes (q2_K, q3_K), else of 8.
+inline int fast_order(WeightType t) { return t == WeightType::kQ2_K || t == WeightType::kQ3_K ? 16 : 8; }
+/// Where value k of a rounded row of the given order (8 or 16) is stored.
+constexpr long fast_pos(int order, long k) {
+  return order == 16 ? (k & ~15L) + fast_slot16(static_cast<int>(k & 15)) : (k & ~7L) + fast_slot(static_cast<int>(k & 7));
+}
 
-/// Rounded rows: q (M x K, row stride K, groups of 8 reordered), and per row and
-/// block of 32: the scale d, the integer sum of q, and d * float(that sum); per
-/// half block of 16: the integer sum of q (q6_K's sub-blocks).
+/// Rounded rows: q (M x K, row stride K, groups of `order` values reordered:
+/// fast_pos()), and per row and block of 32: the scale d, the integer sum of q,
+/// and d * float(that sum); per half block of 16: the integer sum of q and d *
+/// float(it) (the sub-blocks of q2_K, q3_K and q6_K).
 struct FastRows {
   AlignedBuffer<std::int8_t> q;
-  AlignedBuffer<float> d, xq;
+  AlignedBuffer<float> d, xq, xq16;
   AlignedBuffer<std::int32_t> qsum, qsum16;
   long K = 0;
-  void reserve(long M, long k) {
+  int order = 8;
+  void reserve(long M, long k, int row_order = 8) {
     K = k;
+    order = row_order;
     q.reserve(static_cast<std::size_t>(M * K));
     d.reserve(static_cast<std::size_t>(M * K / kFastBlock));
     xq.reserve(static_cast<std::size_t>(M * K / kFastBlock));
     qsum.reserve(static_cast<std::size_t>(M * K / kFastBlock));
     qsum16.reserve(static_cast<std::size_t>(M * K / 16));
+    xq16.reserve(static_cast<std::size_t>(M * K / 16));
   }
 };
 
@@ -134,12 +166,14 @@ inline void fast_round_rows(const float* x, long ldx, long m0, long m1, FastRows
       std::int8_t* q = rows.q.data() + m * K + j * kFastBlock;
       std::int32_t s = 0, half[2] = {0, 0};
       for (int k = 0; k < kFastBlock; ++k) {
-        q[(k & ~7) + fast_slot(k & 7)] = static_cast<std::int8_t>(qi[k]);
+        q[fast_pos(rows.order, k)] = static_cast<std::int8_t>(qi[k]);
         s += qi[k];
         half[k / 16] += qi[k];
       }
-      rows.qsum16.data()[(m * nb + j) * 2] = half[0];
-      rows.qsum16.data()[(m * nb + j) * 2 + 1] = half[1];
+      for (int h = 0; h < 2; ++h) {
+        rows.qsum16.data()[(m * nb + j) * 2 + h] = half[h];
+        rows.xq16.data()[(m * nb + j) * 2 + h] = d * static_cast<float>(half[h]);
+      }
       rows.d.data()[m * nb + j] = d;
       rows.qsum.data()[m * nb + j] = s;
       rows.xq.data()[m * nb + j] = d * static_cast<float>(s);
@@ -151,7 +185,7 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
   const long K = w.n_in(), nb = K / kFastBlock, P = w.n_panels(), bs = w.block_size();
   const QuantFactoring f = quant_factoring(w.type());
   const long sub = f.sub, n_sub = bs / sub;
-  KVD_ASSERT((sub == kFastBlock || sub == 16) && !(f.has_min && sub != kFastBlock));
+  KVD_ASSERT(sub == kFastBlock || sub == 16);
   parallel_parts(P, parallel, [&](long p0, long p1) {
     std::vector<float> c(static_cast<std::size_t>(bs * kLanes)), D(static_cast<std::size_t>(n_sub * kLanes)), N(D.size());
     for (long p = p0; p < p1; ++p) {
@@ -162,11 +196,12 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
           for (long s = 0; s < n_sub; ++s) {
             const long k0 = b * bs + s * sub, j = k0 / kFastBlock;  // first value, block of 32
             const std::int8_t* q = rows.q.data() + m * K;
-            const float d = rows.d.data()[m * nb + j], xq = rows.xq.data()[m * nb + j];
+            const float d = rows.d.data()[m * nb + j];
+            const float xq = sub == kFastBlock ? rows.xq.data()[m * nb + j] : rows.xq16.data()[m * (K / 16) + k0 / 16];
             for (int lane = 0; lane < kLanes; ++lane) {
               std::int32_t I = 0;
               for (long k = k0; k < k0 + sub; ++k)
-                I += static_cast<std::int32_t>(c[(k - b * bs) * kLanes + lane]) * q[(k & ~7L) + fast_slot(static_cast<int>(k & 7))];
+                I += static_cast<std::int32_t>(c[(k - b * bs) * kLanes + lane]) * q[fast_pos(rows.order, k)];
               float& acc = y[m * ldy + p * kLanes + lane];
               acc = std::fma(static_cast<float>(I) * d, D[s * kLanes + lane], acc);
               if (f.has_min) acc = std::fma(xq, N[s * kLanes + lane], acc);
@@ -179,11 +214,29 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
 
 #if defined(KVDECODE_QUANT_AVX2)
 #define KVDECODE_FAST_AVX2 1
-/// AVX2 register tile: MR rows x NH half panels over all of k (see the top of this
-/// file). The running sums live in y, the sub-block's 16-bit partial sums in registers.
+/// Whether Dec decodes 5-bit codes (a nibble plus one high bit per value).
+template <class Dec>
+inline constexpr bool kFastFive =
+    std::is_same_v<Dec, Avx2DecodeQ5<false>> || std::is_same_v<Dec, Avx2DecodeQ5<true>> || std::is_same_v<Dec, Avx2DecodeQK4<true>>;
+
+/// The word of high bits a 5-bit decoder loaded in begin() (bit v = value v of the sub-block).
+template <class Dec>
+inline __m256i fast_high_word(const Dec& d) {
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQK4<true>>)
+    return d.hw;
+  else
+    return d.qh;
+}
+
+/// AVX2 register tile for codes in nibble planes (q4_0, q4_1, q4_K; q5_0, q5_1,
+/// q5_K with their high bits): MR rows x NH half panels over all of k (see the top
+/// of this file). The running sums live in y, the sub-block's partial sums in
+/// registers (16-bit for 4-bit codes, widened to 32 per group of 8 for 5-bit ones).
 template <class Dec, int MR, int NH>
 inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
-  constexpr bool kOffset8 = std::is_same_v<Dec, Avx2DecodeQ4<false>>;  // q4_0: codes - 8
+  constexpr bool kFive = kFastFive<Dec>;
+  // the codes' offset, subtracted as offset * Q_j: q4_0 codes - 8, q5_0 codes - 16
+  constexpr int kOffset = std::is_same_v<Dec, Avx2DecodeQ4<false>> ? 8 : std::is_same_v<Dec, Avx2DecodeQ5<false>> ? 16 : 0;
   constexpr int kSubs = Dec::kBlock / kFastBlock;
   const long K = rows.K, nbq = K / kFastBlock;
   KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
@@ -199,10 +252,12 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
       // The code words' addresses now, the scales and offsets after the sub-block's
       // integer loop (computed before it, GCC keeps them in registers the loop needs).
       const unsigned char* qw[NH];
+      [[maybe_unused]] __m256i hword[NH];
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
         Dec where;
         where.begin(pb[i], s, static_cast<int>((h0 + i) % 2));
         qw[i] = where.q;
+        if constexpr (kFive) hword[i] = fast_high_word(where);
         const std::size_t line0 = pbb * s / kSubs / 64, line1 = (pbb * (s + 1) / kSubs + 63) / 64;
         for (std::size_t l = line0 + (h0 + i) % 2; l < line1; l += 2) prefetch_read_at(pb[i], 2 * pbb + 64 * l);
       }
@@ -219,6 +274,16 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
           const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw[i] + 64 * g));
           lo[i] = _mm256_and_si256(wv, m4);
           hi[i] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+          if constexpr (kFive) {
+            // the group's 8 high bits, bits 2 b and 2 b + 1 to byte b (values 2 b and 2 b + 1
+            // of the group), then to bit 4 of the lo and hi planes' bytes
+            __m256i x = _mm256_and_si256(_mm256_srl_epi32(hword[i], _mm_cvtsi32_si128(8 * g)), _mm256_set1_epi32(0xFF));
+            x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 12)), _mm256_set1_epi32(0x000F000F));
+            x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 6)), _mm256_set1_epi32(0x03030303));
+            const __m256i b4 = _mm256_set1_epi8(16);
+            lo[i] = _mm256_or_si256(lo[i], _mm256_and_si256(_mm256_slli_epi32(x, 4), b4));
+            hi[i] = _mm256_or_si256(hi[i], _mm256_and_si256(_mm256_slli_epi32(x, 3), b4));
+          }
         }
         KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
           const std::int8_t* qa = q0 + r * K + j * kFastBlock + 8 * g;
@@ -226,9 +291,10 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
           std::memcpy(&a0, qa, 4);
           std::memcpy(&a1, qa + 4, 4);
           const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);
-          KVD_UNROLL(4) for (int i = 0; i < NH; ++i)
-            t[r][i] = _mm256_add_epi16(t[r][i], _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0),
-                                                                 _mm256_maddubs_epi16(hi[i], b1)));
+          KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0), _mm256_maddubs_epi16(hi[i], b1));
+            t[r][i] = kFive ? _mm256_add_epi32(t[r][i], _mm256_madd_epi16(p, ones)) : _mm256_add_epi16(t[r][i], p);
+          }
         }
       }
       Dec dec[NH];
@@ -237,11 +303,84 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
         const long e = (m0 + r) * nbq + j;
         const __m256 d = _mm256_set1_ps(rows.d.data()[e]);
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
-          __m256i I = _mm256_madd_epi16(t[r][i], ones);
-          if constexpr (kOffset8) I = _mm256_sub_epi32(I, _mm256_set1_epi32(8 * rows.qsum.data()[e]));
+          __m256i I = kFive ? t[r][i] : _mm256_madd_epi16(t[r][i], ones);
+          if constexpr (kOffset != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * rows.qsum.data()[e]));
           float* yp = y + r * ldy + (h0 + i) * 8;
           __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp));
           if constexpr (Dec::kMin) a = _mm256_fmadd_ps(_mm256_set1_ps(rows.xq.data()[e]), dec[i].N, a);
+          _mm256_storeu_ps(yp, a);
+        }
+      }
+    }
+  }
+}
+
+/// The q2_K (kThree = false) and q3_K tile: MR rows x NH half panels, sub-blocks of
+/// 16 values, one code word per row (value v at bits 2 v); rows of order 16.
+/// Vector j = (w >> 2 j) & 3 holds values j, j + 4, j + 8, j + 12 in its bytes;
+/// q3_K ors in its high bit at bit 2 (code + 4) and subtracts 4 Q_s after.
+template <bool kThree, int MR, int NH>
+inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
+  using Dec = std::conditional_t<kThree, Avx2DecodeQ3_K, Avx2DecodeQ2_K>;
+  const long K = rows.K, nbq = K / kFastBlock;
+  KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
+  const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  const std::size_t pbb = w.panel_block_bytes();
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  for (long b = 0; b < w.n_blocks(); ++b) {
+    const unsigned char* pb[NH];
+    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
+    for (int s = 0; s < 16; ++s) {
+      __m256i wv[NH];
+      [[maybe_unused]] __m256i hx[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+        const int h = static_cast<int>((h0 + i) % 2);
+        // Avx2DecodeQ2_K's / Avx2DecodeQ3_K's fields
+        wv[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb[i] + (kThree ? 736 : 320) + 64 * s + 32 * h));
+        if constexpr (kThree) {
+          // the sub-block's 16 high bits (bit v = value v), nibble n -> byte n: byte n
+          // then holds the high bits of values 4 n .. 4 n + 3 in its bits 0..3
+          __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb[i] + 224 + 64 * (s / 2) + 32 * h));
+          v = s % 2 ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+          v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 8)), _mm256_set1_epi32(0x00FF00FF));
+          hx[i] = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), _mm256_set1_epi8(15));
+        }
+        const std::size_t line0 = pbb * s / 16 / 64, line1 = (pbb * (s + 1) / 16 + 63) / 64;
+        for (std::size_t l = line0 + (h0 + i) % 2; l < line1; l += 2) prefetch_read_at(pb[i], 2 * pbb + 64 * l);
+      }
+      __m256i t[MR][NH];
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_si256();
+      const long k0 = b * 256 + 16 * s;
+      static_for<4>([&](auto jj) KVD_ALWAYS_INLINE {
+        constexpr int j = decltype(jj)::value;
+        __m256i bq[MR];
+        KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+          std::int32_t a;
+          std::memcpy(&a, q0 + r * K + k0 + 4 * j, 4);
+          bq[r] = _mm256_set1_epi32(a);
+        }
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          __m256i c = _mm256_and_si256(j == 0 ? wv[i] : _mm256_srli_epi32(wv[i], 2 * j), m3);
+          if constexpr (kThree) {
+            const __m256i hb = j < 2 ? _mm256_slli_epi32(hx[i], 2 - j) : j == 2 ? hx[i] : _mm256_srli_epi32(hx[i], 1);
+            c = _mm256_or_si256(c, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+          }
+          KVD_UNROLL(4) for (int r = 0; r < MR; ++r) t[r][i] = _mm256_add_epi16(t[r][i], _mm256_maddubs_epi16(c, bq[r]));
+        }
+      });
+      Dec dec[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+        const long row = m0 + r, e16 = row * (K / 16) + k0 / 16;
+        const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          __m256i I = _mm256_madd_epi16(t[r][i], ones);
+          if constexpr (kThree) I = _mm256_sub_epi32(I, _mm256_set1_epi32(4 * rows.qsum16.data()[e16]));
+          float* yp = y + r * ldy + (h0 + i) * 8;
+          __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp));
+          if constexpr (!kThree) a = _mm256_fmadd_ps(_mm256_set1_ps(rows.xq16.data()[e16]), dec[i].N, a);
           _mm256_storeu_ps(yp, a);
         }
       }
@@ -323,10 +462,12 @@ inline constexpr int kFastMaxRows = 4;
 /// Half panels per tile: 4 for 1 or 2 rows, 2 for 3 or 4 (8 16-bit accumulators).
 constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
 
-/// q6_K's tiles hold 32-bit sums and more constants: 2 half panels for 1 row, 1 beyond.
+/// q6_K's tiles hold 32-bit sums and more constants: 2 half panels for 1 row, 1
+/// beyond; the q5 and q3_K tiles hold a word of high bits per half panel besides.
 template <class Dec>
 constexpr int fast_halves_of(int mr) {
   if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return mr <= 1 ? 2 : 1;
+  if constexpr (kFastFive<Dec> || std::is_same_v<Dec, Avx2DecodeQ3_K>) return mr <= 2 ? 2 : 1;
   return fast_halves(mr);
 }
 
@@ -335,6 +476,8 @@ inline void fast_tile_avx2_nh(int nh, const FastRows& rows, long m0, const Quant
   if constexpr (NH >= 1) {
     if (nh == NH) {
       if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return fast_tile_q6k_avx2<MR, NH>(rows, m0, w, h0, y, ldy);
+      else if constexpr (std::is_same_v<Dec, Avx2DecodeQ2_K>) return fast_tile_k2_avx2<false, MR, NH>(rows, m0, w, h0, y, ldy);
+      else if constexpr (std::is_same_v<Dec, Avx2DecodeQ3_K>) return fast_tile_k2_avx2<true, MR, NH>(rows, m0, w, h0, y, ldy);
       else return fast_tile_avx2<Dec, MR, NH>(rows, m0, w, h0, y, ldy);
     }
     return fast_tile_avx2_nh<Dec, MR, NH - 1>(nh, rows, m0, w, h0, y, ldy);
@@ -374,6 +517,11 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
     case WeightType::kQ4_0: return run(Avx2DecodeQ4<false>{});
     case WeightType::kQ4_1: return run(Avx2DecodeQ4<true>{});
     case WeightType::kQ4_K: return run(Avx2DecodeQK4<false>{});
+    case WeightType::kQ5_0: return run(Avx2DecodeQ5<false>{});
+    case WeightType::kQ5_1: return run(Avx2DecodeQ5<true>{});
+    case WeightType::kQ5_K: return run(Avx2DecodeQK4<true>{});
+    case WeightType::kQ2_K: return run(Avx2DecodeQ2_K{});
+    case WeightType::kQ3_K: return run(Avx2DecodeQ3_K{});
     case WeightType::kQ6_K: return run(Avx2DecodeQ6_K{});
     default: KVD_ASSERT(false);
   }
@@ -392,7 +540,7 @@ inline void matmul_fast_with(const float* x, long ldx, long M, const QuantPanels
   const bool parallel = M * w.n_out_padded() * w.n_in() >= kMatmulParallelThreshold;
   static thread_local FastRows rows_buf;
   FastRows& rows = rows_buf;  // the caller's buffer: inside the parallel regions, rows_buf would be each thread's own
-  rows.reserve(M, w.n_in());
+  rows.reserve(M, w.n_in(), fast_order(w.type()));
   const bool portable = path == FastPath::kPortable;
   parallel_parts(M, parallel && M > 1, [&](long m0, long m1) { fast_round_rows(x, ldx, m0, m1, rows, portable); });
 #if defined(KVDECODE_FAST_AVX2)

@@ -83,8 +83,8 @@ class Transformer {
   const std::vector<TransformerBlock<T>>& blocks() const { return blocks_; }
   const PackedMatrix<T>& classifier() const { return classifier_; }
 
-  /// The opt-in fast mode (fast_matmul.hpp, `--fast-matmul`): every q4_0, q4_1,
-  /// q4_K and q6_K matrix rounds its input rows to int8 blocks and uses integer dot
+  /// The opt-in fast mode (fast_matmul.hpp, `--fast-matmul`): every matrix of a
+  /// block type but q8_0 rounds its input rows to int8 blocks and uses integer dot
   /// products. Every path stays bit-identical to every other in this mode (its
   /// logits differ from the default mode's: the activations are rounded).
   /// Matrices of other types, and double models, keep the default numerics.
