@@ -459,6 +459,10 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
 }
 
 inline constexpr int kFastMaxRows = 4;
+/// Rows of a byte-plane tile (large M): 2 MR sums, a code vector, a broadcast and a constant in 16 registers.
+inline constexpr int kFastPlaneRows = 6;
+/// The smallest M that takes the byte planes.
+inline constexpr long kFastPlanesMinM = 16;
 /// Half panels per tile: 4 for 1 or 2 rows, 2 for 3 or 4 (8 16-bit accumulators).
 constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
 
@@ -492,11 +496,186 @@ inline void fast_tile_avx2_any(int mr, int nh, const FastRows& rows, long m0, co
   }
 }
 
-/// The AVX2 fast product. Threads take contiguous ranges of column tiles; rows go
-/// in blocks that keep their rounded values in L2, and tiles of up to 4 rows.
+// ---- Large M (prefill): the codes decoded once into byte planes ---------------------
+// The tiles above rebuild every code for each tile of at most 4 rows, which for the
+// heavy decoders (q3_K, q5, q6_K) costs more than the integer products. For large M
+// each half panel's codes over all of k are decoded once, per thread, into byte
+// planes: per sub-block of S values, S / 4 vectors of 32 bytes, vector v holding
+// the 4 values of 8 outputs whose rounded activations are the row's bytes
+// [k0 + 4 v, k0 + 4 v + 4) (the rows' order makes that so for every type), as
+// unsigned codes (the type's offset is subtracted after the integer sum, as in
+// the tiles above). The same integer sums and float steps, so the same bits.
+
+/// The fast mode's offset of Dec's unsigned codes (subtracted as offset * Q_s).
+template <class Dec>
+constexpr int fast_code_offset() {
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ4<false>>) return 8;
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ5<false>>) return 16;
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ3_K>) return 4;
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return 32;
+  return 0;
+}
+
+/// Sub-block s of half h of panel block pb as byte planes (out: Dec::kSub / 4 x 32
+/// bytes) and its scales D (8 floats) and offsets N (8 floats, types with a min).
+template <class Dec>
+inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned char* out, float* D, float* N) {
+  Dec dec;
+  dec.begin(pb, s, h);
+  _mm256_storeu_ps(D, dec.D);
+  if constexpr (Dec::kMin) _mm256_storeu_ps(N, dec.N);
+  auto put = [&](int v, __m256i c) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * v), c); };
+  const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ2_K> || std::is_same_v<Dec, Avx2DecodeQ3_K>) {
+    constexpr bool kThree = std::is_same_v<Dec, Avx2DecodeQ3_K>;
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + (kThree ? 736 : 320) + 64 * s + 32 * h));
+    __m256i hx = _mm256_setzero_si256();
+    if constexpr (kThree) {
+      __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 224 + 64 * (s / 2) + 32 * h));
+      v = s % 2 ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
+      v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 8)), _mm256_set1_epi32(0x00FF00FF));
+      hx = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), m4);
+    }
+    static_for<4>([&](auto jj) KVD_ALWAYS_INLINE {
+      constexpr int j = decltype(jj)::value;
+      __m256i c = _mm256_and_si256(j == 0 ? wv : _mm256_srli_epi32(wv, 2 * j), m3);
+      if constexpr (kThree) {
+        const __m256i hb = j < 2 ? _mm256_slli_epi32(hx, 2 - j) : j == 2 ? hx : _mm256_srli_epi32(hx, 1);
+        c = _mm256_or_si256(c, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+      }
+      put(j, c);
+    });
+  } else if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) {
+    const unsigned char* ql = pb + 288 + 128 * s + 32 * h;
+    const __m256i hw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2336 + 64 * s + 32 * h));
+    for (int g = 0; g < 2; ++g) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * g));
+      __m256i v = g == 0 ? _mm256_and_si256(hw, _mm256_set1_epi32(0xFFFF)) : _mm256_srli_epi32(hw, 16);
+      v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 8)), _mm256_set1_epi32(0x00FF00FF));
+      v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), m4);
+      put(2 * g, _mm256_or_si256(_mm256_and_si256(wv, m4), _mm256_slli_epi32(_mm256_and_si256(v, m3), 4)));
+      put(2 * g + 1, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
+                                     _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi8(12)), 2)));
+    }
+  } else {
+    for (int g = 0; g < 4; ++g) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dec.q + 64 * g));
+      __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+      if constexpr (kFastFive<Dec>) {
+        __m256i x = _mm256_and_si256(_mm256_srl_epi32(fast_high_word(dec), _mm_cvtsi32_si128(8 * g)), _mm256_set1_epi32(0xFF));
+        x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 12)), _mm256_set1_epi32(0x000F000F));
+        x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 6)), _mm256_set1_epi32(0x03030303));
+        const __m256i b4 = _mm256_set1_epi8(16);
+        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi32(x, 4), b4));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi32(x, 3), b4));
+      }
+      put(2 * g, lo);
+      put(2 * g + 1, hi);
+    }
+  }
+}
+
+/// A tile over byte planes: MR rows x one half panel (8 outputs) over all of k.
+/// codes: the half panel's planes over k (8 bytes per value); D, N: 8 floats per
+/// sub-block. 16-bit sums over W vectors (W 4 values of codes below 32, 2 for
+/// q6_K's 6-bit codes: 2 x 2 x 63 x 127 = 32004), then widened.
+template <class Dec, int MR>
+inline void fast_planes_tile_avx2(const FastRows& rows, long m0, const unsigned char* codes, const float* D,
+                                  const float* N, float* y, long ldy) {
+  constexpr int S = Dec::kSub, W = std::is_same_v<Dec, Avx2DecodeQ6_K> ? 2 : 4, kOffset = fast_code_offset<Dec>();
+  const long K = rows.K, nbq = K / kFastBlock;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) _mm256_storeu_ps(y + r * ldy, _mm256_setzero_ps());
+  for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
+    __m256i t32[MR];
+    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = _mm256_setzero_si256();
+    KVD_UNROLL(1) for (int v0 = 0; v0 < S / 4; v0 += W) {
+      __m256i t16[MR];
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t16[r] = _mm256_setzero_si256();
+      static_for<W>([&](auto vv) KVD_ALWAYS_INLINE {
+        const int v = v0 + decltype(vv)::value;
+        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + (k0 + 4 * v) * 8));
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+          std::int32_t a;
+          std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
+          t16[r] = _mm256_add_epi16(t16[r], _mm256_maddubs_epi16(c, _mm256_set1_epi32(a)));
+        }
+      });
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = _mm256_add_epi32(t32[r], _mm256_madd_epi16(t16[r], ones));
+    }
+    const __m256 Dv = _mm256_loadu_ps(D + 8 * s);
+    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+      const long row = m0 + r;
+      const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
+      __m256i I = t32[r];
+      if constexpr (kOffset != 0) {
+        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
+        I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * Q));
+      }
+      float* yp = y + r * ldy;
+      __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), Dv, _mm256_loadu_ps(yp));
+      if constexpr (Dec::kMin) {
+        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
+        a = _mm256_fmadd_ps(_mm256_set1_ps(xq), _mm256_loadu_ps(N + 8 * s), a);
+      }
+      _mm256_storeu_ps(yp, a);
+    }
+  }
+}
+
+template <class Dec, int MR = kFastPlaneRows>
+inline void fast_planes_tile_any(int mr, const FastRows& rows, long m0, const unsigned char* codes, const float* D,
+                                 const float* N, float* y, long ldy) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return fast_planes_tile_avx2<Dec, MR>(rows, m0, codes, D, N, y, ldy);
+    return fast_planes_tile_any<Dec, MR - 1>(mr, rows, m0, codes, D, N, y, ldy);
+  }
+}
+
+/// Large M: threads take ranges of half panels; each half panel is decoded over all
+/// of k into the thread's planes, then every row tile runs over them.
+template <class Dec>
+void matmul_fast_planes_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
+  constexpr int S = Dec::kSub, kSubs = Dec::kBlock / S;
+  const long K = rows.K, H = 2 * w.n_panels();
+  parallel_parts(H, parallel, [&](long h0, long h1) {
+    static thread_local AlignedBuffer<unsigned char> codes;
+    static thread_local AlignedBuffer<float> D, N;
+    codes.reserve(static_cast<std::size_t>(K * 8));
+    D.reserve(static_cast<std::size_t>(K / S * 8));
+    N.reserve(static_cast<std::size_t>(K / S * 8));
+    for (long hp = h0; hp < h1; ++hp) {
+      for (long b = 0; b < w.n_blocks(); ++b)
+        for (int s = 0; s < kSubs; ++s) {
+          const long j = b * kSubs + s;
+          fast_planes_avx2<Dec>(w.panel_block(hp / 2, b), s, static_cast<int>(hp % 2), codes.data() + j * S * 8,
+                                D.data() + 8 * j, N.data() + 8 * j);
+        }
+      for (long m0 = 0; m0 < M; m0 += kFastPlaneRows) {
+        const int mr = static_cast<int>(std::min<long>(kFastPlaneRows, M - m0));
+        fast_planes_tile_any<Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + hp * 8, ldy);
+      }
+    }
+  });
+}
+
+/// Whether large M takes the byte planes for Dec: the heavy decoders (q5, q3_K, q6_K).
+/// One core in L2 at M = 64 (Zen 3, G multiply-adds/s, tiles -> planes, noisy):
+/// q5_0 26.6 -> 36.1, q5_1 29.3 -> 43.5, q5_K 29.1 -> 39.4, q3_K 23.8 -> 32.9, q6_K
+/// 28.3 -> 34.8; q4_K 40-43 -> 30-42 and q2_K 28-34 -> 22-32 stay with the tiles,
+/// whose two half panels share each broadcast.
+template <class Dec>
+inline constexpr bool kFastPlanes =
+    kFastFive<Dec> || std::is_same_v<Dec, Avx2DecodeQ3_K> || std::is_same_v<Dec, Avx2DecodeQ6_K>;
+
+/// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles;
+/// rows go in blocks that keep their rounded values in L2, and tiles of up to 4
+/// rows. M >= kFastPlanesMinM for the heavy decoders: the byte planes above.
 inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
   auto run = [&](auto dec) {
     using Dec = decltype(dec);
+    if (kFastPlanes<Dec> && M >= kFastPlanesMinM) return matmul_fast_planes_avx2<Dec>(rows, M, w, y, ldy, parallel);
     const int mr_max = static_cast<int>(std::min<long>(M, kFastMaxRows));
     const int nh_max = fast_halves_of<Dec>(mr_max);
     const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
