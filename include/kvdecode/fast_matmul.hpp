@@ -228,6 +228,63 @@ inline __m256i fast_high_word(const Dec& d) {
     return d.qh;
 }
 
+/// q5: ors group g's 8 high bits (bits 8 g .. 8 g + 7 of the high word) into bit 4
+/// of the nibble planes' bytes: lo holds values 8 g + 2 b, hi values 8 g + 2 b + 1.
+inline void fast_or_high_bits(__m256i hword, int g, __m256i& lo, __m256i& hi) {
+  // bits 2 b and 2 b + 1 of the group to byte b, then to bit 4 of lo and hi
+  __m256i x = _mm256_and_si256(_mm256_srl_epi32(hword, _mm_cvtsi32_si128(8 * g)), _mm256_set1_epi32(0xFF));
+  x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 12)), _mm256_set1_epi32(0x000F000F));
+  x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 6)), _mm256_set1_epi32(0x03030303));
+  const __m256i b4 = _mm256_set1_epi8(16);
+  lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi32(x, 4), b4));
+  hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi32(x, 3), b4));
+}
+
+/// The low 16 bits of each lane of v, nibble n -> byte n (bits 0..3).
+inline __m256i fast_nibbles_to_bytes(__m256i v16) {
+  __m256i v = _mm256_and_si256(_mm256_or_si256(v16, _mm256_slli_epi32(v16, 8)), _mm256_set1_epi32(0x00FF00FF));
+  return _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), _mm256_set1_epi8(15));
+}
+
+/// q2_K / q3_K: the code word of sub-block s, half h (value v at bits 2 v), and for
+/// q3_K the high bits of values 4 n .. 4 n + 3 in bits 0..3 of byte n (hx).
+template <bool kThree>
+inline void fast_k2_words(const unsigned char* pb, int s, int h, __m256i& wv, __m256i& hx) {
+  // Avx2DecodeQ2_K's / Avx2DecodeQ3_K's fields
+  wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + (kThree ? 736 : 320) + 64 * s + 32 * h));
+  if constexpr (kThree) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 224 + 64 * (s / 2) + 32 * h));
+    hx = fast_nibbles_to_bytes(s % 2 ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)));
+  } else {
+    hx = _mm256_setzero_si256();  // unused
+  }
+}
+
+/// q2_K / q3_K code vector j (0..3): values j, j + 4, j + 8, j + 12 of 8 outputs in
+/// their 4 bytes, unsigned (q3_K: code + 4).
+template <bool kThree, int j>
+inline __m256i fast_k2_codes(__m256i wv, [[maybe_unused]] __m256i hx) {
+  __m256i c = _mm256_and_si256(j == 0 ? wv : _mm256_srli_epi32(wv, 2 * j), _mm256_set1_epi8(3));
+  if constexpr (kThree) {
+    const __m256i hb = j < 2 ? _mm256_slli_epi32(hx, 2 - j) : j == 2 ? hx : _mm256_srli_epi32(hx, 1);
+    c = _mm256_or_si256(c, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+  }
+  return c;
+}
+
+/// q6_K: group g (0, 1) of a sub-block as two byte planes, lo (values 8 g + 2 b) and
+/// hi (8 g + 2 b + 1), 6-bit unsigned codes (code + 32), from the low word wv and
+/// the sub-block's high word hw.
+inline void fast_q6_planes(__m256i wv, __m256i hw, int g, __m256i& lo, __m256i& hi) {
+  // the group's 8 pairs of high bits (16 bits), nibble n -> byte n: byte n then
+  // holds the high bits of values 2n (bits 0..1) and 2n + 1 (bits 2..3)
+  const __m256i v = fast_nibbles_to_bytes(g == 0 ? _mm256_and_si256(hw, _mm256_set1_epi32(0xFFFF)) : _mm256_srli_epi32(hw, 16));
+  const __m256i m4 = _mm256_set1_epi8(15);
+  lo = _mm256_or_si256(_mm256_and_si256(wv, m4), _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi8(3)), 4));
+  hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
+                       _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi8(12)), 2));
+}
+
 /// AVX2 register tile for codes in nibble planes (q4_0, q4_1, q4_K; q5_0, q5_1,
 /// q5_K with their high bits): MR rows x NH half panels over all of k (see the top
 /// of this file). The running sums live in y, the sub-block's partial sums in
@@ -274,16 +331,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
           const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw[i] + 64 * g));
           lo[i] = _mm256_and_si256(wv, m4);
           hi[i] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-          if constexpr (kFive) {
-            // the group's 8 high bits, bits 2 b and 2 b + 1 to byte b (values 2 b and 2 b + 1
-            // of the group), then to bit 4 of the lo and hi planes' bytes
-            __m256i x = _mm256_and_si256(_mm256_srl_epi32(hword[i], _mm_cvtsi32_si128(8 * g)), _mm256_set1_epi32(0xFF));
-            x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 12)), _mm256_set1_epi32(0x000F000F));
-            x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 6)), _mm256_set1_epi32(0x03030303));
-            const __m256i b4 = _mm256_set1_epi8(16);
-            lo[i] = _mm256_or_si256(lo[i], _mm256_and_si256(_mm256_slli_epi32(x, 4), b4));
-            hi[i] = _mm256_or_si256(hi[i], _mm256_and_si256(_mm256_slli_epi32(x, 3), b4));
-          }
+          if constexpr (kFive) fast_or_high_bits(hword[i], g, lo[i], hi[i]);
         }
         KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
           const std::int8_t* qa = q0 + r * K + j * kFastBlock + 8 * g;
@@ -325,27 +373,16 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
   const long K = rows.K, nbq = K / kFastBlock;
   KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
     KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
-  const __m256i m3 = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < w.n_blocks(); ++b) {
     const unsigned char* pb[NH];
     KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
     for (int s = 0; s < 16; ++s) {
-      __m256i wv[NH];
-      [[maybe_unused]] __m256i hx[NH];
+      __m256i wv[NH], hx[NH];
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
-        const int h = static_cast<int>((h0 + i) % 2);
-        // Avx2DecodeQ2_K's / Avx2DecodeQ3_K's fields
-        wv[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb[i] + (kThree ? 736 : 320) + 64 * s + 32 * h));
-        if constexpr (kThree) {
-          // the sub-block's 16 high bits (bit v = value v), nibble n -> byte n: byte n
-          // then holds the high bits of values 4 n .. 4 n + 3 in its bits 0..3
-          __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb[i] + 224 + 64 * (s / 2) + 32 * h));
-          v = s % 2 ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
-          v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 8)), _mm256_set1_epi32(0x00FF00FF));
-          hx[i] = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), _mm256_set1_epi8(15));
-        }
+        fast_k2_words<kThree>(pb[i], s, static_cast<int>((h0 + i) % 2), wv[i], hx[i]);
         const std::size_t line0 = pbb * s / 16 / 64, line1 = (pbb * (s + 1) / 16 + 63) / 64;
         for (std::size_t l = line0 + (h0 + i) % 2; l < line1; l += 2) prefetch_read_at(pb[i], 2 * pbb + 64 * l);
       }
@@ -362,11 +399,7 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
           bq[r] = _mm256_set1_epi32(a);
         }
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
-          __m256i c = _mm256_and_si256(j == 0 ? wv[i] : _mm256_srli_epi32(wv[i], 2 * j), m3);
-          if constexpr (kThree) {
-            const __m256i hb = j < 2 ? _mm256_slli_epi32(hx[i], 2 - j) : j == 2 ? hx[i] : _mm256_srli_epi32(hx[i], 1);
-            c = _mm256_or_si256(c, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
-          }
+          const __m256i c = fast_k2_codes<kThree, j>(wv[i], hx[i]);
           KVD_UNROLL(4) for (int r = 0; r < MR; ++r) t[r][i] = _mm256_add_epi16(t[r][i], _mm256_maddubs_epi16(c, bq[r]));
         }
       });
@@ -395,8 +428,7 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
   const long K = rows.K, nbq = K / kFastBlock;
   KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
     KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
-  const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3), m12 = _mm256_set1_epi8(12),
-                bytes02 = _mm256_set1_epi32(0x00FF00FF), low16 = _mm256_set1_epi32(0xFFFF), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < w.n_blocks(); ++b) {
@@ -419,16 +451,8 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
       KVD_UNROLL(1) for (int g = 0; g < 2; ++g) {
         __m256i lo[NH], hi[NH];
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
-          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql[i] + 64 * g));
-          const __m256i hw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh[i]));
-          // the group's 8 pairs of high bits (16 bits), nibble n -> byte n: byte n then
-          // holds the high bits of values 2n (bits 0..1) and 2n + 1 (bits 2..3)
-          __m256i v = g == 0 ? _mm256_and_si256(hw, low16) : _mm256_srli_epi32(hw, 16);
-          v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 8)), bytes02);
-          v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), m4);
-          lo[i] = _mm256_or_si256(_mm256_and_si256(wv, m4), _mm256_slli_epi32(_mm256_and_si256(v, m3), 4));
-          hi[i] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
-                                  _mm256_slli_epi32(_mm256_and_si256(v, m12), 2));
+          fast_q6_planes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql[i] + 64 * g)),
+                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh[i])), g, lo[i], hi[i]);
         }
         KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
           const std::int8_t* qa = q0 + r * K + k0 + 8 * g;
@@ -525,50 +549,26 @@ inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned cha
   _mm256_storeu_ps(D, dec.D);
   if constexpr (Dec::kMin) _mm256_storeu_ps(N, dec.N);
   auto put = [&](int v, __m256i c) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * v), c); };
-  const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
   if constexpr (std::is_same_v<Dec, Avx2DecodeQ2_K> || std::is_same_v<Dec, Avx2DecodeQ3_K>) {
     constexpr bool kThree = std::is_same_v<Dec, Avx2DecodeQ3_K>;
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + (kThree ? 736 : 320) + 64 * s + 32 * h));
-    __m256i hx = _mm256_setzero_si256();
-    if constexpr (kThree) {
-      __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 224 + 64 * (s / 2) + 32 * h));
-      v = s % 2 ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF));
-      v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 8)), _mm256_set1_epi32(0x00FF00FF));
-      hx = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), m4);
-    }
-    static_for<4>([&](auto jj) KVD_ALWAYS_INLINE {
-      constexpr int j = decltype(jj)::value;
-      __m256i c = _mm256_and_si256(j == 0 ? wv : _mm256_srli_epi32(wv, 2 * j), m3);
-      if constexpr (kThree) {
-        const __m256i hb = j < 2 ? _mm256_slli_epi32(hx, 2 - j) : j == 2 ? hx : _mm256_srli_epi32(hx, 1);
-        c = _mm256_or_si256(c, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
-      }
-      put(j, c);
-    });
+    __m256i wv, hx;
+    fast_k2_words<kThree>(pb, s, h, wv, hx);
+    static_for<4>([&](auto jj) KVD_ALWAYS_INLINE { put(decltype(jj)::value, fast_k2_codes<kThree, decltype(jj)::value>(wv, hx)); });
   } else if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) {
-    const unsigned char* ql = pb + 288 + 128 * s + 32 * h;
+    const unsigned char* ql = pb + 288 + 128 * s + 32 * h;  // Avx2DecodeQ6_K's fields
     const __m256i hw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2336 + 64 * s + 32 * h));
     for (int g = 0; g < 2; ++g) {
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * g));
-      __m256i v = g == 0 ? _mm256_and_si256(hw, _mm256_set1_epi32(0xFFFF)) : _mm256_srli_epi32(hw, 16);
-      v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 8)), _mm256_set1_epi32(0x00FF00FF));
-      v = _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), m4);
-      put(2 * g, _mm256_or_si256(_mm256_and_si256(wv, m4), _mm256_slli_epi32(_mm256_and_si256(v, m3), 4)));
-      put(2 * g + 1, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
-                                     _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi8(12)), 2)));
+      __m256i lo, hi;
+      fast_q6_planes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * g)), hw, g, lo, hi);
+      put(2 * g, lo);
+      put(2 * g + 1, hi);
     }
   } else {
+    const __m256i m4 = _mm256_set1_epi8(15);
     for (int g = 0; g < 4; ++g) {
       const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dec.q + 64 * g));
       __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-      if constexpr (kFastFive<Dec>) {
-        __m256i x = _mm256_and_si256(_mm256_srl_epi32(fast_high_word(dec), _mm_cvtsi32_si128(8 * g)), _mm256_set1_epi32(0xFF));
-        x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 12)), _mm256_set1_epi32(0x000F000F));
-        x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 6)), _mm256_set1_epi32(0x03030303));
-        const __m256i b4 = _mm256_set1_epi8(16);
-        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi32(x, 4), b4));
-        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi32(x, 3), b4));
-      }
+      if constexpr (kFastFive<Dec>) fast_or_high_bits(fast_high_word(dec), g, lo, hi);
       put(2 * g, lo);
       put(2 * g + 1, hi);
     }
