@@ -230,7 +230,7 @@ inline __m256i fast_high_word(const Dec& d) {
 
 /// q5: ors group g's 8 high bits (bits 8 g .. 8 g + 7 of the high word) into bit 4
 /// of the nibble planes' bytes: lo holds values 8 g + 2 b, hi values 8 g + 2 b + 1.
-inline void fast_or_high_bits(__m256i hword, int g, __m256i& lo, __m256i& hi) {
+KVD_ALWAYS_INLINE inline void fast_or_high_bits(__m256i hword, int g, __m256i& lo, __m256i& hi) {
   // bits 2 b and 2 b + 1 of the group to byte b, then to bit 4 of lo and hi
   __m256i x = _mm256_and_si256(_mm256_srl_epi32(hword, _mm_cvtsi32_si128(8 * g)), _mm256_set1_epi32(0xFF));
   x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 12)), _mm256_set1_epi32(0x000F000F));
@@ -241,7 +241,7 @@ inline void fast_or_high_bits(__m256i hword, int g, __m256i& lo, __m256i& hi) {
 }
 
 /// The low 16 bits of each lane of v, nibble n -> byte n (bits 0..3).
-inline __m256i fast_nibbles_to_bytes(__m256i v16) {
+KVD_ALWAYS_INLINE inline __m256i fast_nibbles_to_bytes(__m256i v16) {
   __m256i v = _mm256_and_si256(_mm256_or_si256(v16, _mm256_slli_epi32(v16, 8)), _mm256_set1_epi32(0x00FF00FF));
   return _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), _mm256_set1_epi8(15));
 }
@@ -249,7 +249,7 @@ inline __m256i fast_nibbles_to_bytes(__m256i v16) {
 /// q2_K / q3_K: the code word of sub-block s, half h (value v at bits 2 v), and for
 /// q3_K the high bits of values 4 n .. 4 n + 3 in bits 0..3 of byte n (hx).
 template <bool kThree>
-inline void fast_k2_words(const unsigned char* pb, int s, int h, __m256i& wv, __m256i& hx) {
+KVD_ALWAYS_INLINE inline void fast_k2_words(const unsigned char* pb, int s, int h, __m256i& wv, __m256i& hx) {
   // Avx2DecodeQ2_K's / Avx2DecodeQ3_K's fields
   wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + (kThree ? 736 : 320) + 64 * s + 32 * h));
   if constexpr (kThree) {
@@ -263,7 +263,7 @@ inline void fast_k2_words(const unsigned char* pb, int s, int h, __m256i& wv, __
 /// q2_K / q3_K code vector j (0..3): values j, j + 4, j + 8, j + 12 of 8 outputs in
 /// their 4 bytes, unsigned (q3_K: code + 4).
 template <bool kThree, int j>
-inline __m256i fast_k2_codes(__m256i wv, [[maybe_unused]] __m256i hx) {
+KVD_ALWAYS_INLINE inline __m256i fast_k2_codes(__m256i wv, [[maybe_unused]] __m256i hx) {
   __m256i c = _mm256_and_si256(j == 0 ? wv : _mm256_srli_epi32(wv, 2 * j), _mm256_set1_epi8(3));
   if constexpr (kThree) {
     const __m256i hb = j < 2 ? _mm256_slli_epi32(hx, 2 - j) : j == 2 ? hx : _mm256_srli_epi32(hx, 1);
@@ -275,7 +275,7 @@ inline __m256i fast_k2_codes(__m256i wv, [[maybe_unused]] __m256i hx) {
 /// q6_K: group g (0, 1) of a sub-block as two byte planes, lo (values 8 g + 2 b) and
 /// hi (8 g + 2 b + 1), 6-bit unsigned codes (code + 32), from the low word wv and
 /// the sub-block's high word hw.
-inline void fast_q6_planes(__m256i wv, __m256i hw, int g, __m256i& lo, __m256i& hi) {
+KVD_ALWAYS_INLINE inline void fast_q6_planes(__m256i wv, __m256i hw, int g, __m256i& lo, __m256i& hi) {
   // the group's 8 pairs of high bits (16 bits), nibble n -> byte n: byte n then
   // holds the high bits of values 2n (bits 0..1) and 2n + 1 (bits 2..3)
   const __m256i v = fast_nibbles_to_bytes(g == 0 ? _mm256_and_si256(hw, _mm256_set1_epi32(0xFFFF)) : _mm256_srli_epi32(hw, 16));
@@ -283,6 +283,26 @@ inline void fast_q6_planes(__m256i wv, __m256i hw, int g, __m256i& lo, __m256i& 
   lo = _mm256_or_si256(_mm256_and_si256(wv, m4), _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi8(3)), 4));
   hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
                        _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi8(12)), 2));
+}
+
+/// The tiles' running sums in y (MR rows x NH half panels from h0) set to +0.
+template <int MR, int NH>
+inline void fast_tile_zero(float* y, long ldy, long h0) {
+  KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
+}
+
+/// Panel block b of each of the NH half panels from h0.
+template <int NH>
+inline void fast_panel_blocks(const QuantPanels& w, long h0, long b, const unsigned char* (&pb)[NH]) {
+  KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
+}
+
+/// Prefetches two panel blocks ahead in a panel stream, sub-block s's share of n_subs
+/// (never faults); half h takes the even lines, the other half the odd ones.
+inline void fast_prefetch_share(const unsigned char* pb, std::size_t pbb, int s, int n_subs, long h) {
+  const std::size_t line0 = pbb * s / n_subs / 64, line1 = (pbb * (s + 1) / n_subs + 63) / 64;
+  for (std::size_t l = line0 + static_cast<std::size_t>(h); l < line1; l += 2) prefetch_read_at(pb, 2 * pbb + 64 * l);
 }
 
 /// AVX2 register tile for codes in nibble planes (q4_0, q4_1, q4_K; q5_0, q5_1,
@@ -296,14 +316,13 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
   constexpr int kOffset = std::is_same_v<Dec, Avx2DecodeQ4<false>> ? 8 : std::is_same_v<Dec, Avx2DecodeQ5<false>> ? 16 : 0;
   constexpr int kSubs = Dec::kBlock / kFastBlock;
   const long K = rows.K, nbq = K / kFastBlock;
-  KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
-    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
+  fast_tile_zero<MR, NH>(y, ldy, h0);
   const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < w.n_blocks(); ++b) {
     const unsigned char* pb[NH];
-    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
+    fast_panel_blocks<NH>(w, h0, b, pb);
     for (int s = 0; s < kSubs; ++s) {
       const long j = b * kSubs + s;
       // The code words' addresses now, the scales and offsets after the sub-block's
@@ -315,8 +334,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
         where.begin(pb[i], s, static_cast<int>((h0 + i) % 2));
         qw[i] = where.q;
         if constexpr (kFive) hword[i] = fast_high_word(where);
-        const std::size_t line0 = pbb * s / kSubs / 64, line1 = (pbb * (s + 1) / kSubs + 63) / 64;
-        for (std::size_t l = line0 + (h0 + i) % 2; l < line1; l += 2) prefetch_read_at(pb[i], 2 * pbb + 64 * l);
+        fast_prefetch_share(pb[i], pbb, s, kSubs, (h0 + i) % 2);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
@@ -371,20 +389,18 @@ template <bool kThree, int MR, int NH>
 inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   using Dec = std::conditional_t<kThree, Avx2DecodeQ3_K, Avx2DecodeQ2_K>;
   const long K = rows.K, nbq = K / kFastBlock;
-  KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
-    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
+  fast_tile_zero<MR, NH>(y, ldy, h0);
   const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < w.n_blocks(); ++b) {
     const unsigned char* pb[NH];
-    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
+    fast_panel_blocks<NH>(w, h0, b, pb);
     for (int s = 0; s < 16; ++s) {
       __m256i wv[NH], hx[NH];
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
         fast_k2_words<kThree>(pb[i], s, static_cast<int>((h0 + i) % 2), wv[i], hx[i]);
-        const std::size_t line0 = pbb * s / 16 / 64, line1 = (pbb * (s + 1) / 16 + 63) / 64;
-        for (std::size_t l = line0 + (h0 + i) % 2; l < line1; l += 2) prefetch_read_at(pb[i], 2 * pbb + 64 * l);
+        fast_prefetch_share(pb[i], pbb, s, 16, (h0 + i) % 2);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
@@ -426,14 +442,13 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
 template <int MR, int NH>
 inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   const long K = rows.K, nbq = K / kFastBlock;
-  KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
-    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
+  fast_tile_zero<MR, NH>(y, ldy, h0);
   const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < w.n_blocks(); ++b) {
     const unsigned char* pb[NH];
-    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
+    fast_panel_blocks<NH>(w, h0, b, pb);
     for (int s = 0; s < 16; ++s) {
       const unsigned char* ql[NH];
       const unsigned char* qh[NH];
@@ -441,8 +456,7 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
         const int h = static_cast<int>((h0 + i) % 2);
         ql[i] = pb[i] + 288 + 128 * s + 32 * h;  // Avx2DecodeQ6_K's fields
         qh[i] = pb[i] + 2336 + 64 * s + 32 * h;
-        const std::size_t line0 = pbb * s / 16 / 64, line1 = (pbb * (s + 1) / 16 + 63) / 64;
-        for (std::size_t l = line0 + (h0 + i) % 2; l < line1; l += 2) prefetch_read_at(pb[i], 2 * pbb + 64 * l);
+        fast_prefetch_share(pb[i], pbb, s, 16, (h0 + i) % 2);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
