@@ -219,6 +219,16 @@ template <class Dec>
 inline constexpr bool kFastFive =
     std::is_same_v<Dec, Avx2DecodeQ5<false>> || std::is_same_v<Dec, Avx2DecodeQ5<true>> || std::is_same_v<Dec, Avx2DecodeQK4<true>>;
 
+/// The fast mode's offset of Dec's unsigned codes (subtracted as offset * Q_s).
+template <class Dec>
+constexpr int fast_code_offset() {
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ4<false>>) return 8;
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ5<false>>) return 16;
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ3_K>) return 4;
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return 32;
+  return 0;
+}
+
 /// The word of high bits a 5-bit decoder loaded in begin() (bit v = value v of the sub-block).
 template <class Dec>
 inline __m256i fast_high_word(const Dec& d) {
@@ -298,13 +308,6 @@ inline void fast_panel_blocks(const QuantPanels& w, long h0, long b, const unsig
   KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
 }
 
-/// Prefetches two panel blocks ahead in a panel stream, sub-block s's share of n_subs
-/// (never faults); half h takes the even lines, the other half the odd ones.
-inline void fast_prefetch_share(const unsigned char* pb, std::size_t pbb, int s, int n_subs, long h) {
-  const std::size_t line0 = pbb * s / n_subs / 64, line1 = (pbb * (s + 1) / n_subs + 63) / 64;
-  for (std::size_t l = line0 + static_cast<std::size_t>(h); l < line1; l += 2) prefetch_read_at(pb, 2 * pbb + 64 * l);
-}
-
 /// AVX2 register tile for codes in nibble planes (q4_0, q4_1, q4_K; q5_0, q5_1,
 /// q5_K with their high bits): MR rows x NH half panels over all of k (see the top
 /// of this file). The running sums live in y, the sub-block's partial sums in
@@ -312,8 +315,7 @@ inline void fast_prefetch_share(const unsigned char* pb, std::size_t pbb, int s,
 template <class Dec, int MR, int NH>
 inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   constexpr bool kFive = kFastFive<Dec>;
-  // the codes' offset, subtracted as offset * Q_j: q4_0 codes - 8, q5_0 codes - 16
-  constexpr int kOffset = std::is_same_v<Dec, Avx2DecodeQ4<false>> ? 8 : std::is_same_v<Dec, Avx2DecodeQ5<false>> ? 16 : 0;
+  constexpr int kOffset = fast_code_offset<Dec>();  // q4_0: codes - 8, q5_0: codes - 16
   constexpr int kSubs = Dec::kBlock / kFastBlock;
   const long K = rows.K, nbq = K / kFastBlock;
   fast_tile_zero<MR, NH>(y, ldy, h0);
@@ -334,7 +336,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
         where.begin(pb[i], s, static_cast<int>((h0 + i) % 2));
         qw[i] = where.q;
         if constexpr (kFive) hword[i] = fast_high_word(where);
-        fast_prefetch_share(pb[i], pbb, s, kSubs, (h0 + i) % 2);
+        prefetch_half_panel_share(pb[i], pbb, s, kSubs, (h0 + i) % 2);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
@@ -400,7 +402,7 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
       __m256i wv[NH], hx[NH];
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
         fast_k2_words<kThree>(pb[i], s, static_cast<int>((h0 + i) % 2), wv[i], hx[i]);
-        fast_prefetch_share(pb[i], pbb, s, 16, (h0 + i) % 2);
+        prefetch_half_panel_share(pb[i], pbb, s, 16, (h0 + i) % 2);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
@@ -426,7 +428,7 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
         const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
           __m256i I = _mm256_madd_epi16(t[r][i], ones);
-          if constexpr (kThree) I = _mm256_sub_epi32(I, _mm256_set1_epi32(4 * rows.qsum16.data()[e16]));
+          if constexpr (kThree) I = _mm256_sub_epi32(I, _mm256_set1_epi32(fast_code_offset<Dec>() * rows.qsum16.data()[e16]));
           float* yp = y + r * ldy + (h0 + i) * 8;
           __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp));
           if constexpr (!kThree) a = _mm256_fmadd_ps(_mm256_set1_ps(rows.xq16.data()[e16]), dec[i].N, a);
@@ -456,7 +458,7 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
         const int h = static_cast<int>((h0 + i) % 2);
         ql[i] = pb[i] + 288 + 128 * s + 32 * h;  // Avx2DecodeQ6_K's fields
         qh[i] = pb[i] + 2336 + 64 * s + 32 * h;
-        fast_prefetch_share(pb[i], pbb, s, 16, (h0 + i) % 2);
+        prefetch_half_panel_share(pb[i], pbb, s, 16, (h0 + i) % 2);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
@@ -485,7 +487,7 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
         const long row = m0 + r;
         const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
-        const __m256i off = _mm256_set1_epi32(32 * rows.qsum16.data()[row * (K / 16) + k0 / 16]);
+        const __m256i off = _mm256_set1_epi32(fast_code_offset<Avx2DecodeQ6_K>() * rows.qsum16.data()[row * (K / 16) + k0 / 16]);
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
           const __m256i I = _mm256_sub_epi32(t[r][i], off);  // codes - 32
           float* yp = y + r * ldy + (h0 + i) * 8;
@@ -544,16 +546,6 @@ inline void fast_tile_avx2_any(int mr, int nh, const FastRows& rows, long m0, co
 // unsigned codes (the type's offset is subtracted after the integer sum, as in
 // the tiles above). The same integer sums and float steps, so the same bits.
 
-/// The fast mode's offset of Dec's unsigned codes (subtracted as offset * Q_s).
-template <class Dec>
-constexpr int fast_code_offset() {
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ4<false>>) return 8;
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ5<false>>) return 16;
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ3_K>) return 4;
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return 32;
-  return 0;
-}
-
 /// Sub-block s of half h of panel block pb as byte planes (out: Dec::kSub / 4 x 32
 /// bytes) and its scales D (8 floats) and offsets N (8 floats, types with a min).
 template <class Dec>
@@ -600,7 +592,7 @@ inline void fast_planes_tile_avx2(const FastRows& rows, long m0, const unsigned 
   const long K = rows.K, nbq = K / kFastBlock;
   const __m256i ones = _mm256_set1_epi16(1);
   const std::int8_t* q0 = rows.q.data() + m0 * K;
-  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) _mm256_storeu_ps(y + r * ldy, _mm256_setzero_ps());
+  fast_tile_zero<MR, 1>(y, ldy, 0);
   for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
     __m256i t32[MR];
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = _mm256_setzero_si256();

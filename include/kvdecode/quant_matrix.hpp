@@ -821,6 +821,13 @@ KVDECODE_GCC_NOIPA inline void factor_panel_block_avx2(const unsigned char* pb, 
     }
 }
 
+/// Prefetches two panel blocks ahead in a panel stream, sub-block s's share of
+/// n_subs (never faults); half h takes the even lines, the other half the odd ones.
+inline void prefetch_half_panel_share(const unsigned char* pb, std::size_t pbb, int s, int n_subs, long h) {
+  const std::size_t line0 = pbb * s / n_subs / 64, line1 = (pbb * (s + 1) / n_subs + 63) / 64;
+  for (std::size_t l = line0 + static_cast<std::size_t>(h); l < line1; l += 2) prefetch_read_at(pb, 2 * pbb + 64 * l);
+}
+
 #if !defined(KVDECODE_NO_FUSED_QUANT)
 #define KVDECODE_QUANT_FUSED_AVX2 1
 /// Small-M register tile (AVX2, float): MR rows x NH half panels (8 outputs each,
@@ -844,10 +851,7 @@ inline void quant_tile_fused_avx2(const float* x, long ldx, const float* xs, lon
       Dec dec[NH];
       KVD_UNROLL(8) for (int i = 0; i < NH; ++i) {
         dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
-        // Two blocks ahead in each panel stream, a share per sub-block (never faults);
-        // half h takes the even lines, half 1 - h the odd ones.
-        const std::size_t line0 = pbb * s / kSubs / 64, line1 = (pbb * (s + 1) / kSubs + 63) / 64;
-        for (std::size_t l = line0 + (h0 + i) % 2; l < line1; l += 2) prefetch_read_at(pb[i], 2 * pbb + 64 * l);
+        prefetch_half_panel_share(pb[i], pbb, s, kSubs, (h0 + i) % 2);
       }
       __m256 t[MR][NH];
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
