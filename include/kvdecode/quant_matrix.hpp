@@ -834,10 +834,16 @@ inline void prefetch_half_panel_share(const unsigned char* pb, std::size_t pbb, 
 /// half panel i = lanes 8 (i % 2) .. of panel i / 2) over all of k, the codes
 /// decoded in registers, in the factored order (top of this file). The running
 /// sums live in y (read and written once per sub-block), the sub-block's partial
-/// sums in registers: MR NH of them, beside one code vector and one broadcast.
+/// sums in registers: MR NH of them, beside the NH code vectors and one broadcast.
+/// xp holds the MR rows interleaved, xp[k * MR + r] = x[r][k] (for MR = 1, x
+/// itself): every broadcast is then one base register plus a constant. With
+/// MR row pointers GCC kept each of the MR * kSub addresses in a stack slot and
+/// loaded it before its broadcast (q8_0, 5 rows x 2 half panels: 18 against 36
+/// G multiply-adds/s per core in L2).
+/// xs (MR x K / kSub, row stride ldxs) = the rows' sub-block sums (types with a min).
 template <class Dec, int MR, int NH>
-inline void quant_tile_fused_avx2(const float* x, long ldx, const float* xs, long ldxs, const QuantPanels& w, long h0,
-                                  float* y, long ldy) {
+inline void quant_tile_fused_avx2(const float* xp, const float* xs, long ldxs, const QuantPanels& w, long h0, float* y,
+                                  long ldy) {
   KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
     KVD_UNROLL(8) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
   const long nb = w.n_blocks();
@@ -846,8 +852,8 @@ inline void quant_tile_fused_avx2(const float* x, long ldx, const float* xs, lon
   for (long b = 0; b < nb; ++b) {
     const unsigned char* pb[NH];
     KVD_UNROLL(8) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
-    const float* xb = x + b * Dec::kBlock;
     for (int s = 0; s < kSubs; ++s) {
+      const float* xk = xp + (b * Dec::kBlock + s * Dec::kSub) * MR;
       Dec dec[NH];
       KVD_UNROLL(8) for (int i = 0; i < NH; ++i) {
         dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
@@ -857,10 +863,11 @@ inline void quant_tile_fused_avx2(const float* x, long ldx, const float* xs, lon
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
         KVD_UNROLL(8) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_ps();
       static_for<Dec::kSub>([&](auto kk) KVD_ALWAYS_INLINE {
-        KVD_UNROLL(8) for (int i = 0; i < NH; ++i) {
-          const __m256 cv = dec[i].template code<kk>();
-          KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
-            t[r][i] = _mm256_fmadd_ps(_mm256_broadcast_ss(xb + r * ldx + s * Dec::kSub + kk), cv, t[r][i]);
+        __m256 cv[NH];
+        KVD_UNROLL(8) for (int i = 0; i < NH; ++i) cv[i] = dec[i].template code<kk>();
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+          const __m256 xb = _mm256_broadcast_ss(xk + kk * MR + r);
+          KVD_UNROLL(8) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_fmadd_ps(xb, cv[i], t[r][i]);
         }
       });
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
@@ -875,15 +882,17 @@ inline void quant_tile_fused_avx2(const float* x, long ldx, const float* xs, lon
   }
 }
 
-/// The AVX2 fused tiles' shapes (16 ymm registers: MR NH partial sums, a code
-/// vector, a broadcast, the decoders' constants and, for a heavy decoder, one code
-/// word per half panel). Measured per core in L2 (2048-long rows, Zen 3), the
-/// best of NH = 1, 2, 4, 8: light decoders take 4 half panels for 1 or 2 rows
-/// and 2 for 3 or 4, and more rows are split into tiles of at most 4 rows (two
-/// 4 x 2 tiles beat one 8 x 1 tile by 14% for q4_K); heavy decoders take 2 half
-/// panels for 1 or 2 rows and 1 for more, with up to 8 rows per tile.
+/// The AVX2 fused tiles' shapes (16 ymm registers: MR NH partial sums, NH code
+/// vectors, a broadcast, the decoders' constants and, for a heavy decoder, one
+/// code word per half panel). Measured per core in L2 (2048-long rows, Zen 3,
+/// interleaved rows), best of NH = 1, 2, 4 (G multiply-adds/s): light decoders
+/// take 4 half panels for 1 or 2 rows and 2 for 3 to 6 (q8_0: 3 rows 28.9, 4
+/// rows 33.6, 5 rows 35.5, 6 rows 37.5); 7 or 8 rows are split into two tiles
+/// (two 4 x 2 tiles 33.6 against 33.4 for one 8 x 1). Heavy decoders take 2 half
+/// panels for 1 or 2 rows and 1 for more, with up to 8 rows per tile (q5_K 8 x 1:
+/// 28.3).
 template <class Dec>
-constexpr int quant_fused_rows_avx2(int m) { return Dec::kHeavy || m <= 4 ? m : (m + 1) / 2; }
+constexpr int quant_fused_rows_avx2(int m) { return Dec::kHeavy || m <= 6 ? m : (m + 1) / 2; }
 template <class Dec>
 constexpr int quant_fused_halves_avx2(int mr) {
   if constexpr (Dec::kHeavy) return mr <= 2 ? 2 : 1;
@@ -891,25 +900,35 @@ constexpr int quant_fused_halves_avx2(int mr) {
 }
 
 template <class Dec, int MR, int NH = quant_fused_halves_avx2<Dec>(MR)>
-inline void quant_tile_fused_avx2_nh(int nh, const float* x, long ldx, const float* xs, long ldxs, const QuantPanels& w,
-                                     long h0, float* y, long ldy) {
+inline void quant_tile_fused_avx2_nh(int nh, const float* xp, const float* xs, long ldxs, const QuantPanels& w, long h0,
+                                     float* y, long ldy) {
   if constexpr (NH >= 1) {
-    if (nh == NH) return quant_tile_fused_avx2<Dec, MR, NH>(x, ldx, xs, ldxs, w, h0, y, ldy);
-    return quant_tile_fused_avx2_nh<Dec, MR, NH - 1>(nh, x, ldx, xs, ldxs, w, h0, y, ldy);
+    if (nh == NH) return quant_tile_fused_avx2<Dec, MR, NH>(xp, xs, ldxs, w, h0, y, ldy);
+    return quant_tile_fused_avx2_nh<Dec, MR, NH - 1>(nh, xp, xs, ldxs, w, h0, y, ldy);
   }
 }
 
-template <class Dec, int MR = quant_fused_rows_avx2<Dec>(static_cast<int>(kQuantFusedMaxM))>
-inline void quant_tile_fused_avx2_any(int mr, int nh, const float* x, long ldx, const float* xs, long ldxs,
-                                      const QuantPanels& w, long h0, float* y, long ldy) {
+/// The most rows of any AVX2 tile of decoder Dec.
+template <class Dec>
+constexpr int quant_fused_max_rows_avx2() {
+  int most = 0;
+  for (int m = 1; m <= static_cast<int>(kQuantFusedMaxM); ++m) most = std::max(most, quant_fused_rows_avx2<Dec>(m));
+  return most;
+}
+
+template <class Dec, int MR = quant_fused_max_rows_avx2<Dec>()>
+inline void quant_tile_fused_avx2_any(int mr, int nh, const float* xp, const float* xs, long ldxs, const QuantPanels& w,
+                                      long h0, float* y, long ldy) {
   if constexpr (MR >= 1) {
-    if (mr == MR) return quant_tile_fused_avx2_nh<Dec, MR>(nh, x, ldx, xs, ldxs, w, h0, y, ldy);
-    return quant_tile_fused_avx2_any<Dec, MR - 1>(mr, nh, x, ldx, xs, ldxs, w, h0, y, ldy);
+    if (mr == MR) return quant_tile_fused_avx2_nh<Dec, MR>(nh, xp, xs, ldxs, w, h0, y, ldy);
+    return quant_tile_fused_avx2_any<Dec, MR - 1>(mr, nh, xp, xs, ldxs, w, h0, y, ldy);
   }
 }
 
 /// Small M (<= kQuantFusedMaxM), AVX2: one or two row tiles; threads take contiguous
 /// ranges of column tiles (a template for the same reason as matmul_quant_fused).
+/// The rows of each row tile are interleaved first (quant_tile_fused_avx2's xp)
+/// into a per-thread buffer allocated at its first use on the calling thread.
 template <class T>
 void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldxs, const QuantPanels& w, T* y, long ldy,
                              bool parallel) {
@@ -918,6 +937,20 @@ void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldx
     using Dec = decltype(dec);
     const int mr_max = quant_fused_rows_avx2<Dec>(static_cast<int>(M));
     const int nh_max = quant_fused_halves_avx2<Dec>(mr_max);
+    const long K = w.n_in();
+    // xp + m0 * K: row tile m0's rows interleaved, xp[m0 * K + k * mr + r] = x[m0 + r][k].
+    const float* xp = x;
+    if (M > 1) {
+      static thread_local AlignedBuffer<float> xp_buf;
+      xp_buf.reserve(static_cast<std::size_t>(M * K));
+      for (long m0 = 0; m0 < M; m0 += mr_max) {
+        const long mr = std::min<long>(mr_max, M - m0);
+        float* dst = xp_buf.data() + m0 * K;
+        for (long r = 0; r < mr; ++r)
+          for (long k = 0; k < K; ++k) dst[k * mr + r] = x[(m0 + r) * ldx + k];
+      }
+      xp = xp_buf.data();
+    }
     const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
     parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
       for (long c = c0; c < c1; ++c) {
@@ -925,8 +958,8 @@ void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldx
         const int nh = static_cast<int>(std::min<long>(nh_max, H - h0));
         for (long m0 = 0; m0 < M; m0 += mr_max) {
           const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
-          quant_tile_fused_avx2_any<Dec>(mr, nh, x + m0 * ldx, ldx, xs ? xs + m0 * ldxs : nullptr, ldxs, w, h0,
-                                         y + m0 * ldy, ldy);
+          quant_tile_fused_avx2_any<Dec>(mr, nh, xp + m0 * K, xs ? xs + m0 * ldxs : nullptr, ldxs, w, h0, y + m0 * ldy,
+                                         ldy);
         }
       }
     });
