@@ -183,6 +183,28 @@ KVD_ALWAYS_INLINE inline void static_for(F&& f) {
 /// Most rows of the fused small-M paths.
 inline constexpr long kQuantFusedMaxM = 8;
 
+/// The fused tiles' input: x (M rows, stride ldx, K values) split into row tiles of
+/// mr_max rows (the last may be shorter), each tile's rows interleaved:
+/// out[m0 * K + k * mr + r] = x[m0 + r][k] for the tile of mr rows starting at m0.
+/// A broadcast of row r at k is then one base register plus a constant; with one
+/// pointer per row, GCC kept each of a tile's MR x 32 addresses in a stack slot and
+/// loaded it before its broadcast (AVX2 q8_0, 5 rows: 18 against 36 G multiply-adds/s
+/// per core in L2). M = 1 needs no copy and returns x. Otherwise the copy goes to a
+/// per-thread buffer, allocated at its first use on the calling thread, and stays
+/// valid until that thread's next call.
+inline const float* interleave_tile_rows(const float* x, long ldx, long M, long K, long mr_max) {
+  if (M == 1) return x;
+  static thread_local AlignedBuffer<float> buf;
+  buf.reserve(static_cast<std::size_t>(M * K));
+  for (long m0 = 0; m0 < M; m0 += mr_max) {
+    const long mr = std::min(mr_max, M - m0);
+    float* dst = buf.data() + m0 * K;
+    for (long r = 0; r < mr; ++r)
+      for (long k = 0; k < K; ++k) dst[k * mr + r] = x[(m0 + r) * ldx + k];
+  }
+  return buf.data();
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12 reports its own intrinsics' undefined-source idiom as maybe-uninitialized.
@@ -461,11 +483,12 @@ inline void with_decoder(WeightType t, F&& f) {
 #define KVDECODE_QUANT_FUSED 1
 /// Small-M register tile (AVX-512, float): MR rows x NP panels over all of k,
 /// the codes decoded in registers, in the factored order (top of this file).
+/// xp = the MR rows interleaved, xp[k * MR + r] = x[r][k] (interleave_tile_rows()).
 /// xs (MR x K / kSub, row stride ldxs) = the rows' sub-block sums (types with a min).
 /// y rows get all 16 NP columns.
 template <class Dec, int MR, int NP>
-inline void quant_tile_fused(const float* x, long ldx, const float* xs, long ldxs, const QuantPanels& w, long p0,
-                             float* y, long ldy) {
+inline void quant_tile_fused(const float* xp, const float* xs, long ldxs, const QuantPanels& w, long p0, float* y,
+                             long ldy) {
   // The running sums stay in registers when they fit beside the sub-block sums,
   // else in y (read and written once per sub-block; exact either way).
   constexpr bool kInRegisters = 2 * MR * NP + 3 * NP + 2 <= 32;
@@ -483,8 +506,8 @@ inline void quant_tile_fused(const float* x, long ldx, const float* xs, long ldx
   for (long b = 0; b < nb; ++b) {
     const unsigned char* pb[NP];
     KVD_UNROLL(4) for (int p = 0; p < NP; ++p) pb[p] = w.panel_block(p0 + p, b);
-    const float* xb = x + b * Dec::kBlock;
     for (int s = 0; s < kSubs; ++s) {
+      const float* xk = xp + (b * Dec::kBlock + s * Dec::kSub) * MR;
       Dec dec[NP];
       KVD_UNROLL(4) for (int p = 0; p < NP; ++p) {
         dec[p].begin(pb[p], s);
@@ -499,7 +522,7 @@ inline void quant_tile_fused(const float* x, long ldx, const float* xs, long ldx
         __m512 cv[NP];
         KVD_UNROLL(4) for (int p = 0; p < NP; ++p) cv[p] = dec[p].template code<kk>();
         KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
-          const __m512 xv = _mm512_set1_ps(xb[r * ldx + s * Dec::kSub + kk]);
+          const __m512 xv = _mm512_set1_ps(xk[kk * MR + r]);
           KVD_UNROLL(4) for (int p = 0; p < NP; ++p) t[r][p] = _mm512_fmadd_ps(xv, cv[p], t[r][p]);
         }
       });
@@ -534,20 +557,20 @@ inline void quant_tile_fused(const float* x, long ldx, const float* xs, long ldx
 constexpr int quant_fused_panels(int m) { return m <= 3 ? 4 : m == 4 ? 3 : 1; }
 
 template <class Dec, int MR, int NP = quant_fused_panels(MR)>
-inline void quant_tile_fused_np(int np, const float* x, long ldx, const float* xs, long ldxs, const QuantPanels& w,
-                                long p0, float* y, long ldy) {
+inline void quant_tile_fused_np(int np, const float* xp, const float* xs, long ldxs, const QuantPanels& w, long p0,
+                                float* y, long ldy) {
   if constexpr (NP >= 1) {
-    if (np == NP) return quant_tile_fused<Dec, MR, NP>(x, ldx, xs, ldxs, w, p0, y, ldy);
-    return quant_tile_fused_np<Dec, MR, NP - 1>(np, x, ldx, xs, ldxs, w, p0, y, ldy);
+    if (np == NP) return quant_tile_fused<Dec, MR, NP>(xp, xs, ldxs, w, p0, y, ldy);
+    return quant_tile_fused_np<Dec, MR, NP - 1>(np, xp, xs, ldxs, w, p0, y, ldy);
   }
 }
 
 template <class Dec, int MR = static_cast<int>(kQuantFusedMaxM)>
-inline void quant_tile_fused_any(int mr, int np, const float* x, long ldx, const float* xs, long ldxs,
-                                 const QuantPanels& w, long p0, float* y, long ldy) {
+inline void quant_tile_fused_any(int mr, int np, const float* xp, const float* xs, long ldxs, const QuantPanels& w,
+                                 long p0, float* y, long ldy) {
   if constexpr (MR >= 1) {
-    if (mr == MR) return quant_tile_fused_np<Dec, MR>(np, x, ldx, xs, ldxs, w, p0, y, ldy);
-    return quant_tile_fused_any<Dec, MR - 1>(mr, np, x, ldx, xs, ldxs, w, p0, y, ldy);
+    if (mr == MR) return quant_tile_fused_np<Dec, MR>(np, xp, xs, ldxs, w, p0, y, ldy);
+    return quant_tile_fused_any<Dec, MR - 1>(mr, np, xp, xs, ldxs, w, p0, y, ldy);
   }
 }
 
@@ -561,13 +584,14 @@ void matmul_quant_fused(const T* x, long ldx, long M, const T* xs, long ldxs, co
   const int mr = static_cast<int>(M);
   const int np_max = quant_fused_panels(mr);
   const long P = w.n_panels(), n_ctiles = (P + np_max - 1) / np_max;
+  const float* xp = interleave_tile_rows(x, ldx, M, w.n_in(), M);
   with_decoder(w.type(), [&](auto dec) {
     using Dec = decltype(dec);
     parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
       for (long c = c0; c < c1; ++c) {
         const long p0 = c * np_max;
         const int np = static_cast<int>(std::min<long>(np_max, P - p0));
-        quant_tile_fused_any<Dec>(mr, np, x, ldx, xs, ldxs, w, p0, y, ldy);
+        quant_tile_fused_any<Dec>(mr, np, xp, xs, ldxs, w, p0, y, ldy);
       }
     });
   });
@@ -835,11 +859,7 @@ inline void prefetch_half_panel_share(const unsigned char* pb, std::size_t pbb, 
 /// decoded in registers, in the factored order (top of this file). The running
 /// sums live in y (read and written once per sub-block), the sub-block's partial
 /// sums in registers: MR NH of them, beside the NH code vectors and one broadcast.
-/// xp holds the MR rows interleaved, xp[k * MR + r] = x[r][k] (for MR = 1, x
-/// itself): every broadcast is then one base register plus a constant. With
-/// MR row pointers GCC kept each of the MR * kSub addresses in a stack slot and
-/// loaded it before its broadcast (q8_0, 5 rows x 2 half panels: 18 against 36
-/// G multiply-adds/s per core in L2).
+/// xp = the MR rows interleaved, xp[k * MR + r] = x[r][k] (interleave_tile_rows()).
 /// xs (MR x K / kSub, row stride ldxs) = the rows' sub-block sums (types with a min).
 template <class Dec, int MR, int NH>
 inline void quant_tile_fused_avx2(const float* xp, const float* xs, long ldxs, const QuantPanels& w, long h0, float* y,
@@ -927,8 +947,7 @@ inline void quant_tile_fused_avx2_any(int mr, int nh, const float* xp, const flo
 
 /// Small M (<= kQuantFusedMaxM), AVX2: one or two row tiles; threads take contiguous
 /// ranges of column tiles (a template for the same reason as matmul_quant_fused).
-/// The rows of each row tile are interleaved first (quant_tile_fused_avx2's xp)
-/// into a per-thread buffer allocated at its first use on the calling thread.
+/// The rows of each row tile are interleaved first (interleave_tile_rows()).
 template <class T>
 void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldxs, const QuantPanels& w, T* y, long ldy,
                              bool parallel) {
@@ -938,19 +957,7 @@ void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldx
     const int mr_max = quant_fused_rows_avx2<Dec>(static_cast<int>(M));
     const int nh_max = quant_fused_halves_avx2<Dec>(mr_max);
     const long K = w.n_in();
-    // xp + m0 * K: row tile m0's rows interleaved, xp[m0 * K + k * mr + r] = x[m0 + r][k].
-    const float* xp = x;
-    if (M > 1) {
-      static thread_local AlignedBuffer<float> xp_buf;
-      xp_buf.reserve(static_cast<std::size_t>(M * K));
-      for (long m0 = 0; m0 < M; m0 += mr_max) {
-        const long mr = std::min<long>(mr_max, M - m0);
-        float* dst = xp_buf.data() + m0 * K;
-        for (long r = 0; r < mr; ++r)
-          for (long k = 0; k < K; ++k) dst[k * mr + r] = x[(m0 + r) * ldx + k];
-      }
-      xp = xp_buf.data();
-    }
+    const float* xp = interleave_tile_rows(x, ldx, M, K, mr_max);  // row tile m0 at xp + m0 * K
     const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
     parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
       for (long c = c0; c < c1; ++c) {
