@@ -909,13 +909,14 @@ inline void quant_tile_fused_avx2(const float* xp, const float* xs, long ldxs, c
 /// take 4 half panels for 1 or 2 rows and 2 for 3 to 6 (q8_0: 3 rows 28.9, 4
 /// rows 33.6, 5 rows 35.5, 6 rows 37.5); 7 or 8 rows are split into two tiles
 /// (two 4 x 2 tiles 33.6 against 33.4 for one 8 x 1). Heavy decoders take 2 half
-/// panels for 1 or 2 rows and 1 for more, with up to 8 rows per tile (q5_K 8 x 1:
-/// 28.3).
+/// panels up to 5 rows (3 rows: 16.5-22.7 against 14.5-17.4 with one; 5 rows:
+/// 19.9-27.3 against 19.2-23.2) and 1 for 6 to 8, with up to 8 rows per tile
+/// (q5_K 8 x 1: 28.1).
 template <class Dec>
 constexpr int quant_fused_rows_avx2(int m) { return Dec::kHeavy || m <= 6 ? m : (m + 1) / 2; }
 template <class Dec>
 constexpr int quant_fused_halves_avx2(int mr) {
-  if constexpr (Dec::kHeavy) return mr <= 2 ? 2 : 1;
+  if constexpr (Dec::kHeavy) return mr <= 5 ? 2 : 1;
   return mr <= 2 ? 4 : 2;
 }
 
