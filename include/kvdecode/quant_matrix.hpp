@@ -36,6 +36,8 @@
 //    streamed panel blocks and runs the sub-block chains.
 //  * small M on AVX2 (no AVX-512): the same with 8-lane decoders on half
 //    panels, tiles of up to 8 rows x 4 half panels (shapes per decoder).
+//    With more than one row, both read the rows interleaved (x'[k][r], copied
+//    once per product by interleave_tile_rows()).
 //  * otherwise: a k block of a tile of panels is factored into per-thread
 //    buffers (codes, scales, offsets) and a micro-kernel with kernels.hpp's
 //    tile shapes runs over them (large M: with kernels.hpp's GotoBLAS
