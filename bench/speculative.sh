@@ -7,10 +7,12 @@
 # Then two model families where a small model predicts most of the large one's
 # choices (kvdecode-random-gguf's DECAY: layer l writes into the residual stream
 # scaled by DECAY^l, so the later layers refine): a 22-layer Q8_0 target and its own
-# first 2 layers in Q8_0 as the draft, at DECAY 0.15 and 0.3.
+# first 2 layers in Q8_0 as the draft, at DECAY 0.15 and 0.3; at DECAY 0.3 also the
+# same target unquantized (f16, 2.2 GB), where a verified row costs less beside the
+# bytes it streams.
 # Prints one line per run: decode tokens/s, acceptance, target forwards.
 #   bench/speculative.sh BUILD_DIR WORK_DIR [THREADS=2] [TOKENS=64] [REPEATS=2]
-# The files take 7.2 GB in WORK_DIR (made once, reused). Figures on a shared
+# The files take 9.4 GB in WORK_DIR (made once, reused). Figures on a shared
 # machine are noisy: every configuration runs REPEATS times, interleaved.
 set -e
 BIN=$1/bin; DIR=$2; T=${3:-2}; N=${4:-64}; R=${5:-2}
@@ -21,9 +23,10 @@ for q in Q8_0 Q4_K Q2_K; do
   [ -f "$DIR/$q.gguf" ] || "$BIN/kvdecode-quantize" "$DIR/f16.gguf" "$DIR/$q.gguf" $q --threads "$T" --quiet
 done
 for d in 0.15 0.3; do
-  if [ ! -f "$DIR/family$d-Q8_0.gguf" ]; then
+  if [ ! -f "$DIR/family$d-Q8_0.gguf" ] || { [ $d = 0.3 ] && [ ! -f "$DIR/family$d-F16.gguf" ]; }; then
     "$BIN/kvdecode-random-gguf" "$DIR/family.tmp.gguf" 22 1 $d
     "$BIN/kvdecode-quantize" "$DIR/family.tmp.gguf" "$DIR/family$d-Q8_0.gguf" Q8_0 --threads "$T" --quiet
+    if [ $d = 0.3 ]; then mv "$DIR/family.tmp.gguf" "$DIR/family$d-F16.gguf"; fi
   fi
   if [ ! -f "$DIR/family$d-2layers-Q8_0.gguf" ]; then
     "$BIN/kvdecode-random-gguf" "$DIR/family.tmp.gguf" 2 1 $d
@@ -57,6 +60,8 @@ while [ $i -lt "$R" ]; do
     run "family $d plain" family$d-Q8_0.gguf $P
     run "family $d 2-layer draft" family$d-Q8_0.gguf $P -md "$DIR/family$d-2layers-Q8_0.gguf"
   done
+  run "family 0.3 F16 plain" family0.3-F16.gguf $P
+  run "family 0.3 F16, draft" family0.3-F16.gguf $P -md "$DIR/family0.3-2layers-Q8_0.gguf"
   i=$((i + 1))
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -229,6 +229,31 @@ TEST(DraftTuner, ACheapAcceptedDraftKeepsDraftingAndACostlyOneStops) {
   }
 }
 
+TEST(DraftTuner, ADropIsConfirmedByAFreshPlainStep) {
+  // The first plain step happened to run fast (0.020 s; the machine's steps take
+  // 0.050), so the first verification looks dear: its extra rows seem to cost
+  // (0.070 - 0.020) / 2 each and no draft length would pay. Before dropping the
+  // draft model the tuner takes one more plain step; with the plain cost re-measured
+  // (the mean, 0.035 s) the same verification says one draft a round pays, and
+  // drafting goes on. Had that step also been fast, the drafter is dropped.
+  for (double second : {0.050, 0.020}) {
+    detail::DraftTuner t(4, true);
+    t.plain_step(0.020);
+    ASSERT_EQ(t.choose(), 2);
+    t.verified(2, 2, false, 0.070, 0.308, 0.300);
+    ASSERT_EQ(t.choose(), 0) << "a plain step to confirm";
+    t.plain_step(second);
+    if (second > 0.03) {
+      EXPECT_GT(t.choose(), 0);
+    } else {
+      for (int i = 0; i < 10; ++i) {
+        EXPECT_EQ(t.choose(), 0) << "dropped, step " << i;
+        t.plain_step(0.020);
+      }
+    }
+  }
+}
+
 TEST(DraftTuner, AFeedOnlyProbeCountsTheFeedAsTheDraftCost) {
   // draft_tokens = 1: the one draft came from the draft's prefill, so no decode step
   // was timed; the feed's time stands for a draft token's cost (an upper bound).

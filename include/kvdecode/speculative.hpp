@@ -245,8 +245,9 @@ int max_verify_rows(const Cache& cache) {
 /// never the output). Model: each drafted token is accepted with probability a
 /// given the previous one was (estimated from recent rounds, prior 1/2), so k drafts
 /// yield E(k) = 1 + a + ... + a^k tokens for one forward of k + 1 rows costing
-/// plain + k * (extra_row + draft_token) seconds (a draft model's one-off prefill of
-/// the prompt left out); k = 0 is a plain step. The k with
+/// plain + k * (extra_row + draft_token) seconds (extra_row from the verifications'
+/// average time and draft count against the plain estimate; a draft model's one-off
+/// prefill of the prompt left out); k = 0 is a plain step. The k with
 /// the best expected tokens per second is used. The first verification (after one
 /// plain step) measures the costs: with max_k drafts for prompt lookup, with at most
 /// 2 for a draft model (its prefill yields the first, one decode step the second), so
@@ -259,14 +260,19 @@ int max_verify_rows(const Cache& cache) {
 /// So a draft model is dropped only on evidence: at once when even full acceptance
 /// would not pay for its measured cost, otherwise after 4 verifications with drafts
 /// (one draft a round while the estimate says 0), since an early rejection or two
-/// says little about the acceptance.
+/// says little about the acceptance. Timings are noisy on a shared machine (one
+/// step can take twice another), and the plain step's cost is measured only on
+/// plain steps, so before dropping a drafter the tuner takes one more plain step
+/// (normal decoding: it changes nothing but the timing) and decides on the
+/// refreshed estimate; if drafting pays after all, it goes on. Each estimate is the
+/// mean of its first samples, then an average with weight 0.3 on the newest.
 class DraftTuner {
  public:
   DraftTuner(int max_k, bool uses_model) : max_k_(max_k), uses_model_(uses_model) {}
 
   int choose() {
     if (plain_s_ <= 0) return 0;             // the first decode step is plain: it measures plain_s_
-    if (row_s_ < 0) return uses_model_ ? std::min(max_k_, 2) : max_k_;  // then one verification measures the rest
+    if (row_n_ == 0) return uses_model_ ? std::min(max_k_, 2) : max_k_;  // then one verification measures the rest
     if (gave_up_) return 0;
     if (const int k = best(); k > 0) return k;
     if (uses_model_) {
@@ -274,6 +280,11 @@ class DraftTuner {
       // it could not pay even with every draft accepted, else after kMinRounds
       // verifications with drafts; until then it drafts one token a round.
       if (best(1.0) == 0 || rounds_ >= kMinRounds) {
+        // Decide on a plain step measured after the last verification (see above).
+        if (!plain_fresh_ && !confirming_) {
+          confirming_ = true;
+          return 0;
+        }
         gave_up_ = true;
         return 0;
       }
@@ -284,7 +295,11 @@ class DraftTuner {
     return 1;
   }
 
-  void plain_step(double seconds) { plain_s_ = ema(plain_s_, seconds); }
+  void plain_step(double seconds) {
+    plain_s_ = ema(plain_s_, seconds, ++plain_n_);
+    plain_fresh_ = true;
+    confirming_ = false;
+  }
 
   /// A verification of `proposed` (>= 1) drafts, `accepted` of them kept, `rejected`
   /// when a draft mismatched (not when the draft ran out or generation stopped).
@@ -294,13 +309,16 @@ class DraftTuner {
   void verified(int proposed, int accepted, bool rejected, double verify_seconds, double draft_seconds,
                 double feed_seconds) {
     ++rounds_;
+    plain_fresh_ = false;
     acc_ = 0.8 * acc_ + accepted;
     rej_ = 0.8 * rej_ + (rejected ? 1 : 0);
-    row_s_ = ema(row_s_, std::max(0.0, (verify_seconds - plain_s_) / proposed));
+    ++row_n_;
+    verify_s_ = ema(verify_s_, verify_seconds, row_n_);
+    verify_k_ = ema(verify_k_, proposed, row_n_);
     // Per draft token: the forwards timed apart from the feed, one per draft they yielded.
     const int timed = proposed - (feed_seconds > 0 ? 1 : 0);
     if (timed > 0)
-      draft_s_ = ema(draft_s_, std::max(0.0, draft_seconds - feed_seconds) / timed);
+      draft_s_ = ema(draft_s_, std::max(0.0, draft_seconds - feed_seconds) / timed, ++draft_n_);
     else if (draft_s_ < 0)
       draft_s_ = feed_seconds;  // only a feed so far: a forward of one token costs at most that
     if (probing_) {
@@ -315,16 +333,23 @@ class DraftTuner {
   }
 
  private:
-  static double ema(double avg, double x) { return avg <= 0 ? x : 0.7 * avg + 0.3 * x; }  // avg <= 0: none yet
+  // The n-th sample x into the average: the mean of the first 3, then weight 0.3 on the newest.
+  static double ema(double avg, double x, int n) {
+    const double w = std::max(0.3, 1.0 / n);
+    return n <= 1 || avg < 0 ? x : (1 - w) * avg + w * x;
+  }
   // The best draft length at acceptance a (default: the estimate, prior 1/2).
   int best(double a = -1) const {
     if (a < 0) a = (acc_ + 1) / (acc_ + rej_ + 2);
+    // An extra verified row's cost, from the verifications against the current plain
+    // estimate (so a refreshed plain step corrects it at once).
+    const double row_s = std::max(0.0, (verify_s_ - plain_s_) / verify_k_);
     int best_k = 0;
     double best_rate = 1.0 / plain_s_, tokens = 1, term = 1;
     for (int k = 1; k <= max_k_; ++k) {
       term *= a;
       tokens += term;
-      const double rate = tokens / (plain_s_ + k * (row_s_ + draft_s_));
+      const double rate = tokens / (plain_s_ + k * (row_s + draft_s_));
       if (rate > best_rate) {
         best_rate = rate;
         best_k = k;
@@ -335,10 +360,14 @@ class DraftTuner {
 
   int max_k_;
   bool uses_model_;
-  double plain_s_ = 0, row_s_ = -1, draft_s_ = -1;  // seconds: a plain step, an extra verified row, one draft token
+  double plain_s_ = 0, draft_s_ = -1;  // seconds: a plain step, one draft token
+  double verify_s_ = 0, verify_k_ = 1;  // a verification's seconds and drafts (averages)
   double acc_ = 0, rej_ = 0;                         // decayed counts of accepted drafts and rejections
   int until_probe_ = 8, gap_ = 8;
+  int plain_n_ = 0, row_n_ = 0, draft_n_ = 0;       // samples in each estimate
   bool probing_ = false, gave_up_ = false;
+  bool plain_fresh_ = false;  // a plain step was timed since the last verification
+  bool confirming_ = false;   // a plain step was asked for to confirm dropping the drafter
   int rounds_ = 0;                   // verifications with drafts so far
   static constexpr int kMinRounds = 4;
 };
