@@ -272,7 +272,7 @@ class DraftTuner {
 
   int choose() {
     if (plain_s_ <= 0) return 0;             // the first decode step is plain: it measures plain_s_
-    if (row_n_ == 0) return uses_model_ ? std::min(max_k_, 2) : max_k_;  // then one verification measures the rest
+    if (rounds_ == 0) return uses_model_ ? std::min(max_k_, 2) : max_k_;  // then one verification measures the rest
     if (gave_up_) return 0;
     if (const int k = best(); k > 0) return k;
     if (uses_model_) {
@@ -281,10 +281,7 @@ class DraftTuner {
       // verifications with drafts; until then it drafts one token a round.
       if (best(1.0) == 0 || rounds_ >= kMinRounds) {
         // Decide on a plain step measured after the last verification (see above).
-        if (!plain_fresh_ && !confirming_) {
-          confirming_ = true;
-          return 0;
-        }
+        if (!plain_fresh_) return 0;
         gave_up_ = true;
         return 0;
       }
@@ -298,7 +295,6 @@ class DraftTuner {
   void plain_step(double seconds) {
     plain_s_ = ema(plain_s_, seconds, ++plain_n_);
     plain_fresh_ = true;
-    confirming_ = false;
   }
 
   /// A verification of `proposed` (>= 1) drafts, `accepted` of them kept, `rejected`
@@ -312,9 +308,8 @@ class DraftTuner {
     plain_fresh_ = false;
     acc_ = 0.8 * acc_ + accepted;
     rej_ = 0.8 * rej_ + (rejected ? 1 : 0);
-    ++row_n_;
-    verify_s_ = ema(verify_s_, verify_seconds, row_n_);
-    verify_k_ = ema(verify_k_, proposed, row_n_);
+    verify_s_ = ema(verify_s_, verify_seconds, rounds_);
+    verify_k_ = ema(verify_k_, proposed, rounds_);
     // Per draft token: the forwards timed apart from the feed, one per draft they yielded.
     const int timed = proposed - (feed_seconds > 0 ? 1 : 0);
     if (timed > 0)
@@ -364,10 +359,9 @@ class DraftTuner {
   double verify_s_ = 0, verify_k_ = 1;  // a verification's seconds and drafts (averages)
   double acc_ = 0, rej_ = 0;                         // decayed counts of accepted drafts and rejections
   int until_probe_ = 8, gap_ = 8;
-  int plain_n_ = 0, row_n_ = 0, draft_n_ = 0;       // samples in each estimate
+  int plain_n_ = 0, draft_n_ = 0;  // samples in the plain and draft estimates (rounds_: the verifications')
   bool probing_ = false, gave_up_ = false;
   bool plain_fresh_ = false;  // a plain step was timed since the last verification
-  bool confirming_ = false;   // a plain step was asked for to confirm dropping the drafter
   int rounds_ = 0;                   // verifications with drafts so far
   static constexpr int kMinRounds = 4;
 };
