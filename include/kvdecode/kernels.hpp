@@ -825,10 +825,9 @@ void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long l
 
 }  // namespace kvd
 
-// The quantized kernels behind matmul_quant_panels (they use the float kernels above).
+// The quantized kernels behind matmul_quant_panels (they use the float kernels
+// above). quant_matrix.hpp ends with fast_matmul.hpp and, with
+// KVDECODE_EXTERN_KERNELS, the declarations of the kernel instances
+// (detail/kernel_instances.hpp), so that each of the three headers compiles
+// on its own, whichever a program includes first.
 #include "kvdecode/quant_matrix.hpp"
-#include "kvdecode/fast_matmul.hpp"
-
-// With KVDECODE_EXTERN_KERNELS, the kernels are declared here and compiled in one
-// file of the program (kvdecode/kernel_instances.hpp).
-#include "kvdecode/detail/kernel_instances.hpp"

@@ -1318,3 +1318,10 @@ void matmul(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy) 
 }
 
 }  // namespace kvd
+
+// The fast mode's kernels (they use QuantMatrix and the decoders above), then,
+// with KVDECODE_EXTERN_KERNELS, the kernels' instances declared for a program
+// that compiles them in one file (kvdecode/kernel_instances.hpp). Here rather
+// than in kernels.hpp, so that this header also compiles on its own.
+#include "kvdecode/fast_matmul.hpp"
+#include "kvdecode/detail/kernel_instances.hpp"

@@ -16,6 +16,8 @@
 // benchmarks build this way (CMake target kvdecode_kernel_instances).
 #pragma once
 
+#include "kvdecode/kernels.hpp"  // the templates declared below (ends by including this file)
+
 // KVDECODE_KERNEL_INSTANCE_<n>(prefix), n = 1 .. KVDECODE_KERNEL_INSTANCE_COUNT,
 // lists every instance that kvd::matmul reaches, for the compute types the
 // library runs (float, and double for the oracle and reference paths) on the
