@@ -50,6 +50,8 @@
 // order 0, 4, 8, 12, 1, 5, ... (fast_order() 16). q3_K adds its high bit (bit 2
 // of each byte, from the high word) and takes code + 4 in [0, 8), subtracting
 // 4 Q_s after (at most 8 * 2 * 7 * 127 = 14224 in 16 bits per sub-block).
+// With VNNI (AVX512-VNNI + VL, or AVX-VNNI) the same tiles take vpdpbusd for each
+// pair of vpmaddubsw and 16-bit adds: 32-bit sums throughout, the same integers.
 #pragma once
 
 #include <algorithm>
@@ -214,6 +216,21 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
 
 #if defined(KVDECODE_QUANT_AVX2)
 #define KVDECODE_FAST_AVX2 1
+#if (defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__)
+// VNNI: vpdpbusd adds the 4 products of unsigned code bytes and signed activation
+// bytes of each 32-bit lane to it in one instruction, exactly (no 16-bit step,
+// no saturation), where AVX2 takes vpmaddubsw, a 16-bit add and a vpmaddwd. The
+// integer sums are the same, so are the bits.
+#define KVDECODE_FAST_VNNI 1
+/// acc + for each 32-bit lane the sum of its 4 products u8[b] * s8[b] (vpdpbusd).
+KVD_ALWAYS_INLINE inline __m256i fast_dpbusd(__m256i acc, __m256i u8, __m256i s8) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, u8, s8);
+#else
+  return _mm256_dpbusd_avx_epi32(acc, u8, s8);
+#endif
+}
+#endif
 /// Whether Dec decodes 5-bit codes (a nibble plus one high bit per value).
 template <class Dec>
 inline constexpr bool kFastFive =
@@ -319,7 +336,8 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
   constexpr int kSubs = Dec::kBlock / kFastBlock;
   const long K = rows.K, nbq = K / kFastBlock;
   fast_tile_zero<MR, NH>(y, ldy, h0);
-  const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+  const __m256i m4 = _mm256_set1_epi8(15);
+  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < w.n_blocks(); ++b) {
@@ -360,8 +378,12 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
           std::memcpy(&a1, qa + 4, 4);
           const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);
           KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+#if defined(KVDECODE_FAST_VNNI)
+            t[r][i] = fast_dpbusd(fast_dpbusd(t[r][i], lo[i], b0), hi[i], b1);
+#else
             const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0), _mm256_maddubs_epi16(hi[i], b1));
             t[r][i] = kFive ? _mm256_add_epi32(t[r][i], _mm256_madd_epi16(p, ones)) : _mm256_add_epi16(t[r][i], p);
+#endif
           }
         }
       }
@@ -371,7 +393,11 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
         const long e = (m0 + r) * nbq + j;
         const __m256 d = _mm256_set1_ps(rows.d.data()[e]);
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+#if defined(KVDECODE_FAST_VNNI)
+          __m256i I = t[r][i];
+#else
           __m256i I = kFive ? t[r][i] : _mm256_madd_epi16(t[r][i], ones);
+#endif
           if constexpr (kOffset != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * rows.qsum.data()[e]));
           float* yp = y + r * ldy + (h0 + i) * 8;
           __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp));
@@ -392,7 +418,7 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
   using Dec = std::conditional_t<kThree, Avx2DecodeQ3_K, Avx2DecodeQ2_K>;
   const long K = rows.K, nbq = K / kFastBlock;
   fast_tile_zero<MR, NH>(y, ldy, h0);
-  const __m256i ones = _mm256_set1_epi16(1);
+  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < w.n_blocks(); ++b) {
@@ -418,7 +444,11 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
         }
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
           const __m256i c = fast_k2_codes<kThree, j>(wv[i], hx[i]);
+#if defined(KVDECODE_FAST_VNNI)
+          KVD_UNROLL(4) for (int r = 0; r < MR; ++r) t[r][i] = fast_dpbusd(t[r][i], c, bq[r]);
+#else
           KVD_UNROLL(4) for (int r = 0; r < MR; ++r) t[r][i] = _mm256_add_epi16(t[r][i], _mm256_maddubs_epi16(c, bq[r]));
+#endif
         }
       });
       Dec dec[NH];
@@ -427,7 +457,11 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
         const long row = m0 + r, e16 = row * (K / 16) + k0 / 16;
         const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+#if defined(KVDECODE_FAST_VNNI)
+          __m256i I = t[r][i];
+#else
           __m256i I = _mm256_madd_epi16(t[r][i], ones);
+#endif
           if constexpr (kThree) I = _mm256_sub_epi32(I, _mm256_set1_epi32(fast_code_offset<Dec>() * rows.qsum16.data()[e16]));
           float* yp = y + r * ldy + (h0 + i) * 8;
           __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp));
@@ -445,7 +479,7 @@ template <int MR, int NH>
 inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   const long K = rows.K, nbq = K / kFastBlock;
   fast_tile_zero<MR, NH>(y, ldy, h0);
-  const __m256i ones = _mm256_set1_epi16(1);
+  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < w.n_blocks(); ++b) {
@@ -477,8 +511,12 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
           std::memcpy(&a1, qa + 4, 4);
           const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);
           KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+#if defined(KVDECODE_FAST_VNNI)
+            t[r][i] = fast_dpbusd(fast_dpbusd(t[r][i], lo[i], b0), hi[i], b1);
+#else
             const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0), _mm256_maddubs_epi16(hi[i], b1));
             t[r][i] = _mm256_add_epi32(t[r][i], _mm256_madd_epi16(p, ones));
+#endif
           }
         }
       }
@@ -588,14 +626,26 @@ inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned cha
 template <class Dec, int MR>
 inline void fast_planes_tile_avx2(const FastRows& rows, long m0, const unsigned char* codes, const float* D,
                                   const float* N, float* y, long ldy) {
-  constexpr int S = Dec::kSub, W = std::is_same_v<Dec, Avx2DecodeQ6_K> ? 2 : 4, kOffset = fast_code_offset<Dec>();
+  constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>();
+  [[maybe_unused]] constexpr int W = std::is_same_v<Dec, Avx2DecodeQ6_K> ? 2 : 4;
   const long K = rows.K, nbq = K / kFastBlock;
-  const __m256i ones = _mm256_set1_epi16(1);
+  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   fast_tile_zero<MR, 1>(y, ldy, 0);
   for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
     __m256i t32[MR];
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = _mm256_setzero_si256();
+#if defined(KVDECODE_FAST_VNNI)
+    static_for<S / 4>([&](auto vv) KVD_ALWAYS_INLINE {
+      constexpr int v = decltype(vv)::value;
+      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + (k0 + 4 * v) * 8));
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+        std::int32_t a;
+        std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
+        t32[r] = fast_dpbusd(t32[r], c, _mm256_set1_epi32(a));
+      }
+    });
+#else
     KVD_UNROLL(1) for (int v0 = 0; v0 < S / 4; v0 += W) {
       __m256i t16[MR];
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t16[r] = _mm256_setzero_si256();
@@ -610,6 +660,7 @@ inline void fast_planes_tile_avx2(const FastRows& rows, long m0, const unsigned 
       });
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = _mm256_add_epi32(t32[r], _mm256_madd_epi16(t16[r], ones));
     }
+#endif
     const __m256 Dv = _mm256_loadu_ps(D + 8 * s);
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
       const long row = m0 + r;
