@@ -321,8 +321,9 @@ inline void fast_tile_zero(float* y, long ldy, long h0) {
 
 /// Panel block b of each of the NH half panels from h0.
 template <int NH>
-inline void fast_panel_blocks(const QuantPanels& w, long h0, long b, const unsigned char* (&pb)[NH]) {
-  KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.panel_block((h0 + i) / 2, b);
+KVD_ALWAYS_INLINE inline void fast_panel_blocks(const QuantPanels& w, long nblk, std::size_t pbb, long h0, long b,
+                                                const unsigned char* (&pb)[NH]) {
+  KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.data + (static_cast<std::size_t>((h0 + i) / 2) * nblk + b) * pbb;
 }
 
 /// AVX2 register tile for codes in nibble planes (q4_0, q4_1, q4_K; q5_0, q5_1,
@@ -339,10 +340,11 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
   const __m256i m4 = _mm256_set1_epi8(15);
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
+  const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
   const std::int8_t* q0 = rows.q.data() + m0 * K;
-  for (long b = 0; b < w.n_blocks(); ++b) {
+  for (long b = 0; b < nblk; ++b) {
     const unsigned char* pb[NH];
-    fast_panel_blocks<NH>(w, h0, b, pb);
+    fast_panel_blocks<NH>(w, nblk, pbb, h0, b, pb);
     for (int s = 0; s < kSubs; ++s) {
       const long j = b * kSubs + s;
       // The code words' addresses now, the scales and offsets after the sub-block's
@@ -361,7 +363,13 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_si256();
       // A loop, not unrolled: unrolled, GCC reassociates the 16-bit sums and
       // computes every product of the sub-block first, spilling them to the stack.
-      KVD_UNROLL(1) for (int g = 0; g < 4; ++g) {
+      // VNNI has no 16-bit sums, and unrolled its tiles keep the broadcasts in registers.
+#if defined(KVDECODE_FAST_VNNI)
+      KVD_UNROLL(4)
+#else
+      KVD_UNROLL(1)
+#endif
+      for (int g = 0; g < 4; ++g) {
         // every half panel's two code vectors, then each row's two broadcasts used
         // for all of them: 2 NH + MR NH + 2 + 1 registers
         __m256i lo[NH], hi[NH];
@@ -420,10 +428,11 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
   fast_tile_zero<MR, NH>(y, ldy, h0);
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
+  const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
   const std::int8_t* q0 = rows.q.data() + m0 * K;
-  for (long b = 0; b < w.n_blocks(); ++b) {
+  for (long b = 0; b < nblk; ++b) {
     const unsigned char* pb[NH];
-    fast_panel_blocks<NH>(w, h0, b, pb);
+    fast_panel_blocks<NH>(w, nblk, pbb, h0, b, pb);
     for (int s = 0; s < 16; ++s) {
       __m256i wv[NH], hx[NH];
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
@@ -481,10 +490,11 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
   fast_tile_zero<MR, NH>(y, ldy, h0);
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
+  const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
   const std::int8_t* q0 = rows.q.data() + m0 * K;
-  for (long b = 0; b < w.n_blocks(); ++b) {
+  for (long b = 0; b < nblk; ++b) {
     const unsigned char* pb[NH];
-    fast_panel_blocks<NH>(w, h0, b, pb);
+    fast_panel_blocks<NH>(w, nblk, pbb, h0, b, pb);
     for (int s = 0; s < 16; ++s) {
       const unsigned char* ql[NH];
       const unsigned char* qh[NH];
@@ -536,20 +546,44 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
   }
 }
 
-inline constexpr int kFastMaxRows = 4;
+#if defined(__AVX512VL__)
+// EVEX encodings reach 32 vector registers: tiles of up to 7 rows (M = 5 to 7).
+inline constexpr int kFastVectorRegisters = 32;
+#else
+inline constexpr int kFastVectorRegisters = 16;
+#endif
+/// The rows of a tile: 4, or with 32 registers M itself for M = 5 to 7 (a speculative
+/// verification), which would otherwise run as 4 rows and a remainder. One core in L2,
+/// Zen 5, G multiply-adds/s at M = 5, 4 + 1 -> 5 rows: q4_0 44 -> 66-69, q4_K 54 -> 68-70,
+/// q5_K 36 -> 51-56. Larger M keeps 4-row tiles: 8-row tiles lost at M = 8 and 64
+/// (q4_K 60 -> 53, 62 -> 55).
+inline constexpr int kFastMaxRows = kFastVectorRegisters == 32 ? 7 : 4;
 /// Rows of a byte-plane tile (large M): 2 MR sums, a code vector, a broadcast and a constant in 16 registers.
+/// (12 rows in 32 registers measured slower: 43 against 67 G multiply-adds/s for q5_0 at M = 64, Zen 5.)
 inline constexpr int kFastPlaneRows = 6;
 /// The smallest M that takes the byte planes.
 inline constexpr long kFastPlanesMinM = 16;
-/// Half panels per tile: 4 for 1 or 2 rows, 2 for 3 or 4 (8 16-bit accumulators).
+/// Half panels per tile: 4 for 1 or 2 rows, 2 beyond (8 to 16 accumulators).
 constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
 
 /// q6_K's tiles hold 32-bit sums and more constants: 2 half panels for 1 row, 1
 /// beyond; the q5 and q3_K tiles hold a word of high bits per half panel besides.
+/// The most rows of a tile for Dec: kFastMaxRows for the nibble planes; 4 for q2_K,
+/// q3_K and q6_K, whose 5-row tiles gained nothing (Zen 5, one core in L2: q6_K 31
+/// at M = 5 either way; their 8-row tiles fell at M = 8, q2_K 55 -> 33, q6_K 39 -> 28).
+template <class Dec>
+constexpr int fast_max_rows() {
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K> || std::is_same_v<Dec, Avx2DecodeQ2_K> || std::is_same_v<Dec, Avx2DecodeQ3_K>)
+    return 4;
+  return kFastMaxRows;
+}
+
 template <class Dec>
 constexpr int fast_halves_of(int mr) {
   if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return mr <= 1 ? 2 : 1;
-  if constexpr (kFastFive<Dec> || std::is_same_v<Dec, Avx2DecodeQ3_K>) return mr <= 2 ? 2 : 1;
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ3_K>) return mr <= 2 ? 2 : 1;
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQ2_K>) return mr <= 2 ? 4 : 2;
+  if constexpr (kFastFive<Dec>) return mr <= 2 ? 2 : 1;
   return fast_halves(mr);
 }
 
@@ -565,7 +599,7 @@ inline void fast_tile_avx2_nh(int nh, const FastRows& rows, long m0, const Quant
     return fast_tile_avx2_nh<Dec, MR, NH - 1>(nh, rows, m0, w, h0, y, ldy);
   }
 }
-template <class Dec, int MR = kFastMaxRows>
+template <class Dec, int MR = fast_max_rows<Dec>()>
 inline void fast_tile_avx2_any(int mr, int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y,
                                long ldy) {
   if constexpr (MR >= 1) {
@@ -733,10 +767,11 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
   auto run = [&](auto dec) {
     using Dec = decltype(dec);
     if (kFastPlanes<Dec> && M >= kFastPlanesMinM) return matmul_fast_planes_avx2<Dec>(rows, M, w, y, ldy, parallel);
-    const int mr_max = static_cast<int>(std::min<long>(M, kFastMaxRows));
+    constexpr long kRows = fast_max_rows<Dec>();
+    const int mr_max = static_cast<int>(M <= kRows ? M : std::min<long>(M, 4));
     const int nh_max = fast_halves_of<Dec>(mr_max);
     const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
-    const long mb = std::max<long>(kFastMaxRows, (128L << 10) / rows.K / kFastMaxRows * kFastMaxRows);
+    const long mb = std::max<long>(mr_max, (128L << 10) / rows.K / 4 * 4);  // rows per block: their rounded values stay in L2
     parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
       for (long b0 = 0; b0 < M; b0 += mb)
         for (long c = c0; c < c1; ++c) {
