@@ -552,12 +552,14 @@ inline constexpr int kFastVectorRegisters = 32;
 #else
 inline constexpr int kFastVectorRegisters = 16;
 #endif
+/// The rows of a tile for M > kFastMaxRows (and every M with 16 registers).
+inline constexpr int kFastTileRows = 4;
 /// The rows of a tile: 4, or with 32 registers M itself for M = 5 to 7 (a speculative
 /// verification), which would otherwise run as 4 rows and a remainder. One core in L2,
 /// Zen 5, G multiply-adds/s at M = 5, 4 + 1 -> 5 rows: q4_0 44 -> 66-69, q4_K 54 -> 68-70,
 /// q5_K 36 -> 51-56. Larger M keeps 4-row tiles: 8-row tiles lost at M = 8 and 64
 /// (q4_K 60 -> 53, 62 -> 55).
-inline constexpr int kFastMaxRows = kFastVectorRegisters == 32 ? 7 : 4;
+inline constexpr int kFastMaxRows = kFastVectorRegisters == 32 ? 7 : kFastTileRows;
 /// Rows of a byte-plane tile (large M): 2 MR sums, a code vector, a broadcast and a constant in 16 registers.
 /// (12 rows in 32 registers measured slower: 43 against 67 G multiply-adds/s for q5_0 at M = 64, Zen 5.)
 inline constexpr int kFastPlaneRows = 6;
@@ -566,24 +568,22 @@ inline constexpr long kFastPlanesMinM = 16;
 /// Half panels per tile: 4 for 1 or 2 rows, 2 beyond (8 to 16 accumulators).
 constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
 
-/// q6_K's tiles hold 32-bit sums and more constants: 2 half panels for 1 row, 1
-/// beyond; the q5 and q3_K tiles hold a word of high bits per half panel besides.
 /// The most rows of a tile for Dec: kFastMaxRows for the nibble planes; 4 for q2_K,
 /// q3_K and q6_K, whose 5-row tiles gained nothing (Zen 5, one core in L2: q6_K 31
 /// at M = 5 either way; their 8-row tiles fell at M = 8, q2_K 55 -> 33, q6_K 39 -> 28).
 template <class Dec>
 constexpr int fast_max_rows() {
   if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K> || std::is_same_v<Dec, Avx2DecodeQ2_K> || std::is_same_v<Dec, Avx2DecodeQ3_K>)
-    return 4;
+    return kFastTileRows;
   return kFastMaxRows;
 }
 
+/// q6_K's tiles hold 32-bit sums and more constants: 2 half panels for 1 row, 1
+/// beyond; the q5 and q3_K tiles hold a word of high bits per half panel besides.
 template <class Dec>
 constexpr int fast_halves_of(int mr) {
   if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return mr <= 1 ? 2 : 1;
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ3_K>) return mr <= 2 ? 2 : 1;
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ2_K>) return mr <= 2 ? 4 : 2;
-  if constexpr (kFastFive<Dec>) return mr <= 2 ? 2 : 1;
+  if constexpr (kFastFive<Dec> || std::is_same_v<Dec, Avx2DecodeQ3_K>) return mr <= 2 ? 2 : 1;
   return fast_halves(mr);
 }
 
@@ -768,10 +768,10 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
     using Dec = decltype(dec);
     if (kFastPlanes<Dec> && M >= kFastPlanesMinM) return matmul_fast_planes_avx2<Dec>(rows, M, w, y, ldy, parallel);
     constexpr long kRows = fast_max_rows<Dec>();
-    const int mr_max = static_cast<int>(M <= kRows ? M : std::min<long>(M, 4));
+    const int mr_max = static_cast<int>(M <= kRows ? M : kFastTileRows);
     const int nh_max = fast_halves_of<Dec>(mr_max);
     const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
-    const long mb = std::max<long>(mr_max, (128L << 10) / rows.K / 4 * 4);  // rows per block: their rounded values stay in L2
+    const long mb = std::max<long>(mr_max, (128L << 10) / rows.K / kFastTileRows * kFastTileRows);  // rows per block: their rounded values stay in L2
     parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
       for (long b0 = 0; b0 < M; b0 += mb)
         for (long c = c0; c < c1; ++c) {
