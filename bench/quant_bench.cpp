@@ -12,7 +12,9 @@
 // BM_QuantMatmulInCache: the same kernels on one matrix held in L2, one
 // thread, CPU time (the compute rate apart from memory).
 // fast = 1: the fast mode (fast_matmul.hpp, int8-rounded activations) on the
-// q4 types, beside the default mode in the same run.
+// block types, beside the default mode in the same run.
+// BM_Matmul16InCache: f16 and bf16 weights the same way (192 x 2048, 768 KiB),
+// default mode against the fast mode's bf16 dot products (fast_bf16.hpp).
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -22,6 +24,7 @@
 
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/quant_matrix.hpp"
+#include "kvdecode/fast_bf16.hpp"
 #include "kvdecode/fast_matmul.hpp"
 
 namespace {
@@ -124,6 +127,31 @@ void BM_QuantMatmulInCache(benchmark::State& st) {
   st.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(M * N * K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+/// BM_QuantMatmulInCache for 16-bit weights, through kvd::matmul and a PackedMatrix
+/// (the model's path), fast mode on or off.
+void BM_Matmul16InCache(benchmark::State& st) {
+  const auto t = static_cast<WeightType>(st.range(0));
+  const long M = st.range(1), N = 192, K = 2048;
+  const bool fast = st.range(2) != 0;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(N * K));
+  for (auto& b : bits) b = t == WeightType::kF16 ? kvd::detail::fp32_to_fp16(nd(rng)) : kvd::detail::fp32_to_bf16(nd(rng));
+  const kvd::WeightMatrix wm = kvd::WeightMatrix::copy_of(t, N, K, bits.data(), bits.size() * 2);
+  kvd::PackedMatrix<float> w({&wm});
+  w.set_fast_matmul(fast);
+  std::vector<float> x(static_cast<std::size_t>(M * K), 0.01f), y(static_cast<std::size_t>(M * w.n_out_padded()));
+  const int saved = kvd::num_threads();
+  kvd::set_num_threads(1);
+  for (auto _ : st) {
+    kvd::matmul(x.data(), K, M, w, y.data(), w.n_out_padded());
+    benchmark::DoNotOptimize(y.data());
+  }
+  kvd::set_num_threads(saved);
+  st.SetLabel(std::string(kvd::weight_type_name(t)) + (fast ? " fast" : ""));
+  st.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(M * N * K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
 const int kRegister = [] {
   const WeightType types[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
                               WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
@@ -147,6 +175,14 @@ const int kRegister = [] {
       if (kvd::detail::fast_matmul_type(t)) c->Args({static_cast<long>(t), M, 1});
     }
   c->Unit(benchmark::kMicrosecond);
+  auto* d = benchmark::RegisterBenchmark("BM_Matmul16InCache", BM_Matmul16InCache);
+  d->ArgNames({"type", "M", "fast"});
+  for (WeightType t : {WeightType::kF16, WeightType::kBF16})
+    for (long M : {1L, 5L, 8L, 64L, 256L}) {
+      d->Args({static_cast<long>(t), M, 0});
+      if (kvd::detail::fast_bf16_type(t, 2048)) d->Args({static_cast<long>(t), M, 1});
+    }
+  d->Unit(benchmark::kMicrosecond);
   return 0;
 }();
 

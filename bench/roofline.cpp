@@ -653,8 +653,12 @@ struct SchemeFigures {
 };
 
 constexpr int kTypePos = 256, kTypePrefill = 256, kTypeBatch = 8, kQualityTokens = 320;
-/// Whether a scheme's main storage type is one the fast mode computes (every block type but q8_0).
-bool scheme_has_fast_types(kvd::QuantScheme s) { return kvd::detail::fast_matmul_type(kvd::quant_scheme_type(s)); }
+/// Whether a scheme's main storage type is one the fast mode computes (every block type
+/// but q8_0; f16 and bf16 where the CPU has AVX512-BF16).
+bool scheme_has_fast_types(kvd::QuantScheme s) {
+  const kvd::WeightType t = kvd::quant_scheme_type(s);
+  return kvd::detail::fast_matmul_type(t) || kvd::detail::fast_bf16_type(t, 2048);
+}
 
 SchemeFigures measure_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantScheme scheme, bool quick, Undisturbed& u,
                              bool fast) {
@@ -1083,7 +1087,7 @@ int roofline_main(int argc, char** argv) {
     std::vector<std::vector<PrefillPoint>> sweeps;  // per scheme, with --prefill-lengths
     std::vector<std::string> sweep_labels;
     if (opt.fast_matmul)
-      progress("--fast-matmul: schemes of block types other than q8_0 are measured twice, default and fast mode");
+      progress("--fast-matmul: schemes the fast mode computes (block types but q8_0; f16 and bf16 with AVX512-BF16) are measured twice, default and fast mode");
     for (kvd::QuantScheme sc : opt.schemes)
       for (bool fast : {false, true}) {
         if (fast && !(opt.fast_matmul && scheme_has_fast_types(sc))) continue;

@@ -273,7 +273,8 @@ TEST_P(GGUFFastExactness, EveryPathIdentical) {
 INSTANTIATE_TEST_SUITE_P(FastMode, GGUFFastExactness,
                          ::testing::Combine(::testing::Values("rand256-Q4_K_M", "rand256-Q4_0", "rand256-Q4_1", "rand256-Q6_K",
                                                               "rand256-Q5_0", "rand256-Q5_1", "rand256-Q5_K_M",
-                                                              "rand256-Q3_K_M", "rand256-Q2_K"),
+                                                              "rand256-Q3_K_M", "rand256-Q2_K", "rand256-F16",
+                                                              "rand256-BF16", "stories260K-F16", "stories260K-BF16"),
                                             ::testing::Values(1, 2)),
                          [](const auto& info) {
                            std::string s = std::get<0>(info.param);
@@ -284,7 +285,8 @@ INSTANTIATE_TEST_SUITE_P(FastMode, GGUFFastExactness,
 class GGUFFastReference : public ::testing::TestWithParam<const char*> {};
 
 // The fast mode's logits against the float64 forward on the dequantized weights:
-// it changes them (the matrices of every block type but q8_0 round their inputs),
+// it changes them (the matrices of every block type but q8_0 round their inputs,
+// f16 and bf16 ones too where the CPU has AVX512-BF16),
 // by at most 3% of the largest logit at any position (llama.cpp's own rounding:
 // 1.2-1.8%). A model without such matrices (rand256-Q8_0) is unchanged, bit for bit.
 TEST_P(GGUFFastReference, LogitsNearReference) {
@@ -298,7 +300,7 @@ TEST_P(GGUFFastReference, LogitsNearReference) {
   bool any_fast = false;
   for (const auto& b : model.blocks())
     for (const auto* m : {&b.attention().wqkv(), &b.attention().wo(), &b.mlp().w13(), &b.mlp().w2()})
-      for (const auto& seg : m->segments()) any_fast = any_fast || detail::fast_matmul_type(seg.type);
+      for (const auto& seg : m->segments()) any_fast = any_fast || detail::fast_segment(*m, seg);
   const double worst = check_near_reference(ref, fast, ids.size(), V, 0.03, name);
   double mean_kl = 0;
   for (std::size_t t = 0; t < ids.size(); ++t) {
@@ -323,7 +325,8 @@ TEST_P(GGUFFastReference, LogitsNearReference) {
 INSTANTIATE_TEST_SUITE_P(SharedFiles, GGUFFastReference,
                          ::testing::Values("stories260K-Q4_K_M", "rand256-Q4_0", "rand256-Q4_1", "rand256-Q4_K_M",
                                            "rand256-Q6_K", "rand256-Q5_0", "rand256-Q5_1", "rand256-Q5_K_M",
-                                           "rand256-Q3_K_M", "rand256-Q2_K", "rand256-Q8_0"),
+                                           "rand256-Q3_K_M", "rand256-Q2_K", "rand256-Q8_0", "rand256-F16",
+                                           "rand256-BF16", "stories260K-F16", "stories260K-BF16"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';

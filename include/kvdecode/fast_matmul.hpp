@@ -799,9 +799,6 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
 }
 #endif  // KVDECODE_QUANT_AVX2
 
-/// Which code computes the fast product (the tests force each; all give the same bits).
-enum class FastPath { kAuto, kPortable };
-
 /// y (M x Npad) = the fast product (top of this file) of x (M x K) and w.
 /// Precondition (asserted): fast_matmul_type(w.type()).
 inline void matmul_fast_with(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy,

@@ -241,9 +241,10 @@ class PackedMatrix {
   }
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(data_.size()); }
 
-  /// Fast mode (fast_matmul.hpp): products with this matrix's q4_0, q4_1, q4_K and
-  /// q6_K segments round the activations to int8 blocks. Off by default; other
-  /// segments keep the default numerics either way.
+  /// Fast mode: products with this matrix's block-type segments but q8_0 round
+  /// the activations to int8 blocks (fast_matmul.hpp), with its f16 and bf16
+  /// segments to bf16 where the CPU has AVX512-BF16 (fast_bf16.hpp). Off by
+  /// default; other segments keep the default numerics either way.
   void set_fast_matmul(bool on) { fast_ = on; }
   bool fast_matmul() const { return fast_; }
 
@@ -750,9 +751,22 @@ void matmul_panels(const T* x, long ldx, long M, const PanelRange<W>& w, T* y, l
   }
 }
 
-// fast_matmul.hpp (included at the end of this file).
+// fast_matmul.hpp and fast_bf16.hpp (included at the end of this file).
+/// Which code computes a fast product (the tests force each; all give the same bits).
+enum class FastPath { kAuto, kPortable };
 inline bool fast_matmul_type(WeightType t);
 inline void matmul_fast_panels(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy);
+inline bool fast_bf16_type(WeightType t, long K);
+inline void matmul_fast_bf16_panels(const float* x, long ldx, long M, WeightType t, const std::uint16_t* panels,
+                                    long n_panels, long K, float* y, long ldy);
+
+/// Whether segment s of w runs a fast-mode kernel (fast_matmul.hpp, fast_bf16.hpp).
+template <class T>
+bool fast_segment(const PackedMatrix<T>& w, const typename PackedMatrix<T>::Segment& s) {
+  if constexpr (std::is_same_v<T, float>)
+    return w.fast_matmul() && (is_quant_block_type(s.type) ? fast_matmul_type(s.type) : fast_bf16_type(s.type, w.n_in()));
+  return false;
+}
 
 /// matmul() with an explicit vector implementation V (Vec16<T> in the library;
 /// the tests also run PortableVec16<T> and Avx2Vec16<T> and compare bits).
@@ -765,7 +779,7 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
                  const RowPrologue& pre_in = RowPrologue()) {
   KVD_ASSERT(ldy >= w.n_out_padded() && ldx >= w.n_in());
   RowPrologue pre = pre_in;
-  if (pre && (w.segments().empty() || is_quant_block_type(w.segments()[0].type))) {
+  if (pre && (w.segments().empty() || is_quant_block_type(w.segments()[0].type) || fast_segment(w, w.segments()[0]))) {
     run_prologue(pre, M, w.n_in());
     pre = RowPrologue();
   }
@@ -775,6 +789,10 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
     const RowPrologue p = pre;
     pre = RowPrologue();  // the first product prepares the rows, the others read them
     if constexpr (std::is_same_v<T, float>) {
+      if (fast_segment(w, s) && !is_quant_block_type(s.type)) {  // f16 or bf16 in bf16 (fast_bf16.hpp)
+        matmul_fast_bf16_panels(x, ldx, M, s.type, w.template panel_as<std::uint16_t>(s.panel0), s.n_panels, K, ys, ldy);
+        continue;
+      }
       if (s.type == WeightType::kF16) {
         matmul_panels<T, V, F16Bits>(x, ldx, M, {w.template panel_as<F16Bits>(s.panel0), s.n_panels, K}, ys, ldy, p);
         continue;
@@ -786,7 +804,7 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
     }
     if (is_quant_block_type(s.type)) {  // quant_matrix.hpp's kernels (fast_matmul.hpp's in fast mode)
       if constexpr (std::is_same_v<T, float>) {
-        if (w.fast_matmul() && fast_matmul_type(s.type)) {
+        if (fast_segment(w, s)) {
           matmul_fast_panels(x, ldx, M, QuantPanels{s.type, w.template panel_as<unsigned char>(s.panel0), s.n_panels, K},
                              ys, ldy);
           continue;

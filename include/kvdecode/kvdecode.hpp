@@ -10,6 +10,7 @@
 #include "kvdecode/weights.hpp"
 #include "kvdecode/kernels.hpp"
 #include "kvdecode/quant_matrix.hpp"
+#include "kvdecode/fast_bf16.hpp"
 #include "kvdecode/fast_matmul.hpp"
 #include "kvdecode/ops.hpp"
 #include "kvdecode/cache_interface.hpp"

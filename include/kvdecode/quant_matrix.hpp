@@ -1324,4 +1324,5 @@ void matmul(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy) 
 // that compiles them in one file (kvdecode/kernel_instances.hpp). Here rather
 // than in kernels.hpp, so that this header also compiles on its own.
 #include "kvdecode/fast_matmul.hpp"
+#include "kvdecode/fast_bf16.hpp"
 #include "kvdecode/detail/kernel_instances.hpp"

@@ -2,7 +2,7 @@
 # include of a file: a program may include any one of them (kvdecode/gguf.hpp,
 # kvdecode/quant_matrix.hpp, ...) without the umbrella header. The headers of
 # the kernels' include cycle (kernels.hpp -> quant_matrix.hpp -> fast_matmul.hpp
-# -> detail/kernel_instances.hpp) are also compiled with KVDECODE_EXTERN_KERNELS.
+# -> fast_bf16.hpp -> detail/kernel_instances.hpp) are also compiled with KVDECODE_EXTERN_KERNELS.
 # Variables: CXX, INCLUDES (|-separated; the first is the project's include/),
 # FLAGS (space-separated), WORK_DIR.
 file(MAKE_DIRECTORY "${WORK_DIR}")
@@ -19,7 +19,7 @@ set(_cases)
 foreach(_h ${_headers})
   list(APPEND _cases "${_h}|")
 endforeach()
-foreach(_h kvdecode/kernels.hpp kvdecode/quant_matrix.hpp kvdecode/fast_matmul.hpp kvdecode/detail/kernel_instances.hpp)
+foreach(_h kvdecode/kernels.hpp kvdecode/quant_matrix.hpp kvdecode/fast_matmul.hpp kvdecode/fast_bf16.hpp kvdecode/detail/kernel_instances.hpp)
   list(APPEND _cases "${_h}|-DKVDECODE_EXTERN_KERNELS")
 endforeach()
 list(LENGTH _cases _n)
