@@ -191,7 +191,9 @@ inline constexpr long kFastBf16SmallM = 8;
 /// Panels of a small-M tile of mr rows (mr x NP accumulators, at most 24 of the 32 registers).
 constexpr int fast_bf16_small_panels(int mr) { return mr <= 2 ? 8 : mr <= 4 ? 4 : mr <= 6 ? 3 : 2; }
 /// The large-M tile: kFastBf16Rows rows x kFastBf16Panels panels (24 accumulators).
-inline constexpr int kFastBf16Rows = 12, kFastBf16Panels = 2;
+/// One Zen 5 core, 192 x 2048 in L2, M = 256 (`BM_Matmul16InCache`, G multiply-adds/s):
+/// 12 x 2 182, 8 x 3 187, 6 x 4 188 (4 panels of K = 5632 fill 720 KiB of L2).
+inline constexpr int kFastBf16Rows = 8, kFastBf16Panels = 3;
 
 /// Large M: MR rows x NP panels over all of k from a converted group of
 /// kFastBf16Panels panels (K/2 x kFastBf16Panels x 32 bf16; NP <= kFastBf16Panels are read).

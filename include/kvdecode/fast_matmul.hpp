@@ -52,6 +52,8 @@
 // 4 Q_s after (at most 8 * 2 * 7 * 127 = 14224 in 16 bits per sub-block).
 // With VNNI (AVX512-VNNI + VL, or AVX-VNNI) the same tiles take vpdpbusd for each
 // pair of vpmaddubsw and 16-bit adds: 32-bit sums throughout, the same integers.
+// With AVX512-VNNI and BW, large M of the byte-plane types (below) runs 512-bit
+// tiles over both halves of a panel at once: 16 outputs per vpdpbusd.
 #pragma once
 
 #include <algorithm>
@@ -618,15 +620,17 @@ inline void fast_tile_avx2_any(int mr, int nh, const FastRows& rows, long m0, co
 // unsigned codes (the type's offset is subtracted after the integer sum, as in
 // the tiles above). The same integer sums and float steps, so the same bits.
 
-/// Sub-block s of half h of panel block pb as byte planes (out: Dec::kSub / 4 x 32
-/// bytes) and its scales D (8 floats) and offsets N (8 floats, types with a min).
+/// Sub-block s of half h of panel block pb as byte planes (out: Dec::kSub / 4
+/// vectors of 32 bytes, vstride bytes apart) and its scales D (8 floats) and
+/// offsets N (8 floats, types with a min).
 template <class Dec>
-inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned char* out, float* D, float* N) {
+inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned char* out, float* D, float* N,
+                             long vstride = 32) {
   Dec dec;
   dec.begin(pb, s, h);
   _mm256_storeu_ps(D, dec.D);
   if constexpr (Dec::kMin) _mm256_storeu_ps(N, dec.N);
-  auto put = [&](int v, __m256i c) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * v), c); };
+  auto put = [&](int v, __m256i c) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + vstride * v), c); };
   if constexpr (std::is_same_v<Dec, Avx2DecodeQ2_K> || std::is_same_v<Dec, Avx2DecodeQ3_K>) {
     constexpr bool kThree = std::is_same_v<Dec, Avx2DecodeQ3_K>;
     __m256i wv, hx;
@@ -751,6 +755,95 @@ void matmul_fast_planes_avx2(const FastRows& rows, long M, const QuantPanels& w,
   });
 }
 
+#if defined(KVDECODE_FAST_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+// With AVX-512 the planes of a panel's two halves sit side by side, 64 bytes per
+// 4 values of 16 outputs, and one zmm vpdpbusd does what two ymm ones did: the
+// same integer sums, the same float steps per output, so the same bits.
+#define KVDECODE_FAST_PLANES_512 1
+/// Rows of a 512-bit byte-plane tile. One Zen 5 core in L2, M = 64, G multiply-adds/s,
+/// 3 / 4 / 6 / 10 rows: q5_0 87 / 97 / 88 / 57, q3_K 70 / 70-73 / 67 / 47, q6_K 70 /
+/// 74-75 / 68 / 47-49 (the 256-bit planes: q5_0 66, q3_K 47, q6_K 49).
+inline constexpr int kFastPlaneRows512 = 4;
+
+/// A tile over a panel's byte planes: MR rows x 16 outputs over all of k.
+/// codes: 16 bytes per value; D, N: 16 floats per sub-block.
+template <class Dec, int MR>
+inline void fast_planes_tile_512(const FastRows& rows, long m0, const unsigned char* codes, const float* D,
+                                 const float* N, float* y, long ldy) {
+  constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>();
+  const long K = rows.K, nbq = K / kFastBlock;
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) _mm512_storeu_ps(y + r * ldy, _mm512_setzero_ps());
+  for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
+    __m512i t32[MR];
+    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = _mm512_setzero_si512();
+    static_for<S / 4>([&](auto vv) KVD_ALWAYS_INLINE {
+      constexpr int v = decltype(vv)::value;
+      const __m512i c = _mm512_loadu_si512(codes + (k0 + 4 * v) * 16);
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+        std::int32_t a;
+        std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
+        t32[r] = _mm512_dpbusd_epi32(t32[r], c, _mm512_set1_epi32(a));
+      }
+    });
+    const __m512 Dv = _mm512_loadu_ps(D + 16 * s);
+    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+      const long row = m0 + r;
+      const __m512 d = _mm512_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
+      __m512i I = t32[r];
+      if constexpr (kOffset != 0) {
+        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
+        I = _mm512_sub_epi32(I, _mm512_set1_epi32(kOffset * Q));
+      }
+      float* yp = y + r * ldy;
+      __m512 a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d), Dv, _mm512_loadu_ps(yp));
+      if constexpr (Dec::kMin) {
+        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
+        a = _mm512_fmadd_ps(_mm512_set1_ps(xq), _mm512_loadu_ps(N + 16 * s), a);
+      }
+      _mm512_storeu_ps(yp, a);
+    }
+  }
+}
+
+template <class Dec, int MR = kFastPlaneRows512>
+inline void fast_planes_tile_512_any(int mr, const FastRows& rows, long m0, const unsigned char* codes, const float* D,
+                                     const float* N, float* y, long ldy) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return fast_planes_tile_512<Dec, MR>(rows, m0, codes, D, N, y, ldy);
+    return fast_planes_tile_512_any<Dec, MR - 1>(mr, rows, m0, codes, D, N, y, ldy);
+  }
+}
+
+/// Large M with AVX-512: threads take ranges of panels; each panel's two halves are
+/// decoded over all of k into the thread's planes, then every row tile runs over them.
+template <class Dec>
+void matmul_fast_planes_512(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
+  constexpr int S = Dec::kSub, kSubs = Dec::kBlock / S;
+  const long K = rows.K;
+  parallel_parts(w.n_panels(), parallel, [&](long p0, long p1) {
+    static thread_local AlignedBuffer<unsigned char> codes;
+    static thread_local AlignedBuffer<float> D, N;
+    codes.reserve(static_cast<std::size_t>(K * 16));
+    D.reserve(static_cast<std::size_t>(K / S * 16));
+    N.reserve(static_cast<std::size_t>(K / S * 16));
+    for (long p = p0; p < p1; ++p) {
+      for (long b = 0; b < w.n_blocks(); ++b)
+        for (int s = 0; s < kSubs; ++s)
+          for (int h = 0; h < 2; ++h) {
+            const long j = b * kSubs + s;
+            fast_planes_avx2<Dec>(w.panel_block(p, b), s, h, codes.data() + j * S * 16 + 32 * h, D.data() + 16 * j + 8 * h,
+                                  N.data() + 16 * j + 8 * h, 64);
+          }
+      for (long m0 = 0; m0 < M; m0 += kFastPlaneRows512) {
+        const int mr = static_cast<int>(std::min<long>(kFastPlaneRows512, M - m0));
+        fast_planes_tile_512_any<Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + p * kLanes, ldy);
+      }
+    }
+  });
+}
+#endif  // 512-bit planes
+
 /// Whether large M takes the byte planes for Dec: the heavy decoders (q5, q3_K, q6_K).
 /// One core in L2 at M = 64 (Zen 3, G multiply-adds/s, tiles -> planes, noisy):
 /// q5_0 26.6 -> 36.1, q5_1 29.3 -> 43.5, q5_K 29.1 -> 39.4, q3_K 23.8 -> 32.9, q6_K
@@ -766,7 +859,13 @@ inline constexpr bool kFastPlanes =
 inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
   auto run = [&](auto dec) {
     using Dec = decltype(dec);
-    if (kFastPlanes<Dec> && M >= kFastPlanesMinM) return matmul_fast_planes_avx2<Dec>(rows, M, w, y, ldy, parallel);
+    if (kFastPlanes<Dec> && M >= kFastPlanesMinM) {
+#if defined(KVDECODE_FAST_PLANES_512)
+      return matmul_fast_planes_512<Dec>(rows, M, w, y, ldy, parallel);
+#else
+      return matmul_fast_planes_avx2<Dec>(rows, M, w, y, ldy, parallel);
+#endif
+    }
     constexpr long kRows = fast_max_rows<Dec>();
     const int mr_max = static_cast<int>(M <= kRows ? M : kFastTileRows);
     const int nh_max = fast_halves_of<Dec>(mr_max);
