@@ -844,14 +844,21 @@ void matmul_fast_planes_512(const FastRows& rows, long M, const QuantPanels& w, 
 }
 #endif  // 512-bit planes
 
-/// Whether large M takes the byte planes for Dec: the heavy decoders (q5, q3_K, q6_K).
+/// Whether large M takes the byte planes for Dec: the heavy decoders (q5, q3_K, q6_K);
+/// every type with the 512-bit planes (one Zen 5 core in L2, M = 64, G multiply-adds/s,
+/// 256-bit tiles -> 512-bit planes: q4_0 75 -> 91-96, q4_1 73 -> 87-92, q4_K 71 -> 87,
+/// q2_K 55 -> 68).
 /// One core in L2 at M = 64 (Zen 3, G multiply-adds/s, tiles -> planes, noisy):
 /// q5_0 26.6 -> 36.1, q5_1 29.3 -> 43.5, q5_K 29.1 -> 39.4, q3_K 23.8 -> 32.9, q6_K
 /// 28.3 -> 34.8; q4_K 40-43 -> 30-42 and q2_K 28-34 -> 22-32 stay with the tiles,
 /// whose two half panels share each broadcast.
 template <class Dec>
 inline constexpr bool kFastPlanes =
+#if defined(KVDECODE_FAST_PLANES_512)
+    true;
+#else
     kFastFive<Dec> || std::is_same_v<Dec, Avx2DecodeQ3_K> || std::is_same_v<Dec, Avx2DecodeQ6_K>;
+#endif
 
 /// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles;
 /// rows go in blocks that keep their rounded values in L2, and tiles of up to 4
