@@ -112,6 +112,15 @@ struct FastRows {
     qsum16.reserve(static_cast<std::size_t>(M * K / 16));
     xq16.reserve(static_cast<std::size_t>(M * K / 16));
   }
+  /// d_j of row m's block holding value k0.
+  float scale(long m, long k0) const { return d.data()[(m * K + k0) / kFastBlock]; }
+  /// Q_s and d_j * Q_s of row m's sub-block of S values (32 or 16) starting at k0.
+  std::int32_t sub_qsum(long m, long k0, int S) const {
+    return S == kFastBlock ? qsum.data()[(m * K + k0) / kFastBlock] : qsum16.data()[(m * K + k0) / 16];
+  }
+  float sub_xq(long m, long k0, int S) const {
+    return S == kFastBlock ? xq.data()[(m * K + k0) / kFastBlock] : xq16.data()[(m * K + k0) / 16];
+  }
 };
 
 /// The scalar definition of fast_round_block().
@@ -666,7 +675,7 @@ inline void fast_planes_tile_avx2(const FastRows& rows, long m0, const unsigned 
                                   const float* N, float* y, long ldy) {
   constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>();
   [[maybe_unused]] constexpr int W = std::is_same_v<Dec, Avx2DecodeQ6_K> ? 2 : 4;
-  const long K = rows.K, nbq = K / kFastBlock;
+  const long K = rows.K;
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   fast_tile_zero<MR, 1>(y, ldy, 0);
@@ -702,18 +711,11 @@ inline void fast_planes_tile_avx2(const FastRows& rows, long m0, const unsigned 
     const __m256 Dv = _mm256_loadu_ps(D + 8 * s);
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
       const long row = m0 + r;
-      const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
       __m256i I = t32[r];
-      if constexpr (kOffset != 0) {
-        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
-        I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * Q));
-      }
+      if constexpr (kOffset != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * rows.sub_qsum(row, k0, S)));
       float* yp = y + r * ldy;
-      __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), Dv, _mm256_loadu_ps(yp));
-      if constexpr (Dec::kMin) {
-        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
-        a = _mm256_fmadd_ps(_mm256_set1_ps(xq), _mm256_loadu_ps(N + 8 * s), a);
-      }
+      __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(rows.scale(row, k0))), Dv, _mm256_loadu_ps(yp));
+      if constexpr (Dec::kMin) a = _mm256_fmadd_ps(_mm256_set1_ps(rows.sub_xq(row, k0, S)), _mm256_loadu_ps(N + 8 * s), a);
       _mm256_storeu_ps(yp, a);
     }
   }
@@ -728,38 +730,15 @@ inline void fast_planes_tile_any(int mr, const FastRows& rows, long m0, const un
   }
 }
 
-/// Large M: threads take ranges of half panels; each half panel is decoded over all
-/// of k into the thread's planes, then every row tile runs over them.
-template <class Dec>
-void matmul_fast_planes_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
-  constexpr int S = Dec::kSub, kSubs = Dec::kBlock / S;
-  const long K = rows.K, H = 2 * w.n_panels();
-  parallel_parts(H, parallel, [&](long h0, long h1) {
-    static thread_local AlignedBuffer<unsigned char> codes;
-    static thread_local AlignedBuffer<float> D, N;
-    codes.reserve(static_cast<std::size_t>(K * 8));
-    D.reserve(static_cast<std::size_t>(K / S * 8));
-    N.reserve(static_cast<std::size_t>(K / S * 8));
-    for (long hp = h0; hp < h1; ++hp) {
-      for (long b = 0; b < w.n_blocks(); ++b)
-        for (int s = 0; s < kSubs; ++s) {
-          const long j = b * kSubs + s;
-          fast_planes_avx2<Dec>(w.panel_block(hp / 2, b), s, static_cast<int>(hp % 2), codes.data() + j * S * 8,
-                                D.data() + 8 * j, N.data() + 8 * j);
-        }
-      for (long m0 = 0; m0 < M; m0 += kFastPlaneRows) {
-        const int mr = static_cast<int>(std::min<long>(kFastPlaneRows, M - m0));
-        fast_planes_tile_any<Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + hp * 8, ldy);
-      }
-    }
-  });
-}
-
 #if defined(KVDECODE_FAST_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 // With AVX-512 the planes of a panel's two halves sit side by side, 64 bytes per
 // 4 values of 16 outputs, and one zmm vpdpbusd does what two ymm ones did: the
 // same integer sums, the same float steps per output, so the same bits.
 #define KVDECODE_FAST_PLANES_512 1
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own 512-bit intrinsics
+#endif
 /// Rows of a 512-bit byte-plane tile. One Zen 5 core in L2, M = 64, G multiply-adds/s,
 /// 3 / 4 / 6 / 10 rows: q5_0 87 / 97 / 88 / 57, q3_K 70 / 70-73 / 67 / 47, q6_K 70 /
 /// 74-75 / 68 / 47-49 (the 256-bit planes: q5_0 66, q3_K 47, q6_K 49).
@@ -771,7 +750,7 @@ template <class Dec, int MR>
 inline void fast_planes_tile_512(const FastRows& rows, long m0, const unsigned char* codes, const float* D,
                                  const float* N, float* y, long ldy) {
   constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>();
-  const long K = rows.K, nbq = K / kFastBlock;
+  const long K = rows.K;
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   KVD_UNROLL(8) for (int r = 0; r < MR; ++r) _mm512_storeu_ps(y + r * ldy, _mm512_setzero_ps());
   for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
@@ -789,18 +768,11 @@ inline void fast_planes_tile_512(const FastRows& rows, long m0, const unsigned c
     const __m512 Dv = _mm512_loadu_ps(D + 16 * s);
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
       const long row = m0 + r;
-      const __m512 d = _mm512_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
       __m512i I = t32[r];
-      if constexpr (kOffset != 0) {
-        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
-        I = _mm512_sub_epi32(I, _mm512_set1_epi32(kOffset * Q));
-      }
+      if constexpr (kOffset != 0) I = _mm512_sub_epi32(I, _mm512_set1_epi32(kOffset * rows.sub_qsum(row, k0, S)));
       float* yp = y + r * ldy;
-      __m512 a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d), Dv, _mm512_loadu_ps(yp));
-      if constexpr (Dec::kMin) {
-        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
-        a = _mm512_fmadd_ps(_mm512_set1_ps(xq), _mm512_loadu_ps(N + 16 * s), a);
-      }
+      __m512 a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(rows.scale(row, k0))), Dv, _mm512_loadu_ps(yp));
+      if constexpr (Dec::kMin) a = _mm512_fmadd_ps(_mm512_set1_ps(rows.sub_xq(row, k0, S)), _mm512_loadu_ps(N + 16 * s), a);
       _mm512_storeu_ps(yp, a);
     }
   }
@@ -815,34 +787,47 @@ inline void fast_planes_tile_512_any(int mr, const FastRows& rows, long m0, cons
   }
 }
 
-/// Large M with AVX-512: threads take ranges of panels; each panel's two halves are
-/// decoded over all of k into the thread's planes, then every row tile runs over them.
-template <class Dec>
-void matmul_fast_planes_512(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
-  constexpr int S = Dec::kSub, kSubs = Dec::kBlock / S;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // 512-bit planes
+
+/// Large M: threads take ranges of units (half panels; with kWide, the 512-bit
+/// planes, whole panels); each unit is decoded over all of k into the thread's
+/// planes (L bytes per value: 8 outputs or 16), then every row tile runs over them.
+template <class Dec, bool kWide>
+void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
+  constexpr int S = Dec::kSub, kSubs = Dec::kBlock / S, L = kWide ? 16 : 8;
   const long K = rows.K;
-  parallel_parts(w.n_panels(), parallel, [&](long p0, long p1) {
+  parallel_parts(kWide ? w.n_panels() : 2 * w.n_panels(), parallel, [&](long u0, long u1) {
     static thread_local AlignedBuffer<unsigned char> codes;
     static thread_local AlignedBuffer<float> D, N;
-    codes.reserve(static_cast<std::size_t>(K * 16));
-    D.reserve(static_cast<std::size_t>(K / S * 16));
-    N.reserve(static_cast<std::size_t>(K / S * 16));
-    for (long p = p0; p < p1; ++p) {
+    codes.reserve(static_cast<std::size_t>(K * L));
+    D.reserve(static_cast<std::size_t>(K / S * L));
+    N.reserve(static_cast<std::size_t>(K / S * L));
+    for (long u = u0; u < u1; ++u) {
       for (long b = 0; b < w.n_blocks(); ++b)
         for (int s = 0; s < kSubs; ++s)
-          for (int h = 0; h < 2; ++h) {
+          for (int h = 0; h < (kWide ? 2 : 1); ++h) {  // the halves side by side: 32 bytes, 8 floats each
             const long j = b * kSubs + s;
-            fast_planes_avx2<Dec>(w.panel_block(p, b), s, h, codes.data() + j * S * 16 + 32 * h, D.data() + 16 * j + 8 * h,
-                                  N.data() + 16 * j + 8 * h, 64);
+            fast_planes_avx2<Dec>(w.panel_block(kWide ? u : u / 2, b), s, kWide ? h : static_cast<int>(u % 2),
+                                  codes.data() + j * S * L + 32 * h, D.data() + L * j + 8 * h, N.data() + L * j + 8 * h,
+                                  4 * L);
           }
-      for (long m0 = 0; m0 < M; m0 += kFastPlaneRows512) {
-        const int mr = static_cast<int>(std::min<long>(kFastPlaneRows512, M - m0));
-        fast_planes_tile_512_any<Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + p * kLanes, ldy);
+      constexpr long kRows = kWide ? kFastPlaneRows512 : kFastPlaneRows;
+      for (long m0 = 0; m0 < M; m0 += kRows) {
+        const int mr = static_cast<int>(std::min<long>(kRows, M - m0));
+#if defined(KVDECODE_FAST_PLANES_512)
+        if constexpr (kWide) {
+          fast_planes_tile_512_any<Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + u * L, ldy);
+          continue;
+        }
+#endif
+        fast_planes_tile_any<Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + u * L, ldy);
       }
     }
   });
 }
-#endif  // 512-bit planes
 
 /// Whether large M takes the byte planes for Dec: the heavy decoders (q5, q3_K, q6_K);
 /// every type with the 512-bit planes (one Zen 5 core in L2, M = 64, G multiply-adds/s,
@@ -868,9 +853,9 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
     using Dec = decltype(dec);
     if (kFastPlanes<Dec> && M >= kFastPlanesMinM) {
 #if defined(KVDECODE_FAST_PLANES_512)
-      return matmul_fast_planes_512<Dec>(rows, M, w, y, ldy, parallel);
+      return matmul_fast_planes<Dec, true>(rows, M, w, y, ldy, parallel);
 #else
-      return matmul_fast_planes_avx2<Dec>(rows, M, w, y, ldy, parallel);
+      return matmul_fast_planes<Dec, false>(rows, M, w, y, ldy, parallel);
 #endif
     }
     constexpr long kRows = fast_max_rows<Dec>();
