@@ -85,9 +85,11 @@ class Transformer {
 
   /// The opt-in fast mode (fast_matmul.hpp, `--fast-matmul`): every matrix of a
   /// block type but q8_0 rounds its input rows to int8 blocks and uses integer dot
-  /// products. Every path stays bit-identical to every other in this mode (its
-  /// logits differ from the default mode's: the activations are rounded).
-  /// Matrices of other types, and double models, keep the default numerics.
+  /// products; on a CPU with AVX512-BF16, every f16 and bf16 matrix rounds them to
+  /// bf16 and uses bf16 dot products (fast_bf16.hpp). Every path stays
+  /// bit-identical to every other in this mode (its logits differ from the
+  /// default mode's: the activations are rounded). Matrices of other types, and
+  /// double models, keep the default numerics.
   /// Call it between forwards, not during one.
   void set_fast_matmul(bool on) {
     for (auto& b : blocks_) b.set_fast_matmul(on);
