@@ -112,15 +112,6 @@ struct FastRows {
     qsum16.reserve(static_cast<std::size_t>(M * K / 16));
     xq16.reserve(static_cast<std::size_t>(M * K / 16));
   }
-  /// d_j of row m's block holding value k0.
-  float scale(long m, long k0) const { return d.data()[(m * K + k0) / kFastBlock]; }
-  /// Q_s and d_j * Q_s of row m's sub-block of S values (32 or 16) starting at k0.
-  std::int32_t sub_qsum(long m, long k0, int S) const {
-    return S == kFastBlock ? qsum.data()[(m * K + k0) / kFastBlock] : qsum16.data()[(m * K + k0) / 16];
-  }
-  float sub_xq(long m, long k0, int S) const {
-    return S == kFastBlock ? xq.data()[(m * K + k0) / kFastBlock] : xq16.data()[(m * K + k0) / 16];
-  }
 };
 
 /// The scalar definition of fast_round_block().
@@ -675,7 +666,7 @@ inline void fast_planes_tile_avx2(const FastRows& rows, long m0, const unsigned 
                                   const float* N, float* y, long ldy) {
   constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>();
   [[maybe_unused]] constexpr int W = std::is_same_v<Dec, Avx2DecodeQ6_K> ? 2 : 4;
-  const long K = rows.K;
+  const long K = rows.K, nbq = K / kFastBlock;
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   fast_tile_zero<MR, 1>(y, ldy, 0);
@@ -711,11 +702,18 @@ inline void fast_planes_tile_avx2(const FastRows& rows, long m0, const unsigned 
     const __m256 Dv = _mm256_loadu_ps(D + 8 * s);
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
       const long row = m0 + r;
+      const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
       __m256i I = t32[r];
-      if constexpr (kOffset != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * rows.sub_qsum(row, k0, S)));
+      if constexpr (kOffset != 0) {
+        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
+        I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * Q));
+      }
       float* yp = y + r * ldy;
-      __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_set1_ps(rows.scale(row, k0))), Dv, _mm256_loadu_ps(yp));
-      if constexpr (Dec::kMin) a = _mm256_fmadd_ps(_mm256_set1_ps(rows.sub_xq(row, k0, S)), _mm256_loadu_ps(N + 8 * s), a);
+      __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), Dv, _mm256_loadu_ps(yp));
+      if constexpr (Dec::kMin) {
+        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
+        a = _mm256_fmadd_ps(_mm256_set1_ps(xq), _mm256_loadu_ps(N + 8 * s), a);
+      }
       _mm256_storeu_ps(yp, a);
     }
   }
@@ -750,7 +748,7 @@ template <class Dec, int MR>
 inline void fast_planes_tile_512(const FastRows& rows, long m0, const unsigned char* codes, const float* D,
                                  const float* N, float* y, long ldy) {
   constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>();
-  const long K = rows.K;
+  const long K = rows.K, nbq = K / kFastBlock;
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   KVD_UNROLL(8) for (int r = 0; r < MR; ++r) _mm512_storeu_ps(y + r * ldy, _mm512_setzero_ps());
   for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
@@ -768,11 +766,18 @@ inline void fast_planes_tile_512(const FastRows& rows, long m0, const unsigned c
     const __m512 Dv = _mm512_loadu_ps(D + 16 * s);
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
       const long row = m0 + r;
+      const __m512 d = _mm512_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
       __m512i I = t32[r];
-      if constexpr (kOffset != 0) I = _mm512_sub_epi32(I, _mm512_set1_epi32(kOffset * rows.sub_qsum(row, k0, S)));
+      if constexpr (kOffset != 0) {
+        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
+        I = _mm512_sub_epi32(I, _mm512_set1_epi32(kOffset * Q));
+      }
       float* yp = y + r * ldy;
-      __m512 a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_set1_ps(rows.scale(row, k0))), Dv, _mm512_loadu_ps(yp));
-      if constexpr (Dec::kMin) a = _mm512_fmadd_ps(_mm512_set1_ps(rows.sub_xq(row, k0, S)), _mm512_loadu_ps(N + 16 * s), a);
+      __m512 a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d), Dv, _mm512_loadu_ps(yp));
+      if constexpr (Dec::kMin) {
+        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
+        a = _mm512_fmadd_ps(_mm512_set1_ps(xq), _mm512_loadu_ps(N + 16 * s), a);
+      }
       _mm512_storeu_ps(yp, a);
     }
   }
