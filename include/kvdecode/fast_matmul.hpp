@@ -728,6 +728,12 @@ inline void fast_planes_tile_any(int mr, const FastRows& rows, long m0, const un
   }
 }
 
+/// Rows of a 512-bit byte-plane tile (defined on every ISA: matmul_fast_planes names it
+/// in both of its instances). One Zen 5 core in L2, M = 64, G multiply-adds/s,
+/// 3 / 4 / 6 / 10 rows: q5_0 87 / 97 / 88 / 57, q3_K 70 / 70-73 / 67 / 47, q6_K 70 /
+/// 74-75 / 68 / 47-49 (the 256-bit planes: q5_0 66, q3_K 47, q6_K 49).
+inline constexpr int kFastPlaneRows512 = 4;
+
 #if defined(KVDECODE_FAST_VNNI) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
 // With AVX-512 the planes of a panel's two halves sit side by side, 64 bytes per
 // 4 values of 16 outputs, and one zmm vpdpbusd does what two ymm ones did: the
@@ -737,10 +743,6 @@ inline void fast_planes_tile_any(int mr, const FastRows& rows, long m0, const un
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own 512-bit intrinsics
 #endif
-/// Rows of a 512-bit byte-plane tile. One Zen 5 core in L2, M = 64, G multiply-adds/s,
-/// 3 / 4 / 6 / 10 rows: q5_0 87 / 97 / 88 / 57, q3_K 70 / 70-73 / 67 / 47, q6_K 70 /
-/// 74-75 / 68 / 47-49 (the 256-bit planes: q5_0 66, q3_K 47, q6_K 49).
-inline constexpr int kFastPlaneRows512 = 4;
 
 /// A tile over a panel's byte planes: MR rows x 16 outputs over all of k.
 /// codes: 16 bytes per value; D, N: 16 floats per sub-block.
