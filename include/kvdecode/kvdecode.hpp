@@ -12,6 +12,7 @@
 #include "kvdecode/quant_matrix.hpp"
 #include "kvdecode/fast_bf16.hpp"
 #include "kvdecode/fast_matmul.hpp"
+#include "kvdecode/build_info.hpp"
 #include "kvdecode/ops.hpp"
 #include "kvdecode/cache_interface.hpp"
 #include "kvdecode/kv_cache.hpp"
