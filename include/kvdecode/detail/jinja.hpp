@@ -1401,7 +1401,7 @@ class Renderer {
   const std::string& text_of(const Value& v, std::string& tmp, std::size_t pos) {
     if (v.kind == Value::Kind::kString) return v.str();
     tmp.clear();
-    if (v.kind != Value::Kind::kUndefined) repr_into(v, tmp, pos, 0);
+    if (v.kind != Value::Kind::kUndefined) tmp = repr(v, pos);
     return tmp;
   }
   // Code point offsets of s (utf8_offsets), charged before they are allocated.
@@ -1605,119 +1605,149 @@ class Renderer {
     }
   }
 
-  // Appends `piece` to out after charging its bytes.
-  void append(std::string& out, const std::string& piece, std::size_t pos) {
-    charge(piece.size(), pos);
-    out += piece;
-  }
+  // repr() and tojson walk a value twice: first into a SizeSink, which counts the
+  // bytes and charges the walk's steps and work, then (the size charged) into a string
+  // reserved to that size, so no growth of the text ever passes what was charged.
+  struct SizeSink {
+    std::uint64_t n = 0;
+  };
+  static constexpr bool sizing(const SizeSink&) { return true; }
+  static constexpr bool sizing(const std::string&) { return false; }
+  static void put(SizeSink& out, const std::string& piece) { out.n += piece.size(); }
+  static void put(std::string& out, const std::string& piece) { out += piece; }
+  static void put_spaces(SizeSink& out, std::size_t n) { out.n += n; }
+  static void put_spaces(std::string& out, std::size_t n) { out.append(n, ' '); }
+  static void put_repr(SizeSink& out, const std::string& s) { out.n += string_repr_size(s); }
+  static void put_repr(std::string& out, const std::string& s) { append_string_repr(out, s); }
+  static void put_json(SizeSink& out, const std::string& s) { out.n += json_string_size(s); }
+  static void put_json(std::string& out, const std::string& s) { append_json_string(out, s); }
+  static std::uint64_t size_of(const SizeSink& out) { return out.n; }
+  static std::uint64_t size_of(const std::string& out) { return out.size(); }
 
-  // A string's repr appended to out, sized (and charged) before it is built.
-  void append_repr(std::string& out, const std::string& s, std::size_t pos) {
-    work(s.size(), pos);
-    charge(string_repr_size(s), pos);
-    append_string_repr(out, s);
+  // Python's repr() of v (str() of a container), sized and charged before it is built.
+  std::string repr(const Value& v, std::size_t pos) {
+    SizeSink size;
+    repr_into(v, size, pos, 0);
+    charge(size.n + 16, pos);
+    std::string out;
+    out.reserve(static_cast<std::size_t>(size.n));
+    repr_into(v, out, pos, 0);
+    return out;
   }
-
-  // Python's repr() of v appended to out (str() of a container), each piece charged
-  // before it is appended; a string's repr is sized before it is built.
-  void repr_into(const Value& v, std::string& out, std::size_t pos, int depth) {
+  template <class Out>
+  void repr_into(const Value& v, Out& out, std::size_t pos, int depth) {
     if (depth > walk_limit()) fail(pos, msg("value nested deeper than the limit of ", walk_limit()));
     switch (v.kind) {
       case Value::Kind::kUndefined: return;
-      case Value::Kind::kNone: append(out, "None", pos); return;
-      case Value::Kind::kBool: append(out, v.b ? "True" : "False", pos); return;
-      case Value::Kind::kInt: append(out, std::to_string(v.i), pos); return;
-      case Value::Kind::kFloat: append(out, float_repr(v.f), pos); return;
-      case Value::Kind::kString: append_repr(out, v.str(), pos); return;
-      case Value::Kind::kFunction: append(out, "<function " + v.str() + ">", pos); return;
+      case Value::Kind::kNone: put(out, "None"); return;
+      case Value::Kind::kBool: put(out, v.b ? "True" : "False"); return;
+      case Value::Kind::kInt: put(out, std::to_string(v.i)); return;
+      case Value::Kind::kFloat: put(out, float_repr(v.f)); return;
+      case Value::Kind::kString:
+        if (sizing(out)) work(v.str().size(), pos);
+        put_repr(out, v.str());
+        return;
+      case Value::Kind::kFunction: put(out, "<function " + v.str() + ">"); return;
       case Value::Kind::kList: {
-        append(out, "[", pos);
+        put(out, "[");
         for (std::size_t k = 0; k < v.list->size(); ++k) {
-          step(pos);
-          if (k) append(out, ", ", pos);
+          if (sizing(out)) step(pos);
+          if (k) put(out, ", ");
           repr_into((*v.list)[k], out, pos, depth + 1);
         }
-        append(out, "]", pos);
+        put(out, "]");
         return;
       }
       case Value::Kind::kDict: case Value::Kind::kNamespace: {
-        append(out, v.kind == Value::Kind::kNamespace ? "<Namespace {" : "{", pos);
+        put(out, v.kind == Value::Kind::kNamespace ? "<Namespace {" : "{");
         bool first = true;
         for (const auto& kv : v.dict->items) {
-          step(pos);
-          if (!first) append(out, ", ", pos);
+          if (sizing(out)) {
+            step(pos);
+            work(kv.first.size(), pos);
+          }
+          if (!first) put(out, ", ");
           first = false;
-          append_repr(out, kv.first, pos);
-          append(out, ": ", pos);
+          put_repr(out, kv.first);
+          put(out, ": ");
           repr_into(kv.second, out, pos, depth + 1);
         }
-        append(out, v.kind == Value::Kind::kNamespace ? "}>" : "}", pos);
+        put(out, v.kind == Value::Kind::kNamespace ? "}>" : "}");
         return;
       }
     }
   }
 
   // Python's json.dumps(v, ensure_ascii=False), as transformers' tojson calls it,
-  // appended to out; each piece is charged before it is appended.
-  void to_json(const Value& v, int indent, int level, std::string& out, std::size_t pos) {
+  // sized and charged before it is built.
+  std::string tojson(const Value& v, int indent, std::size_t pos) {
+    SizeSink size;
+    to_json(v, indent, 0, size, pos);
+    charge(size.n + 16, pos);
+    std::string out;
+    out.reserve(static_cast<std::size_t>(size.n));
+    to_json(v, indent, 0, out, pos);
+    return out;
+  }
+  template <class Out>
+  void to_json(const Value& v, int indent, int level, Out& out, std::size_t pos) {
     if (level > walk_limit()) fail(pos, msg("value nested deeper than the limit of ", walk_limit()));
-    step(pos);
-    if (out.size() > lim_.max_output_bytes) fail(pos, msg("tojson output exceeds the limit of ", lim_.max_output_bytes, " bytes"));
+    if (sizing(out)) step(pos);
+    if (size_of(out) > lim_.max_output_bytes)
+      fail(pos, msg("tojson output exceeds the limit of ", lim_.max_output_bytes, " bytes"));
     auto newline = [&](int lvl) {
       if (indent < 0) return;
-      charge(1 + static_cast<std::uint64_t>(indent) * static_cast<std::uint64_t>(lvl), pos);
-      out += '\n';
-      out.append(static_cast<std::size_t>(indent) * static_cast<std::size_t>(lvl), ' ');
+      put(out, "\n");
+      put_spaces(out, static_cast<std::size_t>(indent) * static_cast<std::size_t>(lvl));
     };
     auto json_string = [&](const std::string& x) {
-      work(x.size(), pos);
-      charge(json_string_size(x), pos);
-      append_json_string(out, x);
+      if (sizing(out)) work(x.size(), pos);
+      put_json(out, x);
     };
     const char* item_sep = indent < 0 ? ", " : ",";
     switch (v.kind) {
       case Value::Kind::kUndefined: fail(pos, "tojson: an undefined value is not JSON serializable");
-      case Value::Kind::kNone: append(out, "null", pos); return;
-      case Value::Kind::kBool: append(out, v.b ? "true" : "false", pos); return;
-      case Value::Kind::kInt: append(out, std::to_string(v.i), pos); return;
+      case Value::Kind::kNone: put(out, "null"); return;
+      case Value::Kind::kBool: put(out, v.b ? "true" : "false"); return;
+      case Value::Kind::kInt: put(out, std::to_string(v.i)); return;
       case Value::Kind::kFloat:
-        append(out, std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : float_repr(v.f), pos);
+        put(out, std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : float_repr(v.f));
         return;
       case Value::Kind::kFunction: fail(pos, "tojson: a function is not JSON serializable");
       case Value::Kind::kString: json_string(v.str()); return;
       case Value::Kind::kList: {
         if (v.list->empty()) {
-          append(out, "[]", pos);
+          put(out, "[]");
           return;
         }
-        append(out, "[", pos);
+        put(out, "[");
         for (std::size_t k = 0; k < v.list->size(); ++k) {
-          if (k) append(out, item_sep, pos);
+          if (k) put(out, item_sep);
           newline(level + 1);
           to_json((*v.list)[k], indent, level + 1, out, pos);
         }
         newline(level);
-        append(out, "]", pos);
+        put(out, "]");
         return;
       }
       case Value::Kind::kDict: case Value::Kind::kNamespace: {
         if (v.dict->items.empty()) {
-          append(out, "{}", pos);
+          put(out, "{}");
           return;
         }
-        append(out, "{", pos);
+        put(out, "{");
         bool first = true;
         for (const auto& kv : v.dict->items) {
-          if (!first) append(out, item_sep, pos);
+          if (!first) put(out, item_sep);
           first = false;
           newline(level + 1);
-          step(pos);
+          if (sizing(out)) step(pos);
           json_string(kv.first);
-          append(out, ": ", pos);
+          put(out, ": ");
           to_json(kv.second, indent, level + 1, out, pos);
         }
         newline(level);
-        append(out, "}", pos);
+        put(out, "}");
         return;
       }
     }
@@ -2322,9 +2352,7 @@ class Renderer {
       if (strings_only && items[k].kind != Value::Kind::kString)
         fail(pos, msg("str.join() needs strings, item ", k, " is ", a_kind(items[k])));
       if (items[k].kind != Value::Kind::kString && items[k].kind != Value::Kind::kUndefined) {
-        std::string r;
-        repr_into(items[k], r, pos, 0);
-        reprs.push_back(std::move(r));
+        reprs.push_back(repr(items[k], pos));
         size = plus(size, reprs.back().size());
       } else if (items[k].kind == Value::Kind::kString) {
         size = plus(size, items[k].str().size());
@@ -2450,9 +2478,7 @@ class Renderer {
       }
       if (a.find("separators") || a.find("sort_keys") || (a.find("ensure_ascii") && truthy(*a.find("ensure_ascii"))))
         fail(pos, "unsupported construct: tojson with separators, sort_keys or ensure_ascii");
-      std::string out;
-      to_json(v, indent, 0, out, pos);  // charged as it grows
-      return Value::string(std::move(out));
+      return Value::string(tojson(v, indent, pos));
     }
     if (f == "default" || f == "d") {
       check_arity(a, 2, {"default_value", "boolean"}, what, pos);
@@ -2479,9 +2505,7 @@ class Renderer {
     if (f == "string") {
       check_arity(a, 0, {}, what, pos);
       if (v.kind == Value::Kind::kString) return v;
-      std::string out;
-      repr_into(v, out, pos, 0);  // charged as it grows
-      return Value::string(std::move(out));
+      return Value::string(repr(v, pos));
     }
     if (f == "safe" || f == "e" || f == "escape") {  // no autoescaping in chat templates: identity
       check_arity(a, 0, {}, what, pos);
