@@ -895,6 +895,17 @@ TEST(ChatTemplateLoad, GgufTemplateSyntaxError) {
   EXPECT_THROW(ChatTemplate::from_gguf(vocab_gguf(true, 1, "{% for %}")), TemplateError);
 }
 
+// A GGUF's template may hold any bytes; rendering keeps them, and kvdecode-tokenize
+// --render-chat writes them through utf8_repair, so its JSON stays valid.
+TEST(ChatTemplateLoad, GgufTemplateBytesAreKeptAndRepairedForJson) {
+  const ChatTemplate t = ChatTemplate::from_gguf(vocab_gguf(true, 1, "a\xFF{{ bos_token }}\xC3"));
+  const std::string r = t.render({}, false);
+  EXPECT_EQ(r, "a\xFF<s>\xC3");
+  std::string json;
+  kvd::detail::append_json_string(json, kvd::detail::utf8_repair(r));
+  EXPECT_EQ(nlohmann::json::parse(json).get<std::string>(), "a\xEF\xBF\xBD<s>\xEF\xBF\xBD");
+}
+
 TEST(ChatTemplateLoad, LoadChatTemplateTellsFilesApart) {
   const std::string root = kShared + "/models";
   SKIP_IF_MISSING(root + "/tokenizer-json/qwen3");
