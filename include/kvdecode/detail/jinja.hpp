@@ -2675,7 +2675,7 @@ class Renderer {
   }
 
   bool run_test(const std::string& t, const Value& v, const std::vector<Value>& args, std::size_t pos) {
-    if (!known_test(t)) fail(pos, msg("unknown test '", t, "'"));
+    if (!known_test(t)) fail(pos, msg("unknown test '", clip_text(t, 256), "'"));  // t is a value: clipped first
     auto need = [&](std::size_t n) {
       if (args.size() != n) fail(pos, msg("test '", t, "' takes ", n, " argument", n == 1 ? "" : "s", ", got ", args.size()));
     };
