@@ -1419,10 +1419,6 @@ class Renderer {
   static std::uint64_t dict_bytes(std::uint64_t n) {
     return times(n + 1, sizeof(Value) + 32) + (n > ValueDict::kLinearKeys ? times(n, 64) : 0);
   }
-  Value make_list(ValueList l, std::size_t pos) {
-    charge(l.size() * sizeof(Value) + 16, pos);
-    return checked_depth(Value::of_list(std::move(l)), pos);
-  }
   // Values nest at most value_limit() deep; as namespaces cannot hold namespaces (so no
   // cycles), every value is then at most 2 * value_limit() + 2 deep, which bounds the
   // recursion of repr, tojson, comparison and destruction.
@@ -1946,8 +1942,8 @@ class Renderer {
   struct Slice {
     std::int64_t start, step;
     std::uint64_t count;
-    std::size_t at(std::uint64_t k) const {
-      return static_cast<std::size_t>(static_cast<__int128>(start) + static_cast<__int128>(k) * step);
+    std::size_t at(std::uint64_t k) const {  // k < count, so k * |step| < n: no overflow
+      return static_cast<std::size_t>(start + static_cast<std::int64_t>(k) * step);
     }
   };
   // Python slice semantics over n items, without listing the indices.
@@ -1978,10 +1974,11 @@ class Renderer {
     };
     const std::int64_t start = clamp(start_v, has_start, stp < 0 ? n - 1 : 0);
     const std::int64_t stop = clamp(stop_v, has_stop, stp < 0 ? -1 : n);
-    // Python's slice length; start and stop lie in [-1, n], so the spans fit.
-    const __int128 span = stp > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
-    const __int128 by = stp > 0 ? static_cast<__int128>(stp) : -static_cast<__int128>(stp);
-    const auto count = static_cast<std::uint64_t>(span > 0 ? (span - 1) / by + 1 : 0);
+    // Python's slice length; start and stop lie in [-1, n], so the span fits, and
+    // |step| is taken without negating INT64_MIN.
+    const std::int64_t span = stp > 0 ? stop - start : start - stop;
+    const std::uint64_t by = stp > 0 ? static_cast<std::uint64_t>(stp) : static_cast<std::uint64_t>(-(stp + 1)) + 1;
+    const std::uint64_t count = span > 0 ? (static_cast<std::uint64_t>(span) - 1) / by + 1 : 0;
     return {start, stp, count};
   }
 
