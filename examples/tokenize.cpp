@@ -77,7 +77,9 @@ std::string printable(const std::string& s) {
 }
 
 // --render-chat: FILE is a JSON list of {"messages": [{"role", "content"}...],
-// "add_generation_prompt": bool}; prints the renderings as a JSON array, one per line.
+// "add_generation_prompt": bool}; prints the renderings as a JSON array, one per line,
+// each byte of invalid UTF-8 (a GGUF's template may hold any bytes) as U+FFFD, as
+// --json does, so that the output is always valid JSON.
 int render_chat(const kvd::cli::Params& p) {
   kvd::ChatTemplate tmpl = [&] {
     if (p.chat_template.empty()) return kvd::load_chat_template(*p.model);
@@ -118,7 +120,7 @@ int render_chat(const kvd::cli::Params& p) {
     out.push_back(tmpl.render(messages, gen));
   }
   std::cout << "[";
-  for (std::size_t i = 0; i < out.size(); ++i) std::cout << (i ? ",\n " : "\n ") << kvd::cli::json_string(out[i]);
+  for (std::size_t i = 0; i < out.size(); ++i) std::cout << (i ? ",\n " : "\n ") << kvd::cli::json_string(kvd::detail::utf8_repair(out[i]));
   std::cout << (out.empty() ? "]\n" : "\n]\n");
   return 0;
 }

@@ -647,6 +647,117 @@ TEST(JinjaLimits, SourceSize) {
   }
 }
 
+// ---------------------------------------------------------------- work budget
+// Issue 33, class 3: one step could do unbounded work. Each operation now charges what
+// it costs (the bytes it reads, the count it repeats) against max_steps before doing
+// it, and sizes what it builds against max_built_bytes before allocating it. Each test
+// lowers a limit so that the loop would pass without the charge and fails with it.
+
+// A long run of 'a' searched for 'a...ab': O(n*m) for std::string::find, linear now.
+const std::string kHay = "{% set h = 'a' * 200000 %}{% set n = 'a' * 100000 + 'b' %}";
+
+TEST(JinjaBudget, EmptyStringRepetitionIsChargedByItsCount) {
+  EXPECT_ERROR("{{ '' * 9000000000000000000 }}", "rendering exceeds the limit of 20000000 steps");
+  EXPECT_EQ(R("[{{ '' * 1000 }}]{{ 'ab' * 3 }}"), "[]ababab");
+}
+TEST(JinjaBudget, EmptyListRepetitionIsChargedByItsCount) {
+  EXPECT_ERROR("{{ ([] * 9000000000000000000) | length }}", "rendering exceeds the limit of 20000000 steps");
+  EXPECT_EQ(R("{{ ([] * 1000) | length }}{{ [1, 2] * 2 }}"), "0[1, 2, 1, 2]");
+}
+TEST(JinjaBudget, StripCharsReadsEachByteOnce) {
+  // 200,000 stripped against 100,001 characters: 2e10 comparisons before.
+  EXPECT_EQ(R("{% set s = 'a' * 200000 + 'xy' %}{% set c = 'b' * 100000 + 'a' %}{{ s.lstrip(c) }}|{{ ('y' + s).rstrip(c) | length }}"
+              "|{{ 'h\xC3\xA9\xC3\xA9' | trim('\xC3\xA9h') }}|{{ 'xyx' | trim('x') }}"),
+            "xy|200003||y");
+  EXPECT_LIMIT("{% set c = 'b' * 100000 %}{% for i in range(1000) %}{{ 'abc'.strip(c) }}{% endfor %}", max_steps, 100000,
+               "rendering exceeds the limit of 100000 steps");
+}
+TEST(JinjaBudget, InIsLinearAndCharged) {
+  EXPECT_EQ(R(kHay + "{{ n in h }}{{ n[:-1] in h }}"), "FalseTrue");
+  EXPECT_LIMIT(kHay + "{% for i in range(1000) %}{% if n in h %}{% endif %}{% endfor %}", max_steps, 1000000,
+               "rendering exceeds the limit of 1000000 steps");
+}
+TEST(JinjaBudget, FindIsLinearAndCharged) {
+  EXPECT_EQ(R(kHay + "{{ h.find(n) }} {{ h.find(n[:-1]) }} {{ '\xC3\xA9x'.find('x') }}"), "-1 0 1");
+  EXPECT_LIMIT(kHay + "{% for i in range(1000) %}{% set x = h.find(n) %}{% endfor %}", max_steps, 1000000,
+               "rendering exceeds the limit of 1000000 steps");
+}
+TEST(JinjaBudget, CountIsLinearAndCharged) {
+  EXPECT_EQ(R(kHay + "{{ h.count(n) }} {{ h.count(n[:-1]) }} {{ 'aaaa'.count('aa') }} {{ 'ab'.count('') }}"), "0 2 2 3");
+  EXPECT_LIMIT(kHay + "{% for i in range(1000) %}{% set x = h.count(n) %}{% endfor %}", max_steps, 1000000,
+               "rendering exceeds the limit of 1000000 steps");
+}
+TEST(JinjaBudget, ReplaceIsLinearAndSizedFirst) {
+  EXPECT_EQ(R(kHay + "{{ h.replace(n, 'x') | length }} {{ h.replace(n[:-1], 'x') }} {{ 'abc'.replace('', '-', 2) }}"),
+            "200000 xx -a-bc");
+  EXPECT_LIMIT(kHay + "{% for i in range(1000) %}{% set x = h.replace(n, 'x') %}{% endfor %}", max_steps, 1000000,
+               "rendering exceeds the limit of 1000000 steps");
+  // 1,000 a's each replaced by 10,000 bytes: refused before the 10 MB are built.
+  EXPECT_LIMIT("{{ ('a' * 1000).replace('a', 'b' * 10000) }}", max_built_bytes, 1 << 20,
+               "rendering builds more than the limit of 1048576 bytes");
+}
+TEST(JinjaBudget, SplitIsLinearAndCharged) {
+  EXPECT_EQ(R(kHay + "{{ h.split(n) | length }} {{ h.split(n[:-1]) | length }}"), "1 3");
+  EXPECT_LIMIT(kHay + "{% for i in range(1000) %}{% set x = h.split(n) %}{% endfor %}", max_steps, 1000000,
+               "rendering exceeds the limit of 1000000 steps");
+}
+// One long string read again and again by an operation that used to cost one step.
+#define EXPECT_READS_CHARGED(test)                                                                               \
+  EXPECT_LIMIT("{% set a = 'x' * 100000 %}{% set b = 'x' * 100000 %}{% for i in range(1000) %}{% if " test      \
+               " %}{% endif %}{% endfor %}",                                                                     \
+               max_steps, 200000, "rendering exceeds the limit of 200000 steps")
+TEST(JinjaBudget, LengthOfAStringIsCharged) { EXPECT_READS_CHARGED("a | length"); }
+TEST(JinjaBudget, StringEqualityIsCharged) { EXPECT_READS_CHARGED("a == b"); }
+TEST(JinjaBudget, StringOrderIsCharged) { EXPECT_READS_CHARGED("a < b"); }
+TEST(JinjaBudget, IsLowerIsCharged) { EXPECT_READS_CHARGED("a is lower"); }
+TEST(JinjaBudget, IsUpperIsCharged) {
+  EXPECT_READS_CHARGED("a is upper");
+  EXPECT_EQ(R("{{ 'ab' is lower }}{{ 'aB' is lower }}{{ 'AB' is upper }}{{ 'Ab' is upper }}{{ 1 is lower }}"),
+            "TrueFalseTrueFalseFalse");
+}
+TEST(JinjaBudget, DictLiteralIsHashed) {
+  // Linear insertion made a literal of n keys cost n^2/2 key comparisons.
+  std::string src = "{% set d = {";
+  for (int i = 0; i < 5000; ++i) src += (i ? ",'k" : "'k") + std::to_string(i) + "':" + std::to_string(i);
+  src += ", 'k7': 'last'} %}";
+  EXPECT_EQ(R(src + "{{ d | length }} {{ d.k4999 }} {{ d['k7'] }} {{ 'k123' in d }} {{ (d | list)[7] }}"),
+            "5000 4999 last True k7");
+  EXPECT_LIMIT(src, max_built_bytes, 1 << 19, "rendering builds more than the limit of 524288 bytes");
+  jinja::ValueDict d;  // the index follows the items past kLinearKeys, and replaced keys keep their place
+  for (int i = 0; i < 20; ++i) d.set("k" + std::to_string(i), Value::integer(i));
+  d.set("k3", Value::integer(33));
+  EXPECT_EQ(d.items.size(), 20u);
+  EXPECT_EQ(d.index.size(), 20u);
+  EXPECT_EQ(d.find("k3")->i, 33);
+  EXPECT_EQ(d.items[3].first, "k3");
+  EXPECT_EQ(d.find("k20"), nullptr);
+}
+TEST(JinjaBudget, ValuesAreSizedBeforeTheyAreBuilt) {
+  // Each doubling is refused before its result is allocated (the memory test measures the peak).
+  EXPECT_LIMIT("{% set ns = namespace(s='x' * 1000) %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+               max_built_bytes, 1 << 20, "rendering builds more than the limit of 1048576 bytes");
+  EXPECT_LIMIT("{% set ns = namespace(s='x' * 1000) %}{% for i in range(30) %}{% set ns.s = [ns.s, ns.s] | join %}"
+               "{% endfor %}",
+               max_built_bytes, 1 << 20, "rendering builds more than the limit of 1048576 bytes");
+  EXPECT_LIMIT("{% set ns = namespace(s=['x' * 1000]) %}{% for i in range(30) %}{% set ns.s = ns.s | tojson %}"
+               "{% endfor %}",
+               max_built_bytes, 1 << 20, "rendering builds more than the limit of 1048576 bytes");
+  EXPECT_LIMIT("{{ ('x' * 600000)[::1] ~ ('x' * 600000)[::-1] }}", max_built_bytes, 1 << 20,
+               "rendering builds more than the limit of 1048576 bytes");
+}
+TEST(JinjaBudget, RaiseExceptionMessageIsTruncated) {
+  const std::string m = E("{{ raise_exception('\xC3\xA9' + 'x' * 1000000) }}");
+  EXPECT_LT(m.size(), 4300u);
+  EXPECT_EQ(m.rfind("t:1:4: raise_exception: \xC3\xA9xxx", 0), 0u) << m.substr(0, 100);
+  EXPECT_NE(m.find("[message truncated to 4096 of its 1000002 bytes]"), std::string::npos) << m.substr(4000);
+  // A multi-byte character is never cut in half.
+  const std::string cut = E("{{ raise_exception('x' + '\xC3\xA9' * 3000) }}");
+  const std::size_t note = cut.find(" [message truncated");
+  ASSERT_NE(note, std::string::npos);
+  EXPECT_EQ(cut[note - 1], '\xA9');
+  EXPECT_EQ(E("{{ raise_exception('short') }}"), "t:1:4: raise_exception: short");
+}
+
 // ---------------------------------------------------------------- loading
 
 struct TempDir {
@@ -782,6 +893,17 @@ TEST(ChatTemplateLoad, GgufTemplateOfWrongType) {
 }
 TEST(ChatTemplateLoad, GgufTemplateSyntaxError) {
   EXPECT_THROW(ChatTemplate::from_gguf(vocab_gguf(true, 1, "{% for %}")), TemplateError);
+}
+
+// A GGUF's template may hold any bytes; rendering keeps them, and kvdecode-tokenize
+// --render-chat writes them through utf8_repair, so its JSON stays valid.
+TEST(ChatTemplateLoad, GgufTemplateBytesAreKeptAndRepairedForJson) {
+  const ChatTemplate t = ChatTemplate::from_gguf(vocab_gguf(true, 1, "a\xFF{{ bos_token }}\xC3"));
+  const std::string r = t.render({}, false);
+  EXPECT_EQ(r, "a\xFF<s>\xC3");
+  std::string json;
+  kvd::detail::append_json_string(json, kvd::detail::utf8_repair(r));
+  EXPECT_EQ(nlohmann::json::parse(json).get<std::string>(), "a\xEF\xBF\xBD<s>\xEF\xBF\xBD");
 }
 
 TEST(ChatTemplateLoad, LoadChatTemplateTellsFilesApart) {

@@ -11,7 +11,8 @@
 // {% include %}, an unknown filter, test or method...) is a TemplateError naming
 // it with its line and column. Templates come from downloaded files, so parsing
 // and rendering are bounded (TemplateLimits): nesting depth, output size, loop
-// iterations, work and bytes built.
+// iterations, work (every operation charges what it costs before doing it) and
+// bytes built (sized before they are allocated); docs/limits.md lists them.
 //
 // Built-in templates (chatml, llama3, llama2, mistral, phi3) are Jinja sources
 // rendered by the same engine, for models whose files carry no template.

@@ -4,7 +4,10 @@
 // {"role", "content"} messages (a fixed conversation otherwise). Parse, then render
 // with and without add_generation_prompt, under small limits so that every input ends
 // quickly: a TemplateError (or any kvd::Error) is a clean rejection; a crash, hang,
-// leak, sanitizer report or other exception is a finding.
+// leak, sanitizer report or other exception is a finding. So is a slow unit: every
+// operation charges its work against max_steps (200,000 here, a few milliseconds), so
+// an input that takes over kSlowUnitSeconds found work that escapes the budget.
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -15,6 +18,8 @@
 #include "kvdecode/chat_template.hpp"
 
 namespace {
+
+constexpr double kSlowUnitSeconds = 2;  // generous: sanitizers slow rendering about tenfold
 
 std::vector<kvd::ChatMessage> messages_from(const std::string& json) {
   std::vector<kvd::ChatMessage> out;
@@ -46,6 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   lim.max_built_bytes = 1 << 23;
   lim.max_steps = 200000;
   lim.max_loop_iterations = 20000;
+  const auto start = std::chrono::steady_clock::now();
   kvd_fuzz::run([&] {
     kvd::ChatTemplate t = kvd::ChatTemplate::parse(source, "fuzz chat template", lim);
     t.set_limits(lim);
@@ -59,5 +65,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
   });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (seconds > kSlowUnitSeconds) {
+    std::fprintf(stderr, "FINDING: slow unit: %.2f s, over %.0f s under a budget of %llu steps\n", seconds,
+                 kSlowUnitSeconds, static_cast<unsigned long long>(lim.max_steps));
+    std::abort();
+  }
   return 0;
 }

@@ -10,8 +10,12 @@
 // filters and tests; at render time for methods and functions (whose receiver is
 // only known then). Hostile templates are bounded by TemplateLimits: the parser
 // refuses nesting deeper than max_depth (expressions and blocks), so neither parse,
-// render nor destruction recurses further; rendering counts work steps, loop
-// iterations, output bytes and the bytes of every string or list it builds.
+// render nor destruction recurses further; rendering counts loop iterations, output
+// bytes, work steps and the bytes of every value it builds. Every operation charges
+// what it costs before doing it: a step per evaluation, and for string work (search,
+// strip, compare, length, case tests, repetition) one step per 16 bytes or repeats;
+// a value's size is charged before it is allocated. Searches are linear (KMP), dicts
+// are hashed, and error text taken from a template is cut to kMaxErrorTextBytes.
 #pragma once
 
 #include <algorithm>
@@ -42,7 +46,7 @@ struct TemplateLimits {
   int max_expr_depth = 256;                                 ///< depth of an expression's tree (a+b+c+... counts each +)
   std::uint64_t max_output_bytes = std::uint64_t{1} << 24;  ///< rendered text
   std::uint64_t max_built_bytes = std::uint64_t{1} << 28;   ///< sum of all strings/lists built while rendering
-  std::uint64_t max_steps = 20'000'000;                     ///< expression evaluations + statements executed
+  std::uint64_t max_steps = 20'000'000;                     ///< work: evaluations, statements, iterations, and 1 per 16 bytes a string operation reads
   std::uint64_t max_loop_iterations = 1'000'000;            ///< for-loop iterations, all loops together
 };
 
@@ -106,21 +110,46 @@ struct Value {
   const std::string& str() const { return *s; }
 };
 
-/// Keys in insertion order, as Python dicts keep them.
+/// Keys in insertion order, as Python dicts keep them. Past kLinearKeys keys, set()
+/// keeps a hash index beside the items, so building a dict and looking keys up stay
+/// linear in its size (a dict literal of n keys was O(n^2) with linear insertion).
+/// Items appended directly (small fixed dicts) are found by a linear scan until the
+/// next set() rebuilds the index.
 struct ValueDict {
+  static constexpr std::size_t kLinearKeys = 8;
   std::vector<std::pair<std::string, Value>> items;
+  std::unordered_map<std::string, std::size_t> index;  // key -> position in items, once items > kLinearKeys
+
   const Value* find(const std::string& key) const {
-    for (const auto& kv : items)
-      if (kv.first == key) return &kv.second;
-    return nullptr;
+    const std::size_t k = position(key);
+    return k == kNone ? nullptr : &items[k].second;
   }
   void set(const std::string& key, Value v) {
-    for (auto& kv : items)
-      if (kv.first == key) {
-        kv.second = std::move(v);
-        return;
-      }
+    const std::size_t k = position(key);
+    if (k != kNone) {
+      items[k].second = std::move(v);
+      return;
+    }
     items.emplace_back(key, std::move(v));
+    if (items.size() <= kLinearKeys) return;
+    if (index.size() + 1 == items.size()) {
+      index.emplace(key, items.size() - 1);
+    } else {  // the first key past the threshold, or items appended directly
+      index.clear();
+      for (std::size_t i = 0; i < items.size(); ++i) index.emplace(items[i].first, i);
+    }
+  }
+
+ private:
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  std::size_t position(const std::string& key) const {
+    if (items.size() > kLinearKeys && index.size() == items.size()) {
+      const auto it = index.find(key);
+      return it == index.end() ? kNone : it->second;
+    }
+    for (std::size_t i = 0; i < items.size(); ++i)
+      if (items[i].first == key) return i;
+    return kNone;
   }
 };
 
@@ -225,6 +254,71 @@ inline bool is_py_space(const std::string& s, std::size_t i, std::size_t n) {
          cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
+/// Code points in s[0, end).
+inline std::size_t utf8_count(const std::string& s, std::size_t end) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < end; i += utf8_len_at(s, i)) ++n;
+  return n;
+}
+
+/// Start of the unit that ends at e (0 < e <= s.size(), e the end of a unit), as
+/// utf8_len_at splits s from its start: every byte that is not a continuation byte
+/// starts a unit, so the nearest one before e starts it if its sequence ends at e;
+/// otherwise s[e - 1] is a lone continuation byte, a unit of its own.
+inline std::size_t utf8_unit_before(const std::string& s, std::size_t e) {
+  std::size_t k = e - 1;
+  while (k > 0 && e - k < 4 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+  if ((static_cast<unsigned char>(s[k]) & 0xC0) != 0x80 && k + utf8_len_at(s, k) == e) return k;
+  return e - 1;
+}
+
+/// The bytes of the unit at s[i] (length n) packed into one number: equal units give
+/// equal keys, and a lone invalid byte (>= 0x80) gives a key no valid unit has.
+inline std::uint32_t unit_key(const std::string& s, std::size_t i, std::size_t n) {
+  std::uint32_t k = 0;
+  for (std::size_t j = 0; j < n; ++j) k = (k << 8) | static_cast<unsigned char>(s[i + j]);
+  return k;
+}
+
+// ---------------------------------------------------------------- linear search
+
+/// A needle prepared for Knuth-Morris-Pratt search. find() reads each haystack byte
+/// at most twice, so `in`, find, count, replace and split stay linear where
+/// std::string::find is O(n*m) (a long 'aaa...a' against 'aa...ab'). The table costs
+/// 4 bytes per needle byte; the needle must outlive this object.
+class Needle {
+ public:
+  explicit Needle(const std::string& p) : p_(p), border_(p.size()) {
+    std::uint32_t k = 0;  // border_[i]: length of the longest proper border of p[0..i]
+    for (std::size_t i = 1; i < p.size(); ++i) {
+      while (k > 0 && p[i] != p[k]) k = border_[k - 1];
+      if (p[i] == p[k]) ++k;
+      border_[i] = k;
+    }
+  }
+  /// First occurrence in s at or after `from`, or npos; an empty needle is found at `from`.
+  std::size_t find(const std::string& s, std::size_t from) const {
+    const std::size_t m = p_.size();
+    if (m == 0) return from <= s.size() ? from : std::string::npos;
+    std::size_t k = 0;
+    for (std::size_t i = from; i < s.size(); ++i) {
+      if (k == 0) {  // skip to the next possible first byte
+        const void* q = std::memchr(s.data() + i, p_[0], s.size() - i);
+        if (!q) return std::string::npos;
+        i = static_cast<std::size_t>(static_cast<const char*>(q) - s.data());
+      }
+      while (k > 0 && s[i] != p_[k]) k = border_[k - 1];
+      if (s[i] == p_[k]) ++k;
+      if (k == m) return i + 1 - m;
+    }
+    return std::string::npos;
+  }
+
+ private:
+  const std::string& p_;
+  std::vector<std::uint32_t> border_;
+};
+
 // ---------------------------------------------------------------- AST
 
 struct Expr;
@@ -282,6 +376,24 @@ inline std::string location(const std::string& source, const std::string& where,
     }
   }
   return msg(where, ":", line, ":", col, ": ");
+}
+
+/// Longest text a template puts into an error message (raise_exception's argument,
+/// a name or value it reports); the rest is cut off with a note.
+constexpr std::size_t kMaxErrorTextBytes = 4096;
+
+/// s, or its first `limit` bytes (cut at a UTF-8 boundary) and a note giving its length.
+inline std::string clip_text(const std::string& s, std::size_t limit = kMaxErrorTextBytes) {
+  if (s.size() <= limit) return s;
+  std::size_t cut = limit;
+  for (int k = 0; k < 3 && cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80; ++k) --cut;
+  return s.substr(0, cut) + msg(" [message truncated to ", limit, " of its ", s.size(), " bytes]");
+}
+
+/// A TemplateError at `pos`: location, then `what` clipped (its own clip notes fit).
+inline TemplateError template_error(const std::string& source, const std::string& where, std::size_t pos,
+                                    const std::string& what) {
+  return TemplateError(location(source, where, pos) + clip_text(what, kMaxErrorTextBytes + 256));
 }
 
 // ---------------------------------------------------------------- lexer
@@ -386,7 +498,7 @@ class Lexer {
   static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
   [[noreturn]] void fail(std::size_t pos, const std::string& what) const {
-    throw TemplateError(location(src_, where_, pos) + what);
+    throw template_error(src_, where_, pos, what);
   }
 
   // Template data with Jinja2's newline normalisation (\r\n and \r become \n).
@@ -602,7 +714,7 @@ class Parser {
   bool is_op(const char* op) const { return cur().kind == Token::Kind::kOp && cur().text == op; }
   bool is_name(const char* n) const { return cur().kind == Token::Kind::kName && cur().text == n; }
   [[noreturn]] void fail(std::size_t pos, const std::string& what) const {
-    throw TemplateError(location(src_, where_, pos) + what);
+    throw template_error(src_, where_, pos, what);
   }
   std::string describe(const Token& t) const {
     switch (t.kind) {
@@ -1151,6 +1263,14 @@ inline Program parse(const std::string& source, const std::string& where, const 
 
 // ---------------------------------------------------------------- rendering
 
+/// Bytes append_json_string(out, s) appends, without building them.
+inline std::uint64_t json_string_size(const std::string& s) {
+  std::uint64_t n = 2;
+  for (unsigned char c : s)
+    n += (c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f') ? 2 : c < 0x20 ? 6 : 1;
+  return n;
+}
+
 /// Python's repr() of a float: the shortest digits that read back as the same
 /// double, in positional notation for exponents in [-4, 16), else as d.ddde+XX.
 inline std::string float_repr(double v) {
@@ -1194,10 +1314,26 @@ inline std::string float_repr(double v) {
   return sign + out;
 }
 
-/// Python's repr() of a string: single quotes unless it holds ' and no ".
-inline std::string string_repr(const std::string& s) {
-  const char q = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
-  std::string out(1, q);
+/// The quote Python's repr() puts around s: single unless s holds ' and no ".
+inline char repr_quote(const std::string& s) {
+  return (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
+}
+
+/// Bytes append_string_repr(out, s) appends, without building them.
+inline std::uint64_t string_repr_size(const std::string& s) {
+  const char q = repr_quote(s);
+  std::uint64_t n = 2;
+  for (unsigned char c : s)
+    n += (c == '\\' || c == static_cast<unsigned char>(q) || c == '\n' || c == '\r' || c == '\t') ? 2
+         : (c < 0x20 || c == 0x7F)                                                          ? 4
+                                                                                            : 1;
+  return n;
+}
+
+/// Appends Python's repr() of a string: single quotes unless it holds ' and no ".
+inline void append_string_repr(std::string& out, const std::string& s) {
+  const char q = repr_quote(s);
+  out += q;
   for (unsigned char c : s) {
     if (c == '\\') out += "\\\\";
     else if (c == static_cast<unsigned char>(q)) { out += '\\'; out += static_cast<char>(c); }
@@ -1210,7 +1346,7 @@ inline std::string string_repr(const std::string& s) {
       out += buf;
     } else out += static_cast<char>(c);
   }
-  return out + q;
+  out += q;
 }
 
 class Renderer {
@@ -1228,28 +1364,60 @@ class Renderer {
   enum class Flow { kNormal, kBreak, kContinue };
 
   [[noreturn]] void fail(std::size_t pos, const std::string& what) const {
-    throw TemplateError(location(prog_.source, prog_.where, pos) + what);
+    throw template_error(prog_.source, prog_.where, pos, what);
   }
   void step(std::size_t pos) {
     if (++steps_ > lim_.max_steps) fail(pos, msg("rendering exceeds the limit of ", lim_.max_steps, " steps"));
   }
+  // Work proportional to `units` (bytes read by a search, comparison, strip, length or
+  // case test; repetitions of a `*`), charged before it is done: one step per
+  // kUnitsPerStep, so a loop over long strings runs out of steps as a loop of
+  // expressions would.
+  static constexpr std::uint64_t kUnitsPerStep = 16;
+  void work(std::uint64_t units, std::size_t pos) {
+    const std::uint64_t budget = lim_.max_steps - std::min(steps_, lim_.max_steps);
+    const std::uint64_t total = units / kUnitsPerStep + (units_ + units % kUnitsPerStep) / kUnitsPerStep;
+    if (total > budget) fail(pos, msg("rendering exceeds the limit of ", lim_.max_steps, " steps"));
+    steps_ += total;
+    units_ = (units_ + units % kUnitsPerStep) % kUnitsPerStep;
+  }
+  // Bytes of values about to be built, charged before they are allocated.
   void charge(std::uint64_t bytes, std::size_t pos) {
-    built_ += bytes;
-    if (built_ > lim_.max_built_bytes)
+    if (bytes > lim_.max_built_bytes - std::min(built_, lim_.max_built_bytes))
       fail(pos, msg("rendering builds more than the limit of ", lim_.max_built_bytes, " bytes of values"));
+    built_ += bytes;
+  }
+  // a * b and a + b, saturating, for sizes checked against a limit.
+  static std::uint64_t times(std::uint64_t a, std::uint64_t b) {
+    std::uint64_t r = 0;
+    return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<std::uint64_t>::max() : r;
+  }
+  static std::uint64_t plus(std::uint64_t a, std::uint64_t b) {
+    std::uint64_t r = 0;
+    return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<std::uint64_t>::max() : r;
+  }
+  // The text of v as str() gives it, without copying a string: v's own bytes, or the
+  // repr built (and charged) into tmp.
+  const std::string& text_of(const Value& v, std::string& tmp, std::size_t pos) {
+    if (v.kind == Value::Kind::kString) return v.str();
+    tmp.clear();
+    if (v.kind != Value::Kind::kUndefined) tmp = repr(v, pos);
+    return tmp;
   }
   // Code point offsets of s (utf8_offsets), charged before they are allocated.
   std::vector<std::size_t> offsets(const std::string& s, std::size_t pos) {
     charge((s.size() + 1) * sizeof(std::size_t), pos);
     return utf8_offsets(s);
   }
+  // A small string (a code point, a date), charged once built.
   Value make_string(std::string s, std::size_t pos) {
     charge(s.size() + 16, pos);
     return Value::string(std::move(s));
   }
-  Value make_list(ValueList l, std::size_t pos) {
-    charge(l.size() * sizeof(Value) + 16, pos);
-    return checked_depth(Value::of_list(std::move(l)), pos);
+  // What a dict of n items costs besides its keys' bytes, charged before it is built:
+  // its items and, past ValueDict::kLinearKeys, its hash index.
+  static std::uint64_t dict_bytes(std::uint64_t n) {
+    return times(n + 1, sizeof(Value) + 32) + (n > ValueDict::kLinearKeys ? times(n, 64) : 0);
   }
   // Values nest at most value_limit() deep; as namespaces cannot hold namespaces (so no
   // cycles), every value is then at most 2 * value_limit() + 2 deep, which bounds the
@@ -1271,9 +1439,12 @@ class Renderer {
     return Flow::kNormal;
   }
 
+  // Appends to the output, or to a {% set %} block's capture, whose bytes are values
+  // and so are charged before they are appended.
   void emit(std::string& out, const std::string& s, std::size_t pos) {
     if (out.size() + s.size() > lim_.max_output_bytes)
       fail(pos, msg("output exceeds the limit of ", lim_.max_output_bytes, " bytes"));
+    if (&out != &out_) charge(s.size(), pos);
     out += s;
   }
 
@@ -1281,7 +1452,12 @@ class Renderer {
     step(n.pos);
     switch (n.kind) {
       case Node::Kind::kText: emit(out, n.text, n.pos); return Flow::kNormal;
-      case Node::Kind::kOutput: emit(out, to_str(eval(*n.expr), n.pos), n.pos); return Flow::kNormal;
+      case Node::Kind::kOutput: {
+        const Value v = eval(*n.expr);
+        std::string tmp;
+        emit(out, text_of(v, tmp, n.pos), n.pos);
+        return Flow::kNormal;
+      }
       case Node::Kind::kIf:
         for (std::size_t k = 0; k < n.bodies.size(); ++k)
           if (k >= n.conds.size() || truthy(eval(*n.conds[k]))) return exec_body(n.bodies[k], out);
@@ -1303,8 +1479,7 @@ class Renderer {
         scopes_.emplace_back();
         exec_body(n.bodies[0], captured);
         scopes_.pop_back();
-        charge(captured.size(), n.pos);
-        scopes_.back()[n.text] = Value::string(std::move(captured));
+        scopes_.back()[n.text] = Value::string(std::move(captured));  // charged as it grew
         return Flow::kNormal;
       }
       case Node::Kind::kBreak: return Flow::kBreak;
@@ -1321,9 +1496,12 @@ class Renderer {
       case Value::Kind::kList: return v.list;
       case Value::Kind::kUndefined: return std::make_shared<const ValueList>();
       case Value::Kind::kDict: case Value::Kind::kNamespace: {
+        std::uint64_t bytes = 16;
+        for (const auto& kv : v.dict->items) bytes += sizeof(Value) + 32 + kv.first.size();
+        charge(bytes, pos);
         ValueList keys;
+        keys.reserve(v.dict->items.size());
         for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
-        charge(keys.size() * sizeof(Value), pos);
         return std::make_shared<const ValueList>(std::move(keys));
       }
       case Value::Kind::kString: {
@@ -1363,15 +1541,18 @@ class Renderer {
         bind_targets(n, item, scopes_.back());
         const bool keep = truthy(eval(*n.filter));
         scopes_.pop_back();
-        if (keep) kept.push_back(item);
+        if (keep) {
+          charge(sizeof(Value), n.pos);
+          kept.push_back(item);
+        }
       }
-      charge(kept.size() * sizeof(Value), n.pos);
       items = std::make_shared<const ValueList>(std::move(kept));
     }
     const std::int64_t len = static_cast<std::int64_t>(items->size());
     if (len == 0) return n.bodies.size() > 1 ? exec_body(n.bodies[1], out) : Flow::kNormal;
     for (std::int64_t k = 0; k < len; ++k) {
       count_iteration(n.pos);
+      charge(sizeof(ValueDict) + 9 * sizeof(Value), n.pos);
       scopes_.emplace_back();
       auto loop = std::make_shared<ValueDict>();
       loop->items = {{"index", Value::integer(k + 1)},
@@ -1383,7 +1564,6 @@ class Renderer {
                      {"length", Value::integer(len)},
                      {"previtem", k > 0 ? (*items)[static_cast<std::size_t>(k - 1)] : Value()},
                      {"nextitem", k + 1 < len ? (*items)[static_cast<std::size_t>(k + 1)] : Value()}};
-      charge(sizeof(ValueDict) + 9 * sizeof(Value), n.pos);
       scopes_.back()["loop"] = Value::of_dict(std::move(loop));
       bind_targets(n, (*items)[static_cast<std::size_t>(k)], scopes_.back());
       const Flow f = exec_body(n.bodies[0], out);
@@ -1421,105 +1601,149 @@ class Renderer {
     }
   }
 
-  // str(v) as Python prints it; containers as their repr.
-  std::string to_str(const Value& v, std::size_t pos) {
-    switch (v.kind) {
-      case Value::Kind::kUndefined: return "";
-      case Value::Kind::kString: return v.str();
-      default: return repr(v, pos, 0);
-    }
+  // repr() and tojson walk a value twice: first into a SizeSink, which counts the
+  // bytes and charges the walk's steps and work, then (the size charged) into a string
+  // reserved to that size, so no growth of the text ever passes what was charged.
+  struct SizeSink {
+    std::uint64_t n = 0;
+  };
+  static constexpr bool sizing(const SizeSink&) { return true; }
+  static constexpr bool sizing(const std::string&) { return false; }
+  static void put(SizeSink& out, const std::string& piece) { out.n += piece.size(); }
+  static void put(std::string& out, const std::string& piece) { out += piece; }
+  static void put_spaces(SizeSink& out, std::size_t n) { out.n += n; }
+  static void put_spaces(std::string& out, std::size_t n) { out.append(n, ' '); }
+  static void put_repr(SizeSink& out, const std::string& s) { out.n += string_repr_size(s); }
+  static void put_repr(std::string& out, const std::string& s) { append_string_repr(out, s); }
+  static void put_json(SizeSink& out, const std::string& s) { out.n += json_string_size(s); }
+  static void put_json(std::string& out, const std::string& s) { append_json_string(out, s); }
+  static std::uint64_t size_of(const SizeSink& out) { return out.n; }
+  static std::uint64_t size_of(const std::string& out) { return out.size(); }
+
+  // Python's repr() of v (str() of a container), sized and charged before it is built.
+  std::string repr(const Value& v, std::size_t pos) {
+    SizeSink size;
+    repr_into(v, size, pos, 0);
+    charge(size.n + 16, pos);
+    std::string out;
+    out.reserve(static_cast<std::size_t>(size.n));
+    repr_into(v, out, pos, 0);
+    return out;
   }
-  std::string repr(const Value& v, std::size_t pos, int depth) {
+  template <class Out>
+  void repr_into(const Value& v, Out& out, std::size_t pos, int depth) {
     if (depth > walk_limit()) fail(pos, msg("value nested deeper than the limit of ", walk_limit()));
     switch (v.kind) {
-      case Value::Kind::kUndefined: return "";
-      case Value::Kind::kNone: return "None";
-      case Value::Kind::kBool: return v.b ? "True" : "False";
-      case Value::Kind::kInt: return std::to_string(v.i);
-      case Value::Kind::kFloat: return float_repr(v.f);
-      case Value::Kind::kString: return string_repr(v.str());
-      case Value::Kind::kFunction: return "<function " + v.str() + ">";
+      case Value::Kind::kUndefined: return;
+      case Value::Kind::kNone: put(out, "None"); return;
+      case Value::Kind::kBool: put(out, v.b ? "True" : "False"); return;
+      case Value::Kind::kInt: put(out, std::to_string(v.i)); return;
+      case Value::Kind::kFloat: put(out, float_repr(v.f)); return;
+      case Value::Kind::kString:
+        if (sizing(out)) work(v.str().size(), pos);
+        put_repr(out, v.str());
+        return;
+      case Value::Kind::kFunction: put(out, "<function " + v.str() + ">"); return;
       case Value::Kind::kList: {
-        std::string s = "[";
+        put(out, "[");
         for (std::size_t k = 0; k < v.list->size(); ++k) {
-          step(pos);
-          const std::string item = repr((*v.list)[k], pos, depth + 1);
-          charge(item.size() + 2, pos);
-          s += (k ? ", " : "") + item;
+          if (sizing(out)) step(pos);
+          if (k) put(out, ", ");
+          repr_into((*v.list)[k], out, pos, depth + 1);
         }
-        return s + "]";
+        put(out, "]");
+        return;
       }
       case Value::Kind::kDict: case Value::Kind::kNamespace: {
-        std::string s = v.kind == Value::Kind::kNamespace ? "<Namespace {" : "{";
+        put(out, v.kind == Value::Kind::kNamespace ? "<Namespace {" : "{");
         bool first = true;
         for (const auto& kv : v.dict->items) {
-          step(pos);
-          const std::string item = string_repr(kv.first) + ": " + repr(kv.second, pos, depth + 1);
-          charge(item.size() + 2, pos);
-          s += (first ? "" : ", ") + item;
+          if (sizing(out)) {
+            step(pos);
+            work(kv.first.size(), pos);
+          }
+          if (!first) put(out, ", ");
           first = false;
+          put_repr(out, kv.first);
+          put(out, ": ");
+          repr_into(kv.second, out, pos, depth + 1);
         }
-        return s + (v.kind == Value::Kind::kNamespace ? "}>" : "}");
+        put(out, v.kind == Value::Kind::kNamespace ? "}>" : "}");
+        return;
       }
     }
-    return "";
   }
 
-  // Python's json.dumps(v, ensure_ascii=False), as transformers' tojson calls it.
-  void to_json(const Value& v, int indent, int level, std::string& out, std::size_t pos) {
+  // Python's json.dumps(v, ensure_ascii=False), as transformers' tojson calls it,
+  // sized and charged before it is built.
+  std::string tojson(const Value& v, int indent, std::size_t pos) {
+    SizeSink size;
+    to_json(v, indent, 0, size, pos);
+    charge(size.n + 16, pos);
+    std::string out;
+    out.reserve(static_cast<std::size_t>(size.n));
+    to_json(v, indent, 0, out, pos);
+    return out;
+  }
+  template <class Out>
+  void to_json(const Value& v, int indent, int level, Out& out, std::size_t pos) {
     if (level > walk_limit()) fail(pos, msg("value nested deeper than the limit of ", walk_limit()));
-    step(pos);
-    if (out.size() > lim_.max_output_bytes) fail(pos, msg("tojson output exceeds the limit of ", lim_.max_output_bytes, " bytes"));
+    if (sizing(out)) step(pos);
+    if (size_of(out) > lim_.max_output_bytes)
+      fail(pos, msg("tojson output exceeds the limit of ", lim_.max_output_bytes, " bytes"));
     auto newline = [&](int lvl) {
       if (indent < 0) return;
-      out += '\n';
-      out.append(static_cast<std::size_t>(indent) * static_cast<std::size_t>(lvl), ' ');
+      put(out, "\n");
+      put_spaces(out, static_cast<std::size_t>(indent) * static_cast<std::size_t>(lvl));
+    };
+    auto json_string = [&](const std::string& x) {
+      if (sizing(out)) work(x.size(), pos);
+      put_json(out, x);
     };
     const char* item_sep = indent < 0 ? ", " : ",";
     switch (v.kind) {
       case Value::Kind::kUndefined: fail(pos, "tojson: an undefined value is not JSON serializable");
-      case Value::Kind::kNone: out += "null"; return;
-      case Value::Kind::kBool: out += v.b ? "true" : "false"; return;
-      case Value::Kind::kInt: out += std::to_string(v.i); return;
+      case Value::Kind::kNone: put(out, "null"); return;
+      case Value::Kind::kBool: put(out, v.b ? "true" : "false"); return;
+      case Value::Kind::kInt: put(out, std::to_string(v.i)); return;
       case Value::Kind::kFloat:
-        out += std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : float_repr(v.f);
+        put(out, std::isnan(v.f) ? "NaN" : std::isinf(v.f) ? (v.f > 0 ? "Infinity" : "-Infinity") : float_repr(v.f));
         return;
       case Value::Kind::kFunction: fail(pos, "tojson: a function is not JSON serializable");
-      case Value::Kind::kString:
-        append_json_string(out, v.str());
-        return;
+      case Value::Kind::kString: json_string(v.str()); return;
       case Value::Kind::kList: {
         if (v.list->empty()) {
-          out += "[]";
+          put(out, "[]");
           return;
         }
-        out += '[';
+        put(out, "[");
         for (std::size_t k = 0; k < v.list->size(); ++k) {
-          if (k) out += item_sep;
+          if (k) put(out, item_sep);
           newline(level + 1);
           to_json((*v.list)[k], indent, level + 1, out, pos);
         }
         newline(level);
-        out += ']';
+        put(out, "]");
         return;
       }
       case Value::Kind::kDict: case Value::Kind::kNamespace: {
         if (v.dict->items.empty()) {
-          out += "{}";
+          put(out, "{}");
           return;
         }
-        out += '{';
+        put(out, "{");
         bool first = true;
         for (const auto& kv : v.dict->items) {
-          if (!first) out += item_sep;
+          if (!first) put(out, item_sep);
           first = false;
           newline(level + 1);
-          to_json(Value::string(kv.first), indent, level + 1, out, pos);
-          out += ": ";
+          if (sizing(out)) step(pos);
+          json_string(kv.first);
+          put(out, ": ");
           to_json(kv.second, indent, level + 1, out, pos);
         }
         newline(level);
-        out += '}';
+        put(out, "}");
         return;
       }
     }
@@ -1534,7 +1758,10 @@ class Renderer {
     if (x.kind != y.kind) return false;
     switch (x.kind) {
       case Value::Kind::kUndefined: case Value::Kind::kNone: return true;
-      case Value::Kind::kString: return x.str() == y.str();
+      case Value::Kind::kString:
+        if (x.str().size() != y.str().size()) return false;
+        work(x.str().size(), pos);
+        return x.str() == y.str();
       case Value::Kind::kFunction: return x.str() == y.str();
       case Value::Kind::kList:
         if (x.list->size() != y.list->size()) return false;
@@ -1548,6 +1775,7 @@ class Renderer {
         if (x.dict->items.size() != y.dict->items.size()) return false;
         for (const auto& kv : x.dict->items) {
           step(pos);
+          work(kv.first.size(), pos);
           const Value* o = y.dict->find(kv.first);
           if (!o || !equal(kv.second, *o, pos, depth + 1)) return false;
         }
@@ -1565,6 +1793,7 @@ class Renderer {
       return a < b ? -1 : a > b ? 1 : 0;
     }
     if (x.kind == Value::Kind::kString && y.kind == Value::Kind::kString) {
+      work(std::min(x.str().size(), y.str().size()), pos);
       const int c = x.str().compare(y.str());  // byte order of UTF-8 = code point order
       return c < 0 ? -1 : c > 0 ? 1 : 0;
     }
@@ -1580,12 +1809,21 @@ class Renderer {
     fail(pos, msg("cannot order ", a_kind(x), " and ", a_kind(y)));
   }
 
+  // A needle for searching `hay`, with the whole search charged first: its table's
+  // memory, and as work three units per hay byte (read at most twice, and skipped to
+  // with memchr) and two per needle byte (its table), whatever it finds.
+  Needle search(const std::string& hay, const std::string& needle, std::size_t pos) {
+    work(plus(times(3, hay.size()), times(2, needle.size())), pos);
+    charge(times(needle.size(), sizeof(std::uint32_t)), pos);
+    return Needle(needle);
+  }
+
   bool contains(const Value& hay, const Value& needle, std::size_t pos) {
     switch (hay.kind) {
       case Value::Kind::kString:
         if (needle.kind != Value::Kind::kString)
           fail(pos, msg("'in <string>' needs a string on the left, not ", a_kind(needle)));
-        return hay.str().find(needle.str()) != std::string::npos;
+        return search(hay.str(), needle.str(), pos).find(hay.str(), 0) != std::string::npos;
       case Value::Kind::kList:
         for (const Value& x : *hay.list) {
           step(pos);
@@ -1593,7 +1831,9 @@ class Renderer {
         }
         return false;
       case Value::Kind::kDict: case Value::Kind::kNamespace:
-        return needle.kind == Value::Kind::kString && hay.dict->find(needle.str()) != nullptr;
+        if (needle.kind != Value::Kind::kString) return false;
+        work(needle.str().size(), pos);  // hashing the key
+        return hay.dict->find(needle.str()) != nullptr;
       case Value::Kind::kUndefined: return false;
       default: fail(pos, msg("'in' needs a string, list or dict on the right, not ", a_kind(hay)));
     }
@@ -1616,28 +1856,39 @@ class Renderer {
         return Value::string(x.str() + y.str());
       }
       if (x.kind == Value::Kind::kList && y.kind == Value::Kind::kList) {
-        charge((x.list->size() + y.list->size()) * sizeof(Value), pos);
-        ValueList l = *x.list;
+        charge((x.list->size() + y.list->size()) * sizeof(Value) + 16, pos);
+        ValueList l;
+        l.reserve(x.list->size() + y.list->size());
+        l.insert(l.end(), x.list->begin(), x.list->end());
         l.insert(l.end(), y.list->begin(), y.list->end());
-        return make_list(std::move(l), pos);
+        return checked_depth(Value::of_list(std::move(l)), pos);
       }
     }
     if (op == "*") {  // repetition: 'ab' * 3, [x] * 3
       const Value* seq = x.is_integer() ? &y : &x;
       const Value* cnt = x.is_integer() ? &x : &y;
       if ((seq->kind == Value::Kind::kString || seq->kind == Value::Kind::kList) && cnt->is_integer()) {
-        const std::int64_t n = std::max<std::int64_t>(0, cnt->as_int());
+        // Checked before anything is built: the result's size against the bytes left,
+        // then the count (whatever the unit, an empty one too) as work.
+        const auto n = static_cast<std::uint64_t>(std::max<std::int64_t>(0, cnt->as_int()));
         const std::uint64_t unit = seq->kind == Value::Kind::kString ? seq->str().size() : seq->list->size() * sizeof(Value);
-        if (unit > 0 && static_cast<std::uint64_t>(n) > (lim_.max_built_bytes - std::min(built_, lim_.max_built_bytes)) / unit)
+        if (unit > 0 && n > (lim_.max_built_bytes - std::min(built_, lim_.max_built_bytes)) / unit)
           fail(pos, msg("repetition builds more than the limit of ", lim_.max_built_bytes, " bytes of values"));
-        if (seq->kind == Value::Kind::kString) {
+        work(n, pos);
+        charge(n * unit + 16, pos);
+        if (unit == 0) return seq->kind == Value::Kind::kString ? Value::string("") : Value::of_list({});
+        if (seq->kind == Value::Kind::kString) {  // doubled in place: log(n) copies, not n
+          const std::size_t total = static_cast<std::size_t>(n * unit);
           std::string s;
-          for (std::int64_t k = 0; k < n; ++k) s += seq->str();
-          return make_string(std::move(s), pos);
+          s.reserve(total);
+          if (n > 0) s = seq->str();
+          while (s.size() < total) s.append(s.data(), std::min(s.size(), total - s.size()));
+          return Value::string(std::move(s));
         }
         ValueList l;
-        for (std::int64_t k = 0; k < n; ++k) l.insert(l.end(), seq->list->begin(), seq->list->end());
-        return make_list(std::move(l), pos);
+        l.reserve(static_cast<std::size_t>(n * seq->list->size()));
+        for (std::uint64_t k = 0; k < n; ++k) l.insert(l.end(), seq->list->begin(), seq->list->end());
+        return checked_depth(Value::of_list(std::move(l)), pos);
       }
     }
     if (op == "%" && x.kind == Value::Kind::kString)
@@ -1687,8 +1938,16 @@ class Renderer {
     return Value::number(m);
   }
 
-  // Python slice semantics over n items: the selected indices.
-  std::vector<std::int64_t> slice_indices(std::int64_t n, const Expr& e) {
+  // The items a slice selects: start, start + step, ... (count of them).
+  struct Slice {
+    std::int64_t start, step;
+    std::uint64_t count;
+    std::size_t at(std::uint64_t k) const {  // k < count, so k * |step| < n: no overflow
+      return static_cast<std::size_t>(start + static_cast<std::int64_t>(k) * step);
+    }
+  };
+  // Python slice semantics over n items, without listing the indices.
+  Slice slice_indices(std::int64_t n, const Expr& e) {
     auto get = [&](const ExprPtr& p, bool& given) -> std::int64_t {
       given = false;
       if (!p) return 0;
@@ -1715,26 +1974,20 @@ class Renderer {
     };
     const std::int64_t start = clamp(start_v, has_start, stp < 0 ? n - 1 : 0);
     const std::int64_t stop = clamp(stop_v, has_stop, stp < 0 ? -1 : n);
-    std::vector<std::int64_t> idx;
-    if (stp > 0)
-      for (std::int64_t k = start; k < stop; k += stp) {
-        idx.push_back(k);
-        if (stp > n) break;
-      }
-    else
-      for (std::int64_t k = start; k > stop; k += stp) {
-        idx.push_back(k);
-        if (stp < -n) break;
-      }
-    return idx;
+    // Python's slice length; start and stop lie in [-1, n], so the span fits, and
+    // |step| is taken without negating INT64_MIN.
+    const std::int64_t span = stp > 0 ? stop - start : start - stop;
+    const std::uint64_t by = stp > 0 ? static_cast<std::uint64_t>(stp) : static_cast<std::uint64_t>(-(stp + 1)) + 1;
+    const std::uint64_t count = span > 0 ? (static_cast<std::uint64_t>(span) - 1) / by + 1 : 0;
+    return {start, stp, count};
   }
 
   Value get_attr(const Value& obj, const std::string& name, const Expr& e) {
     if (obj.kind == Value::Kind::kUndefined)
       fail(e.pos, msg("cannot read attribute '", name, "' of an undefined value"));
     if (obj.is_mapping()) {
+      work(name.size(), e.pos);  // hashing or comparing the key
       const Value* v = obj.dict->find(name);
-      charge(obj.dict->items.size(), e.pos);  // the scan is work too
       return v ? *v : Value();
     }
     return Value();
@@ -1754,11 +2007,14 @@ class Renderer {
         if (k < 0 || k >= n) return Value();
         return (*obj.list)[static_cast<std::size_t>(k)];
       }
-      const std::vector<std::size_t> off = offsets(obj.str(), e.pos);
-      const auto n = static_cast<std::int64_t>(off.size() - 1);
-      if (k < 0) k += n;
-      if (k < 0 || k >= n) return Value();
-      return make_string(obj.str().substr(off[static_cast<std::size_t>(k)], off[static_cast<std::size_t>(k) + 1] - off[static_cast<std::size_t>(k)]), e.pos);
+      const std::string& str = obj.str();  // walked, not indexed: no table of offsets
+      work(times(2, str.size()), e.pos);
+      if (k < 0) k += static_cast<std::int64_t>(utf8_count(str));
+      if (k < 0) return Value();
+      std::size_t at = 0;
+      for (; at < str.size() && k > 0; --k) at += utf8_len_at(str, at);
+      if (at >= str.size()) return Value();
+      return make_string(str.substr(at, utf8_len_at(str, at)), e.pos);
     }
     if (obj.kind == Value::Kind::kString && key.kind == Value::Kind::kString) return Value();  // a method, unsupported as a value
     return Value();
@@ -1800,32 +2056,57 @@ class Renderer {
     return v->str();
   }
 
-  std::string strip(const std::string& s, const Value* chars, bool left, bool right, std::size_t pos) {
-    std::size_t b = 0, e = s.size();
-    if (chars && chars->kind != Value::Kind::kNone) {
-      const std::string& set = want_string(chars, "strip characters", pos);
-      const std::vector<std::size_t> so = offsets(set, pos);
-      auto in_set = [&](std::size_t at, std::size_t len) {
-        for (std::size_t k = 0; k + 1 < so.size(); ++k)
-          if (so[k + 1] - so[k] == len && set.compare(so[k], len, s, at, len) == 0) return true;
-        return false;
-      };
-      const std::vector<std::size_t> off = offsets(s, pos);
-      std::size_t lo = 0, hi = off.size() - 1;
-      while (left && lo < hi && in_set(off[lo], off[lo + 1] - off[lo])) ++lo;
-      while (right && hi > lo && in_set(off[hi - 1], off[hi] - off[hi - 1])) --hi;
-      b = off[lo];
-      e = off[hi];
-    } else {
-      const std::vector<std::size_t> off = offsets(s, pos);
-      std::size_t lo = 0, hi = off.size() - 1;
-      while (left && lo < hi && is_py_space(s, off[lo], off[lo + 1] - off[lo])) ++lo;
-      while (right && hi > lo && is_py_space(s, off[hi - 1], off[hi] - off[hi - 1])) --hi;
-      b = off[lo];
-      e = off[hi];
+  // Bounds [b, e) of s without its leading (left) and trailing (right) code points in
+  // `chars` (Python's whitespace when chars is absent or none). Only the bytes stripped
+  // are read, and each is looked up in a table of chars built once: a bitmap of its
+  // one-byte units, a sorted list of its longer ones (sorting charged as m log m).
+  std::pair<std::size_t, std::size_t> strip_bounds(const std::string& s, const Value* chars, bool left, bool right,
+                                                   std::size_t pos) {
+    std::uint64_t bytes[4] = {0, 0, 0, 0};
+    std::vector<std::uint32_t> wide;
+    const bool spaces = !chars || chars->kind == Value::Kind::kNone;
+    if (!spaces) {
+      const std::string& cs = want_string(chars, "strip characters", pos);
+      work(cs.size(), pos);
+      charge(times(cs.size() / 2, sizeof(std::uint32_t)), pos);  // at most one wide unit per 2 bytes
+      for (std::size_t i = 0; i < cs.size();) {
+        const auto c = static_cast<unsigned char>(cs[i]);
+        const std::size_t len = c < 0x80 ? 1 : utf8_len_at(cs, i);
+        if (len == 1) bytes[c >> 6] |= std::uint64_t{1} << (c & 63);
+        else wide.push_back(unit_key(cs, i, len));
+        i += len;
+      }
+      std::uint64_t log = 1;
+      while ((std::uint64_t{1} << log) < wide.size()) ++log;
+      work(times(wide.size(), log), pos);
+      std::sort(wide.begin(), wide.end());
     }
+    auto stripped = [&](std::size_t i, std::size_t len) {
+      if (spaces) return is_py_space(s, i, len);
+      const auto c = static_cast<unsigned char>(s[i]);
+      if (len == 1) return ((bytes[c >> 6] >> (c & 63)) & 1) != 0;
+      return std::binary_search(wide.begin(), wide.end(), unit_key(s, i, len));
+    };
+    std::size_t b = 0;
+    if (left)
+      while (b < s.size() && stripped(b, utf8_len_at(s, b))) b += utf8_len_at(s, b);
+    std::size_t e = s.size();
+    if (right)
+      while (e > b) {
+        const std::size_t u = utf8_unit_before(s, e);
+        if (!stripped(u, e - u)) break;
+        e = u;
+      }
+    work(b + (s.size() - e) + 8, pos);  // the bytes read: those stripped and one unit on each side
     step(pos);
-    return s.substr(b, e - b);
+    return {b, e};
+  }
+
+  // s stripped as strip_bounds says, charged before it is copied.
+  Value strip(const std::string& s, const Value* chars, bool left, bool right, std::size_t pos) {
+    const auto be = strip_bounds(s, chars, left, right, pos);
+    charge(be.second - be.first + 16, pos);
+    return Value::string(s.substr(be.first, be.second - be.first));
   }
 
   static std::string ascii_case(std::string s, bool upper) {  // simple ASCII case mapping
@@ -1843,69 +2124,80 @@ class Renderer {
       maxsplit = maxsplit_v->as_int();
     }
     ValueList parts;
-    std::uint64_t bytes = 0;
-    auto add = [&](std::string p) {
-      bytes += p.size() + sizeof(Value) + 32;
-      charge(p.size() + sizeof(Value) + 32, pos);
-      parts.push_back(Value::string(std::move(p)));
+    auto add = [&](std::size_t at, std::size_t len) {  // each part charged before it is copied
+      charge(len + sizeof(Value) + 32, pos);
+      parts.push_back(Value::string(s.substr(at, len)));
     };
     if (!sep || sep->kind == Value::Kind::kNone) {  // runs of whitespace, none at the ends
-      const std::vector<std::size_t> off = offsets(s, pos);
+      work(s.size(), pos);
       std::size_t k = 0;
-      const std::size_t n = off.size() - 1;
-      auto space = [&](std::size_t i) { return is_py_space(s, off[i], off[i + 1] - off[i]); };
-      while (k < n) {
-        while (k < n && space(k)) ++k;
-        if (k >= n) break;
+      auto space = [&](std::size_t i) { return is_py_space(s, i, utf8_len_at(s, i)); };
+      while (k < s.size()) {
+        while (k < s.size() && space(k)) k += utf8_len_at(s, k);
+        if (k >= s.size()) break;
         if (maxsplit >= 0 && static_cast<std::int64_t>(parts.size()) >= maxsplit) {
-          add(s.substr(off[k]));  // the rest, trailing whitespace included (as Python keeps it)
+          add(k, s.size() - k);  // the rest, trailing whitespace included (as Python keeps it)
           break;
         }
         std::size_t j = k;
-        while (j < n && !space(j)) ++j;
-        add(s.substr(off[k], off[j] - off[k]));
+        while (j < s.size() && !space(j)) j += utf8_len_at(s, j);
+        add(k, j - k);
         k = j;
       }
     } else {
       const std::string& d = want_string(sep, "split separator", pos);
       if (d.empty()) fail(pos, "split: empty separator");
+      const Needle needle = search(s, d, pos);
       std::size_t at = 0;
       for (std::size_t hit; (maxsplit < 0 || static_cast<std::int64_t>(parts.size()) < maxsplit) &&
-                            (hit = s.find(d, at)) != std::string::npos;
+                            (hit = needle.find(s, at)) != std::string::npos;
            at = hit + d.size())
-        add(s.substr(at, hit - at));
-      add(s.substr(at));
+        add(at, hit - at);
+      add(at, s.size() - at);
     }
-    (void)bytes;
     return Value::of_list(std::move(parts));
   }
 
-  std::string replace(const std::string& s, const std::string& from, const std::string& to, std::int64_t count,
-                      std::size_t pos) {
+  // s with `from` replaced by `to` (at most `count` times when count >= 0), sized
+  // and charged before it is built.
+  Value replace(const std::string& s, const std::string& from, const std::string& to, std::int64_t count,
+                std::size_t pos) {
+    const auto limit = count < 0 ? std::numeric_limits<std::uint64_t>::max() : static_cast<std::uint64_t>(count);
     std::string out;
-    if (from.empty()) {  // Python inserts `to` around every code point
-      const std::vector<std::size_t> off = offsets(s, pos);
-      std::int64_t done = 0;
-      for (std::size_t k = 0; k + 1 < off.size() + 1; ++k) {
-        if (count < 0 || done < count) {
+    if (from.empty()) {  // Python inserts `to` before every code point and at the end
+      work(s.size(), pos);
+      const std::uint64_t inserts = std::min<std::uint64_t>(limit, utf8_count(s) + 1);
+      charge(plus(s.size() + 16, times(inserts, to.size())), pos);
+      work(times(inserts, to.size()), pos);
+      out.reserve(static_cast<std::size_t>(s.size() + inserts * to.size()));
+      std::uint64_t done = 0;
+      for (std::size_t k = 0;; k += utf8_len_at(s, k)) {
+        if (done < inserts) {
           out += to;
           ++done;
         }
-        if (k + 1 < off.size()) out.append(s, off[k], off[k + 1] - off[k]);
-        charge(to.size() + 4, pos);
+        if (k >= s.size()) break;
+        out.append(s, k, utf8_len_at(s, k));
       }
-      return out;
+      return Value::string(std::move(out));
     }
+    const Needle needle = search(s, from, pos);
+    std::uint64_t hits = 0;
+    for (std::size_t at = 0, hit; hits < limit && (hit = needle.find(s, at)) != std::string::npos; at = hit + from.size())
+      ++hits;
+    work(times(2, s.size()), pos);  // the second pass that builds the result
+    const std::uint64_t size = plus(s.size() - hits * from.size(), times(hits, to.size()));
+    charge(plus(size, 16), pos);
+    out.reserve(static_cast<std::size_t>(size));
     std::size_t at = 0;
-    std::int64_t done = 0;
-    for (std::size_t hit; (count < 0 || done < count) && (hit = s.find(from, at)) != std::string::npos; at = hit + from.size()) {
+    for (std::uint64_t done = 0; done < hits; ++done) {
+      const std::size_t hit = needle.find(s, at);
       out.append(s, at, hit - at);
       out += to;
-      ++done;
-      charge(to.size() + (hit - at), pos);
+      at = hit + from.size();
     }
     out.append(s, at, std::string::npos);
-    return out;
+    return Value::string(std::move(out));
   }
 
   Value call_method(const Value& obj, const std::string& name, const Args& a, std::size_t pos) {
@@ -1917,18 +2209,21 @@ class Renderer {
         const Value* p = arg(a, 0, "prefix");
         auto test = [&](const std::string& x) {
           if (x.size() > s.size()) return false;
+          work(x.size(), pos);
           return name == "startswith" ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0;
         };
         if (p && p->kind == Value::Kind::kList) {
-          for (const Value& x : *p->list)
+          for (const Value& x : *p->list) {
+            step(pos);
             if (test(want_string(&x, what, pos))) return Value::boolean(true);
+          }
           return Value::boolean(false);
         }
         return Value::boolean(test(want_string(p, what, pos)));
       }
       if (name == "strip" || name == "lstrip" || name == "rstrip") {
         check_arity(a, 1, {"chars"}, what, pos);
-        return make_string(strip(s, arg(a, 0, "chars"), name != "rstrip", name != "lstrip", pos), pos);
+        return strip(s, arg(a, 0, "chars"), name != "rstrip", name != "lstrip", pos);
       }
       if (name == "split") {
         check_arity(a, 2, {"sep", "maxsplit"}, what, pos);
@@ -1938,27 +2233,33 @@ class Renderer {
         check_arity(a, 3, {"count"}, what, pos);
         const Value* c = arg(a, 2, "count");
         if (c && !c->is_integer()) fail(pos, what + ": count must be an integer");
-        return make_string(replace(s, want_string(arg(a, 0, "old"), what, pos), want_string(arg(a, 1, "new"), what, pos),
-                                   c ? c->as_int() : -1, pos), pos);
+        return replace(s, want_string(arg(a, 0, "old"), what, pos), want_string(arg(a, 1, "new"), what, pos),
+                       c ? c->as_int() : -1, pos);
       }
       if (name == "upper" || name == "lower") {
         check_arity(a, 0, {}, what, pos);
-        return make_string(ascii_case(s, name == "upper"), pos);
+        charge(s.size() + 16, pos);
+        return Value::string(ascii_case(s, name == "upper"));
       }
       if (name == "title" || name == "capitalize") {
         check_arity(a, 0, {}, what, pos);
-        return make_string(name == "title" ? title(s) : capitalize(s), pos);
+        charge(s.size() + 16, pos);
+        return Value::string(name == "title" ? title(s) : capitalize(s));
       }
       if (name == "find" || name == "count") {
         check_arity(a, 1, {}, what, pos);
         const std::string& x = want_string(arg(a, 0, "sub"), what, pos);
-        if (name == "find") {
-          const std::size_t hit = s.find(x);
-          return Value::integer(hit == std::string::npos ? -1 : static_cast<std::int64_t>(utf8_count(s.substr(0, hit))));
+        if (x.empty() && name == "count") {
+          work(s.size(), pos);
+          return Value::integer(static_cast<std::int64_t>(utf8_count(s)) + 1);
         }
-        if (x.empty()) return Value::integer(static_cast<std::int64_t>(utf8_count(s)) + 1);
+        const Needle needle = search(s, x, pos);
+        if (name == "find") {
+          const std::size_t hit = needle.find(s, 0);
+          return Value::integer(hit == std::string::npos ? -1 : static_cast<std::int64_t>(utf8_count(s, hit)));
+        }
         std::int64_t n = 0;
-        for (std::size_t at = s.find(x); at != std::string::npos; at = s.find(x, at + x.size())) ++n;
+        for (std::size_t at = needle.find(s, 0); at != std::string::npos; at = needle.find(s, at + x.size())) ++n;
         return Value::integer(n);
       }
       if (name == "join") {
@@ -1973,6 +2274,7 @@ class Renderer {
         const Value* k = arg(a, 0, "key");
         if (!k) fail(pos, what + " needs a key");
         const Value* d = arg(a, 1, "default");
+        if (k->kind == Value::Kind::kString) work(k->str().size(), pos);
         const Value* v = k->kind == Value::Kind::kString ? obj.dict->find(k->str()) : nullptr;
         return v ? *v : d ? *d : Value::none();
       }
@@ -1987,13 +2289,18 @@ class Renderer {
   }
 
   Value dict_view(const Value& obj, const std::string& which, std::size_t pos) {
+    std::uint64_t bytes = 16;
+    for (const auto& kv : obj.dict->items)
+      bytes += sizeof(Value) + (which == "values" ? 0 : kv.first.size() + 32) + (which == "items" ? 2 * sizeof(Value) + 48 : 0);
+    charge(bytes, pos);
     ValueList out;
+    out.reserve(obj.dict->items.size());
     for (const auto& kv : obj.dict->items) {
       if (which == "keys") out.push_back(Value::string(kv.first));
       else if (which == "values") out.push_back(kv.second);
       else out.push_back(Value::of_list({Value::string(kv.first), kv.second}));
     }
-    return make_list(std::move(out), pos);
+    return checked_depth(Value::of_list(std::move(out)), pos);
   }
 
   static std::string capitalize(const std::string& s) {
@@ -2032,42 +2339,65 @@ class Renderer {
     return out;
   }
 
+  // The items' texts joined by sep: a non-string item's repr is built (and charged)
+  // first, then the whole result is sized and charged before it is built.
   Value join(const ValueList& items, const std::string& sep, std::size_t pos, bool strings_only) {
-    std::string out;
+    std::vector<std::string> reprs;
+    std::uint64_t size = 16;
     for (std::size_t k = 0; k < items.size(); ++k) {
       step(pos);
       if (strings_only && items[k].kind != Value::Kind::kString)
         fail(pos, msg("str.join() needs strings, item ", k, " is ", a_kind(items[k])));
-      if (k) out += sep;
-      out += to_str(items[k], pos);
-      charge(sep.size() + 16, pos);
-      if (out.size() > lim_.max_built_bytes) fail(pos, "join builds more than the limit of bytes of values");
+      if (items[k].kind != Value::Kind::kString && items[k].kind != Value::Kind::kUndefined) {
+        reprs.push_back(repr(items[k], pos));
+        size = plus(size, reprs.back().size());
+      } else if (items[k].kind == Value::Kind::kString) {
+        size = plus(size, items[k].str().size());
+      }
+      if (k) size = plus(size, sep.size());
     }
-    return make_string(std::move(out), pos);
+    charge(size, pos);
+    std::string out;
+    out.reserve(static_cast<std::size_t>(size - 16));
+    std::size_t r = 0;
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      if (k) out += sep;
+      if (items[k].kind == Value::Kind::kString) out += items[k].str();
+      else if (items[k].kind != Value::Kind::kUndefined) out += reprs[r++];
+    }
+    return Value::string(std::move(out));
   }
 
   Value call_function(const std::string& name, const Args& a, std::size_t pos) {
     if (name == "raise_exception") {
       const Value* m = arg(a, 0, "message");
-      fail(pos, "raise_exception: " + (m ? to_str(*m, pos) : std::string()));
+      std::string tmp;  // a string message is clipped, never copied whole
+      fail(pos, "raise_exception: " + (m ? clip_text(text_of(*m, tmp, pos)) : std::string()));
     }
     if (name == "namespace") {
-      auto d = std::make_shared<ValueDict>();
+      std::uint64_t bytes = dict_bytes(a.kw.size());
       for (const Value& p : a.pos) {
         if (!p.is_mapping()) fail(pos, msg("namespace() takes a dict or keyword arguments, not ", a_kind(p)));
-        for (const auto& kv : p.dict->items) d->set(kv.first, kv.second);
+        bytes = plus(bytes, dict_bytes(p.dict->items.size()));
+        for (const auto& kv : p.dict->items) bytes = plus(bytes, kv.first.size());
       }
+      charge(bytes, pos);
+      auto d = std::make_shared<ValueDict>();
+      for (const Value& p : a.pos)
+        for (const auto& kv : p.dict->items) {
+          work(kv.first.size(), pos);
+          d->set(kv.first, kv.second);
+        }
       for (const auto& kv : a.kw) d->set(kv.first, kv.second);
-      charge((d->items.size() + 1) * (sizeof(Value) + 32), pos);
       for (const auto& kv : d->items)
         if (kv.second.has_ns) fail(pos, "namespace(): a namespace cannot hold a namespace");
       return Value::of_dict(std::move(d), Value::Kind::kNamespace);
     }
     if (name == "dict") {
       check_arity(a, 0, {}, "dict()", pos);
+      charge(dict_bytes(a.kw.size()), pos);
       auto d = std::make_shared<ValueDict>();
       for (const auto& kv : a.kw) d->set(kv.first, kv.second);
-      charge((d->items.size() + 1) * (sizeof(Value) + 32), pos);
       return checked_depth(Value::of_dict(std::move(d)), pos);
     }
     if (name == "range") {
@@ -2084,12 +2414,13 @@ class Renderer {
       constexpr std::int64_t kMaxRange = 100000;  // Jinja2's sandbox refuses longer ranges too
       const long double span = (static_cast<long double>(stop) - static_cast<long double>(start)) / static_cast<long double>(stp);
       if (span > kMaxRange) fail(pos, msg("range() of more than ", kMaxRange, " items"));
+      charge((span > 0 ? static_cast<std::uint64_t>(span) + 1 : 0) * sizeof(Value) + 16, pos);
       ValueList l;
       for (std::int64_t k = start; stp > 0 ? k < stop : k > stop;) {
         l.push_back(Value::integer(k));
         if (__builtin_add_overflow(k, stp, &k)) break;
       }
-      return make_list(std::move(l), pos);
+      return Value::of_list(std::move(l));
     }
     if (name == "strftime_now") {  // transformers' global: the local time, formatted
       check_arity(a, 1, {}, "strftime_now()", pos);
@@ -2120,7 +2451,9 @@ class Renderer {
     if (f == "length" || f == "count") {
       check_arity(a, 0, {}, what, pos);
       switch (v.kind) {
-        case Value::Kind::kString: return Value::integer(static_cast<std::int64_t>(utf8_count(v.str())));
+        case Value::Kind::kString:
+          work(v.str().size(), pos);
+          return Value::integer(static_cast<std::int64_t>(utf8_count(v.str())));
         case Value::Kind::kList: return Value::integer(static_cast<std::int64_t>(v.list->size()));
         case Value::Kind::kDict: case Value::Kind::kNamespace: return Value::integer(static_cast<std::int64_t>(v.dict->items.size()));
         case Value::Kind::kUndefined: return Value::integer(0);
@@ -2129,7 +2462,8 @@ class Renderer {
     }
     if (f == "trim") {
       check_arity(a, 1, {"chars"}, what, pos);
-      return make_string(strip(to_str(v, pos), arg(a, 0, "chars"), true, true, pos), pos);
+      std::string tmp;
+      return strip(text_of(v, tmp, pos), arg(a, 0, "chars"), true, true, pos);
     }
     if (f == "tojson") {
       check_arity(a, 1, {"indent", "ensure_ascii", "separators", "sort_keys"}, what, pos);
@@ -2141,9 +2475,7 @@ class Renderer {
       }
       if (a.find("separators") || a.find("sort_keys") || (a.find("ensure_ascii") && truthy(*a.find("ensure_ascii"))))
         fail(pos, "unsupported construct: tojson with separators, sort_keys or ensure_ascii");
-      std::string out;
-      to_json(v, indent, 0, out, pos);
-      return make_string(std::move(out), pos);
+      return Value::string(tojson(v, indent, pos));
     }
     if (f == "default" || f == "d") {
       check_arity(a, 2, {"default_value", "boolean"}, what, pos);
@@ -2155,15 +2487,22 @@ class Renderer {
     }
     if (f == "upper" || f == "lower") {
       check_arity(a, 0, {}, what, pos);
-      return make_string(ascii_case(to_str(v, pos), f == "upper"), pos);
+      std::string tmp;
+      const std::string& text = text_of(v, tmp, pos);
+      charge(text.size() + 16, pos);
+      return Value::string(ascii_case(text, f == "upper"));
     }
     if (f == "capitalize" || f == "title") {
       check_arity(a, 0, {}, what, pos);
-      return make_string(f == "title" ? title_words(to_str(v, pos)) : capitalize(to_str(v, pos)), pos);
+      std::string tmp;
+      const std::string& text = text_of(v, tmp, pos);
+      charge(text.size() + 16, pos);
+      return Value::string(f == "title" ? title_words(text) : capitalize(text));
     }
     if (f == "string") {
       check_arity(a, 0, {}, what, pos);
-      return v.kind == Value::Kind::kString ? v : make_string(to_str(v, pos), pos);
+      if (v.kind == Value::Kind::kString) return v;
+      return Value::string(repr(v, pos));
     }
     if (f == "safe" || f == "e" || f == "escape") {  // no autoescaping in chat templates: identity
       check_arity(a, 0, {}, what, pos);
@@ -2173,13 +2512,23 @@ class Renderer {
     if (f == "join") {
       check_arity(a, 2, {"d", "attribute"}, what, pos);
       const Value* sep = arg(a, 0, "d");
-      const std::string s = sep ? to_str(*sep, pos) : std::string();
+      std::string tmp;
+      const std::string& s = sep ? text_of(*sep, tmp, pos) : tmp;
       if (const Value* at = arg(a, 1, "attribute"))
         return join(*attr_map(*iterate(v, pos), want_string(at, what, pos), e), s, pos, false);
       return join(*iterate(v, pos), s, pos, false);
     }
     if (f == "first" || f == "last") {
       check_arity(a, 0, {}, what, pos);
+      if (v.kind == Value::Kind::kString) {  // one code point, without listing them all
+        const std::string& str = v.str();
+        if (str.empty()) return Value();
+        work(str.size(), pos);
+        std::size_t at = 0;
+        if (f == "last")
+          for (std::size_t k = 0; k < str.size(); k += utf8_len_at(str, k)) at = k;
+        return make_string(str.substr(at, utf8_len_at(str, at)), pos);
+      }
       const auto items = iterate(v, pos);
       if (items->empty()) return Value();
       return f == "first" ? items->front() : items->back();
@@ -2197,22 +2546,26 @@ class Renderer {
     if (f == "reverse") {
       check_arity(a, 0, {}, what, pos);
       if (v.kind == Value::Kind::kString) {
+        work(v.str().size(), pos);
         const std::vector<std::size_t> off = offsets(v.str(), pos);
+        charge(v.str().size() + 16, pos);
         std::string out;
+        out.reserve(v.str().size());
         for (std::size_t k = off.size() - 1; k > 0; --k) out.append(v.str(), off[k - 1], off[k] - off[k - 1]);
-        return make_string(std::move(out), pos);
+        return Value::string(std::move(out));
       }
-      ValueList l(*iterate(v, pos));
-      std::reverse(l.begin(), l.end());
-      return make_list(std::move(l), pos);
+      const auto items = iterate(v, pos);
+      charge(items->size() * sizeof(Value) + 16, pos);
+      ValueList l(items->rbegin(), items->rend());
+      return checked_depth(Value::of_list(std::move(l)), pos);
     }
     if (f == "replace") {
       check_arity(a, 3, {"count"}, what, pos);
       const Value* c = arg(a, 2, "count");
       if (c && c->kind != Value::Kind::kNone && !c->is_integer()) fail(pos, what + ": count must be an integer");
-      return make_string(replace(to_str(v, pos), want_string(arg(a, 0, "old"), what, pos),
-                                 want_string(arg(a, 1, "new"), what, pos),
-                                 c && c->kind != Value::Kind::kNone ? c->as_int() : -1, pos), pos);
+      std::string tmp;
+      return replace(text_of(v, tmp, pos), want_string(arg(a, 0, "old"), what, pos), want_string(arg(a, 1, "new"), what, pos),
+                     c && c->kind != Value::Kind::kNone ? c->as_int() : -1, pos);
     }
     if (f == "int") {
       check_arity(a, 1, {"default"}, what, pos);
@@ -2221,7 +2574,8 @@ class Renderer {
       if (v.kind == Value::Kind::kFloat && std::isfinite(v.f) && std::fabs(v.f) < 9.2e18)
         return Value::integer(static_cast<std::int64_t>(v.f));
       if (v.kind == Value::Kind::kString) {
-        const std::string s = strip(v.str(), nullptr, true, true, pos);
+        const Value stripped = strip(v.str(), nullptr, true, true, pos);
+        const std::string& s = stripped.str();
         char* end = nullptr;
         errno = 0;
         const long long x = std::strtoll(s.c_str(), &end, 10);
@@ -2233,7 +2587,8 @@ class Renderer {
       check_arity(a, 1, {"default"}, what, pos);
       if (v.is_number()) return Value::number(v.as_double());
       if (v.kind == Value::Kind::kString) {
-        const std::string s = strip(v.str(), nullptr, true, true, pos);
+        const Value stripped = strip(v.str(), nullptr, true, true, pos);
+        const std::string& s = stripped.str();
         char* end = nullptr;
         const double x = std::strtod(s.c_str(), &end);
         if (!s.empty() && end == s.c_str() + s.size()) return Value::number(x);
@@ -2252,22 +2607,27 @@ class Renderer {
       if (a.pos.empty()) fail(pos, what + " needs an attribute name");
       const std::string& attr = want_string(&a.pos[0], what, pos);
       const bool want = f == "selectattr";
-      ValueList out;
       const auto items_ = iterate(v, pos);
+      charge(items_->size() * sizeof(Value) + 16, pos);  // at most every item
+      ValueList out;
+      out.reserve(items_->size());
       for (const Value& item : *items_) {
         step(pos);
+        work(attr.size(), pos);
         const Value x = item.kind == Value::Kind::kUndefined ? Value() : get_attr_or_undefined(item, attr);
         const bool ok = a.pos.size() > 1 ? run_test(want_string(&a.pos[1], what, pos), x,
                                                     std::vector<Value>(a.pos.begin() + 2, a.pos.end()), pos)
                                          : truthy(x);
         if (ok == want) out.push_back(item);
       }
-      return make_list(std::move(out), pos);
+      return checked_depth(Value::of_list(std::move(out)), pos);
     }
     if (f == "select" || f == "reject") {
       const bool want = f == "select";
-      ValueList out;
       const auto items_ = iterate(v, pos);
+      charge(items_->size() * sizeof(Value) + 16, pos);  // at most every item
+      ValueList out;
+      out.reserve(items_->size());
       for (const Value& item : *items_) {
         step(pos);
         const bool ok = !a.pos.empty() ? run_test(want_string(&a.pos[0], what, pos), item,
@@ -2275,7 +2635,7 @@ class Renderer {
                                        : truthy(item);
         if (ok == want) out.push_back(item);
       }
-      return make_list(std::move(out), pos);
+      return checked_depth(Value::of_list(std::move(out)), pos);
     }
     if (f == "map") {
       const Value* at = a.find("attribute");
@@ -2283,10 +2643,11 @@ class Renderer {
       const Value* dflt = a.find("default");
       auto l = attr_map(*iterate(v, pos), want_string(at, what, pos), e);
       if (dflt) {
+        charge(l->size() * sizeof(Value) + 16, pos);
         ValueList out(*l);
         for (Value& x : out)
           if (x.kind == Value::Kind::kUndefined) x = *dflt;
-        return make_list(std::move(out), pos);
+        return checked_depth(Value::of_list(std::move(out)), pos);
       }
       return Value::of_shared_list(l);
     }
@@ -2299,17 +2660,19 @@ class Renderer {
     return x ? *x : Value();
   }
   std::shared_ptr<const ValueList> attr_map(const ValueList& items, const std::string& attr, const Expr& e) {
+    charge(items.size() * sizeof(Value) + 16, e.pos);
     ValueList out;
+    out.reserve(items.size());
     for (const Value& item : items) {
       step(e.pos);
+      work(attr.size(), e.pos);
       out.push_back(get_attr_or_undefined(item, attr));
     }
-    charge(out.size() * sizeof(Value), e.pos);
     return std::make_shared<const ValueList>(std::move(out));
   }
 
   bool run_test(const std::string& t, const Value& v, const std::vector<Value>& args, std::size_t pos) {
-    if (!known_test(t)) fail(pos, msg("unknown test '", t, "'"));
+    if (!known_test(t)) fail(pos, msg("unknown test '", clip_text(t, 256), "'"));  // t is a value: clipped first
     auto need = [&](std::size_t n) {
       if (args.size() != n) fail(pos, msg("test '", t, "' takes ", n, " argument", n == 1 ? "" : "s", ", got ", args.size()));
     };
@@ -2328,8 +2691,13 @@ class Renderer {
     if (t == "iterable") return need(0), v.kind == K::kList || v.kind == K::kString || v.is_mapping() || v.kind == K::kUndefined;
     if (t == "sequence") return need(0), v.kind == K::kList || v.kind == K::kString || v.is_mapping();
     if (t == "callable") return need(0), v.kind == K::kFunction;
-    if (t == "lower") return need(0), v.kind == K::kString && ascii_case(v.str(), false) == v.str();
-    if (t == "upper") return need(0), v.kind == K::kString && ascii_case(v.str(), true) == v.str();
+    if (t == "lower" || t == "upper") {  // no cased letter of the other case; read in place, not copied
+      need(0);
+      if (v.kind != K::kString) return false;
+      work(v.str().size(), pos);
+      const char lo = t == "lower" ? 'A' : 'a';
+      return std::none_of(v.str().begin(), v.str().end(), [lo](char c) { return c >= lo && c <= lo + 25; });
+    }
     if (t == "even" || t == "odd") {
       need(0);
       if (!v.is_integer()) fail(pos, msg("test '", t, "' of ", a_kind(v)));
@@ -2363,18 +2731,22 @@ class Renderer {
         return Value();
       }
       case Expr::Kind::kList: {
+        charge(e.args.size() * sizeof(Value) + 16, e.pos);
         ValueList l;
+        l.reserve(e.args.size());
         for (const auto& x : e.args) l.push_back(eval(*x));
-        return make_list(std::move(l), e.pos);
+        return checked_depth(Value::of_list(std::move(l)), e.pos);
       }
-      case Expr::Kind::kDict: {
+      case Expr::Kind::kDict: {  // hashed past ValueDict::kLinearKeys keys: linear in its size
+        charge(dict_bytes(e.args.size() / 2), e.pos);
         auto d = std::make_shared<ValueDict>();
         for (std::size_t k = 0; k + 1 < e.args.size(); k += 2) {
           const Value key = eval(*e.args[k]);
           if (key.kind != Value::Kind::kString) fail(e.args[k]->pos, msg("dict keys must be strings, not ", a_kind(key)));
+          work(key.str().size(), e.pos);
+          charge(key.str().size(), e.pos);
           d->set(key.str(), eval(*e.args[k + 1]));
         }
-        charge((d->items.size() + 1) * (sizeof(Value) + 32), e.pos);
         return checked_depth(Value::of_dict(std::move(d)), e.pos);
       }
       case Expr::Kind::kAttr: return get_attr(eval(*e.a), e.name, e);
@@ -2385,19 +2757,29 @@ class Renderer {
       case Expr::Kind::kSlice: {
         const Value obj = eval(*e.a);
         if (obj.kind == Value::Kind::kList) {
+          const Slice sl = slice_indices(static_cast<std::int64_t>(obj.list->size()), e);
+          charge(sl.count * sizeof(Value) + 16, e.pos);
           ValueList out;
-          for (std::int64_t k : slice_indices(static_cast<std::int64_t>(obj.list->size()), e))
-            out.push_back((*obj.list)[static_cast<std::size_t>(k)]);
-          return make_list(std::move(out), e.pos);
+          out.reserve(static_cast<std::size_t>(sl.count));
+          for (std::uint64_t k = 0; k < sl.count; ++k) out.push_back((*obj.list)[sl.at(k)]);
+          return checked_depth(Value::of_list(std::move(out)), e.pos);
         }
         if (obj.kind == Value::Kind::kString) {
-          const std::vector<std::size_t> off = offsets(obj.str(), e.pos);
+          const std::string& str = obj.str();
+          work(str.size(), e.pos);
+          const std::vector<std::size_t> off = offsets(str, e.pos);
+          const Slice sl = slice_indices(static_cast<std::int64_t>(off.size() - 1), e);
+          std::uint64_t bytes = 16;
+          for (std::uint64_t k = 0; k < sl.count; ++k) bytes += off[sl.at(k) + 1] - off[sl.at(k)];
+          work(sl.count, e.pos);
+          charge(bytes, e.pos);
           std::string out;
-          for (std::int64_t k : slice_indices(static_cast<std::int64_t>(off.size() - 1), e)) {
-            const auto u = static_cast<std::size_t>(k);
-            out.append(obj.str(), off[u], off[u + 1] - off[u]);
+          out.reserve(static_cast<std::size_t>(bytes - 16));
+          for (std::uint64_t k = 0; k < sl.count; ++k) {
+            const std::size_t u = sl.at(k);
+            out.append(str, off[u], off[u + 1] - off[u]);
           }
-          return make_string(std::move(out), e.pos);
+          return Value::string(std::move(out));
         }
         if (obj.kind == Value::Kind::kUndefined) fail(e.pos, "cannot slice an undefined value");
         fail(e.pos, msg("cannot slice ", a_kind(obj)));
@@ -2441,7 +2823,15 @@ class Renderer {
       case Expr::Kind::kConcat: {
         const Value x = eval(*e.a);
         const Value y = eval(*e.b);
-        return make_string(to_str(x, e.pos) + to_str(y, e.pos), e.pos);
+        std::string tx, ty;
+        const std::string& a = text_of(x, tx, e.pos);
+        const std::string& b = text_of(y, ty, e.pos);
+        charge(a.size() + b.size() + 16, e.pos);  // before building it
+        std::string out;
+        out.reserve(a.size() + b.size());
+        out += a;
+        out += b;
+        return Value::string(std::move(out));
       }
       case Expr::Kind::kAnd: {
         Value x = eval(*e.a);
@@ -2479,7 +2869,7 @@ class Renderer {
   const TemplateLimits& lim_;
   std::vector<std::unordered_map<std::string, Value>> scopes_;
   std::string out_;
-  std::uint64_t steps_ = 0, built_ = 0, iterations_ = 0;
+  std::uint64_t steps_ = 0, built_ = 0, iterations_ = 0, units_ = 0;
 };
 
 /// Renders a parsed template with these global variables. Throws TemplateError.
