@@ -6,7 +6,8 @@
 //   - an exhausted memory (a std::bad_alloc, here under a small address-space limit);
 //   - NaN logits from a model (naming the position; not status 2 "run --help");
 //   - a prompt cache holding NaN is ignored with a warning, as --help says;
-//   - a prompt cache or output path that is a FIFO is refused and left a FIFO;
+//   - a --prompt-cache, --dump-logits or quantizer output path that is a FIFO is
+//     refused and left a FIFO;
 //   - the planner says when it caps a context.
 #include <gtest/gtest.h>
 
@@ -175,6 +176,9 @@ TEST(Programs, FifoTargetsAreRefusedAndStayFifos) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_HAS(r.err, "the prompt cache was not saved");
   EXPECT_HAS(r.err, "is a FIFO, not a regular file: refusing to replace it");
+  const Outcome d = run(dir, gen, {"-m", kModel, "--prompt-ids", "1,403,407", "-n", "4", "-t", "1", "--dump-logits", fifo});
+  EXPECT_EQ(d.status, 1) << d.err;
+  EXPECT_HAS(d.err, "is a FIFO, not a regular file: refusing to replace it");
   const std::string quant = program("kvdecode-quantize");
   if (!quant.empty()) {
     const Outcome q = run(dir, quant, {kModel, fifo, "Q8_0"});
