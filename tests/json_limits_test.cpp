@@ -137,19 +137,24 @@ TEST(JsonLimits, DeepTokenizerConfigJson) {
                               {"tokenizer_config.json", "under key 'add_bos_token'", kLimit});
 }
 
+// The safetensors file at `src` with its header JSON passed through `edit` (the
+// 8-byte header length fixed to match).
+std::string edit_safetensors_header(const std::string& src, const std::function<std::string(const std::string&)>& edit) {
+  const std::string file = read_all(src);
+  const std::uint64_t n = detail::load_u64_le(reinterpret_cast<const unsigned char*>(file.data()));
+  const std::string header = edit(file.substr(8, static_cast<std::size_t>(n)));
+  std::string out(8, '\0');
+  detail::store_u64_le(reinterpret_cast<unsigned char*>(&out[0]), header.size());
+  return out + header + file.substr(8 + static_cast<std::size_t>(n));
+}
+
 TEST(JsonLimits, DeepSafetensorsHeader) {
   const std::string src = kShared + "/models/hf/stories260K/model.safetensors";
   SKIP_IF_MISSING(src);
-  const std::string file = read_all(src);
-  const std::uint64_t n = detail::load_u64_le(reinterpret_cast<const unsigned char*>(file.data()));
-  const std::string header = file.substr(8, static_cast<std::size_t>(n));
-  ASSERT_EQ(header[0], '{');
-  const std::string deep = "{\"__deep__\": " + nested(kDeep) + "," + header.substr(1);
-  std::string out(8, '\0');
-  detail::store_u64_le(reinterpret_cast<unsigned char*>(&out[0]), deep.size());
-  out += deep + file.substr(8 + static_cast<std::size_t>(n));
   TempDir dir;
-  write_all(dir.file("model.safetensors"), out);
+  write_all(dir.file("model.safetensors"), edit_safetensors_header(src, [](const std::string& h) {
+              return "{\"__deep__\": " + nested(kDeep) + "," + h.substr(1);
+            }));
   expect_refused<FormatError>([&] { SafetensorsFile::open(dir.file("model.safetensors")); },
                               {"model.safetensors", "header", "under key '__deep__'", "at offset " + std::to_string(8 + 13 + kMaxJsonDepth - 1), kLimit});
 }
@@ -184,6 +189,13 @@ TEST(JsonLimits, NestedValuesAreNamedByTypeNotDumped) {
                               {"field 'architectures' = an array of 1 item must be an array of one string"});
   write_all(dir.file("generation_config.json"), "{\"eos_token_id\": [2, " + nest + "]}");
   expect_refused<FormatError>([&] { hf_generation_eos_ids(dir.str()); }, {"eos_token_id[1] = an array of 1 item"});
+  const std::string st = kShared + "/models/hf/stories260K/model.safetensors";
+  SKIP_IF_MISSING(st);
+  write_all(dir.file("model.safetensors"), edit_safetensors_header(st, [](const std::string& h) {
+              return replace_once(h, "\"shape\":[512,64]", "\"shape\":[512," + nested(kMaxJsonDepth - 4) + "]");
+            }));
+  expect_refused<FormatError>([&] { SafetensorsFile::open(dir.file("model.safetensors")); },
+                              {"tensor 'model.embed_tokens.weight' shape", "an array of 1 item is not a non-negative integer"});
 }
 
 }  // namespace
