@@ -201,6 +201,25 @@ TEST(Programs, FifoTargetsAreRefusedAndStayFifos) {
   EXPECT_TRUE(S_ISFIFO(sb.st_mode)) << "the FIFO was replaced";
 }
 
+// The programs' own JSON inputs go through the same entry point: 100,000 levels end
+// with status 1 and the limit, not a stack overflow.
+TEST(Programs, DeepJsonInputsEndWithStatus1) {
+  REQUIRE_PROGRAM(gen, "kvdecode-generate");
+  TempDir dir;
+  const std::string deep = std::string(100000, '[') + "\"hi\"" + std::string(100000, ']');
+  const std::string conv = dir.file("conv.json");
+  std::ofstream(conv) << deep;
+  const Outcome g = run(dir, gen, {"-m", kModel, "--tokenizer", kShared + "/models/tok512.bin", "--conversation", conv,
+                                   "--system", "You tell stories.", "-n", "4", "-t", "1"});
+  EXPECT_EQ(g.status, 1) << g.err;
+  EXPECT_HAS(g.err, "exceeds the limit of 128 levels");
+  const std::string tok = program("kvdecode-tokenize");
+  if (tok.empty()) return;
+  const Outcome t = run(dir, tok, {"--model", kShared + "/models/tok512.bin", "--render-chat", conv, "--chat-template", "chatml"});
+  EXPECT_EQ(t.status, 1) << t.err;
+  EXPECT_HAS(t.err, "exceeds the limit of 128 levels");
+}
+
 TEST(Programs, QuantizeRefusesNanWeights) {
   REQUIRE_PROGRAM(exe, "kvdecode-quantize");
   TempDir dir;
