@@ -106,8 +106,14 @@ TEST(NonFinite, QuantizerRefusesScalesThatOverflowF16) {
   const std::string in = checkpoint_with(dir, 1e9f);
   const std::string m = expect_throw<FormatError>([&] { quantize_model(in, dir.file("out.gguf"), QuantScheme::kQ8_0); });
   EXPECT_HAS(m, "tensor 'token_embd.weight'");
-  EXPECT_HAS(m, "row 5: weights up to |1e+09| overflow");
+  EXPECT_HAS(m, "row 5: weights up to |1e+09| overflow the f16 scales of q8_0");
   EXPECT_HAS(m, "65504");
+  EXPECT_FALSE(fs::exists(dir.file("out.gguf")));
+  // F16 itself: 1e5 is past its largest finite value.
+  const std::string in16 = checkpoint_with(dir, 1e5f);
+  const std::string m16 = expect_throw<FormatError>([&] { quantize_model(in16, dir.file("out.gguf"), QuantScheme::kF16); });
+  EXPECT_HAS(m16, "tensor 'token_embd.weight' as f16");
+  EXPECT_HAS(m16, "row 5: weights up to |100000| overflow f16 (largest finite f16: 65504)");
   EXPECT_FALSE(fs::exists(dir.file("out.gguf")));
 }
 

@@ -504,8 +504,10 @@ inline void require_representable_row(const float* x, const float* y, std::uint6
     if (!std::isfinite(y[i])) {
       float amax = 0;
       for (std::uint64_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
-      throw FormatError(msg("row ", row, ": weights up to |", amax, "| overflow ", weight_type_name(t),
-                            "'s f16 range (largest finite f16: 65504); value [", i, "] quantizes to ", y[i]));
+      const std::string what = t == WeightType::kF16 ? std::string("f16")
+                                                      : msg("the f16 scales of ", weight_type_name(t));
+      throw FormatError(msg("row ", row, ": weights up to |", amax, "| overflow ", what,
+                            " (largest finite f16: 65504); value [", i, "] quantizes to ", y[i]));
     }
 }
 
