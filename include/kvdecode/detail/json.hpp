@@ -73,9 +73,12 @@ std::string json_value_text(const Json& v) {
   if (v.is_object()) return msg("an object of ", v.size(), v.size() == 1 ? " key" : " keys");
   if (v.is_binary()) return "binary data";
   constexpr std::size_t kShown = 80;
-  std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (text.size() > kShown) text = text.substr(0, kShown) + "...";
-  return text;
+  if (v.is_string()) {  // cut before quoting: a string from a file may be megabytes long
+    const auto& s = v.template get_ref<const typename Json::string_t&>();
+    if (s.size() > kShown)
+      return Json(s.substr(0, kShown)).dump(-1, ' ', false, Json::error_handler_t::replace) + "...";
+  }
+  return v.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 /// Throws FormatError if [begin, end) nests arrays and objects deeper than
