@@ -58,16 +58,18 @@ inline ChatTemplate chat_template_for(const Params& o, const std::string& source
 }
 
 /// The user messages of a --conversation file: a JSON array of strings.
-/// Throws FileError naming the file (unreadable, not JSON) or the index of an entry that is not a string.
+/// Throws FileError naming the file (unreadable, over 64 MiB), FormatError (not JSON,
+/// nested deeper than kMaxJsonDepth), or FileError naming the index of an entry that is not a string.
 inline std::vector<std::string> read_conversation_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw FileError(detail::msg("--conversation '", path, "': cannot be opened"));
-  nlohmann::json j;
+  constexpr std::uint64_t kMaxBytes = std::uint64_t{64} << 20;
+  std::string text;
   try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw FileError(detail::msg("--conversation '", path, "': not JSON: ", e.what()));
+    text = detail::read_text_file(path, kMaxBytes);
+  } catch (const FileError& e) {
+    throw FileError(detail::msg("--conversation '", path, "': cannot be opened (", e.what(), ")"));
   }
+  const nlohmann::json j =
+      detail::parse_json_text(std::string_view(text), detail::msg("--conversation '", path, "'"), detail::JsonLimits{kMaxBytes});
   if (!j.is_array() || j.empty())
     throw FileError(detail::msg("--conversation '", path, "': must be a non-empty JSON array of user messages (strings)"));
   std::vector<std::string> out;
@@ -128,11 +130,8 @@ int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const 
   GenerateOptions gopt;
   gopt.max_new_tokens = o.steps;
   gopt.stop_tokens = stop_tokens_of(o, &tok);
-  std::ofstream dump;
-  if (!o.dump_logits.empty()) {
-    dump.open(o.dump_logits, std::ios::binary | std::ios::trunc);
-    if (!dump) throw FileError("cannot write logits to '" + o.dump_logits + "'");
-  }
+  std::unique_ptr<detail::AtomicFileWriter> dump;  // replaces --dump-logits' file when the conversation ends
+  if (!o.dump_logits.empty()) dump = std::make_unique<detail::AtomicFileWriter>(o.dump_logits);
   std::uint64_t rows = 0;
   std::ostringstream turns_json;
   int turn_no = 0;
@@ -146,11 +145,14 @@ int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const 
     GenerateOptions g = gopt;
     g.max_new_tokens = std::min(o.steps, conv.cache().capacity() - static_cast<int>(prompt.size()) + 1);
     GenerateHooks<float> h;
-    h.choose = [&](const float* l, int n, const std::vector<int>& hist) { return sampler.sample(l, n, hist); };
-    if (dump.is_open()) {
+    h.choose = [&](const float* l, int n, const std::vector<int>& hist) {
+      require_finite_logits(l, n, hist.empty() ? 0 : hist.size() - 1);
+      return sampler.sample(l, n, hist);
+    };
+    if (dump) {
       h.all_prompt_logits = true;
       h.on_logits = [&](int, const float* l, int n) {
-        dump.write(reinterpret_cast<const char*>(l), static_cast<std::streamsize>(n * sizeof(float)));
+        dump->stream().write(reinterpret_cast<const char*>(l), static_cast<std::streamsize>(n * sizeof(float)));
         ++rows;
       };
     }
@@ -194,9 +196,8 @@ int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const 
       one_turn(line);
     }
   }
-  if (dump.is_open()) {
-    dump.close();
-    if (!dump) throw FileError("cannot write logits to '" + o.dump_logits + "'");
+  if (dump) {
+    dump->commit();
     if (progress) std::cerr << "wrote " << rows << " rows x " << c.vocab_size << " float32 logits to " << o.dump_logits << "\n";
   }
   if (o.json) {

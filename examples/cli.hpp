@@ -20,9 +20,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -581,7 +583,20 @@ inline std::uint64_t peak_rss_bytes() {
   return kb * 1024;
 }
 
-/// Runs body(); ArgumentError -> message and exit status 2, other kvd::Error -> 1.
+/// Throws NumericError unless logits[0, n) are all finite: `position` is the sequence
+/// position whose row they are (the index of the last token fed). A model whose
+/// weights or restored cache hold NaN or infinity gives such rows; they end the
+/// program with status 1 and this message, not a sampler's complaint about an argument.
+inline void require_finite_logits(const float* logits, int n, std::size_t position) {
+  for (int i = 0; i < n; ++i)
+    if (!std::isfinite(logits[i]))
+      throw NumericError(detail::msg("the model's logits at position ", position, " are not finite (logit[", i,
+                                     "] = ", logits[i], "): its weights or its cache hold NaN or infinite values"));
+}
+
+/// Runs body(); ArgumentError -> message and exit status 2, any other kvd::Error, an
+/// exhausted memory (std::bad_alloc) or another std::exception -> message and 1.
+/// Nothing escapes as an uncaught exception (which would abort with SIGABRT).
 inline int run_main(const char* program, const std::function<int()>& body) {
   try {
     return body();
@@ -590,6 +605,12 @@ inline int run_main(const char* program, const std::function<int()>& body) {
     return 2;
   } catch (const Error& e) {
     std::cerr << program << ": " << e.what() << '\n';
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << program << ": out of memory (an allocation failed; the input asks for more memory than is free)\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": internal error: " << detail::escape_control(e.what()) << '\n';
     return 1;
   }
 }

@@ -144,7 +144,10 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
         gopt.stop_tokens.push_back(id);
   kvd::Sampler sampler(o.sampler);
   kvd::GenerateHooks<float> hooks;
-  hooks.choose = [&](const float* l, int n, const std::vector<int>& hist) { return sampler.sample(l, n, hist); };
+  hooks.choose = [&](const float* l, int n, const std::vector<int>& hist) {
+    kvd::cli::require_finite_logits(l, n, hist.empty() ? 0 : hist.size() - 1);
+    return sampler.sample(l, n, hist);
+  };
   if (keep_logits) {
     hooks.all_prompt_logits = true;
     hooks.on_logits = [&](int, const float* l, int n) { run.logits.insert(run.logits.end(), l, l + n); };
@@ -173,6 +176,7 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
     // the same position, so it agrees with the target wherever their distributions do.
     kvd::Sampler draft_sampler(o.sampler);
     kvd::TokenChooser<float> draft_choose = [&](const float* l, int n, const std::vector<int>& hist) {
+      kvd::cli::require_finite_logits(l, n, hist.empty() ? 0 : hist.size() - 1);
       return draft_sampler.sample(l, n, hist);
     };
     std::unique_ptr<kvd::KVCache<float>> draft_cache;
@@ -431,9 +435,10 @@ int real_main(int argc, char** argv) {
     std::cout << "\n";
   }
   if (!o.dump_logits.empty()) {
-    std::ofstream out(o.dump_logits, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(run.logits.data()), static_cast<std::streamsize>(run.logits.size() * sizeof(float)));
-    if (!out) throw kvd::FileError("cannot write logits to '" + o.dump_logits + "'");
+    kvd::detail::write_file_atomically(o.dump_logits, [&](std::ostream& out) {
+      out.write(reinterpret_cast<const char*>(run.logits.data()),
+                static_cast<std::streamsize>(run.logits.size() * sizeof(float)));
+    });
     if (progress) std::cerr << "wrote " << run.logits.size() / c.vocab_size << " rows x " << c.vocab_size
                             << " float32 logits to " << o.dump_logits << "\n";
   }

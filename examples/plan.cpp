@@ -174,6 +174,10 @@ int run(const Options& o) {
     in.head_dim = *o.head_dim;
     if (o.weights_gb) in.weight_bytes = static_cast<std::uint64_t>(std::llround(*o.weights_gb * 1e9));
   }
+  // A context longer than kvdecode's limit (2^20 positions) was capped when the file was
+  // read; without --tokens the plan is for the cap, which is said, never left silent.
+  const bool context_capped =
+      info && !o.tokens && static_cast<std::uint64_t>(info->config.max_seq_len) < info->context;
   if (o.tokens) in.tokens_per_sequence = *o.tokens;
   if (in.tokens_per_sequence == 0) throw ArgumentError("missing --tokens N (positions per sequence)");
 
@@ -209,6 +213,9 @@ int run(const Options& o) {
     row(os, "model", msg(*o.model, " (", info->format, ", ", info->config.summary(), ")"));
     if (in.tokens_per_sequence > info->context)
       row(os, "note", msg("--tokens exceeds the model's context of ", info->context, " positions"));
+    if (context_capped)
+      row(os, "note", msg("the model's context of ", info->context, " positions is capped at kvdecode's limit of ",
+                          info->config.max_seq_len, " (planned for the cap; --tokens N plans another length)"));
   }
   if (gpu) row(os, "gpu", msg(gpu->name, " (nominal ", gpu->memory_gb, " GB, ", gpu->bandwidth_gb_s, " GB/s)"));
   row(os, "bytes per token", bytes_both(p.bytes_per_token));
@@ -257,6 +264,8 @@ int run(const Options& o) {
       << ",\"dtype\":" << json_string(kvd::dtype_name(in.dtype)) << ",\"tokens_per_sequence\":" << in.tokens_per_sequence
       << ",\"model\":" << (o.model ? json_string(*o.model) : "null")
       << ",\"model_format\":" << (info ? json_string(info->format) : "null")
+      << ",\"model_context\":" << (info ? std::to_string(info->context) : std::string("null"))
+      << ",\"context_capped\":" << (context_capped ? "true" : "false")
       << ",\"gpu\":" << (gpu ? json_string(gpu->name) : "null") << ",\"memory_gb\":" << json_number(in.memory_gb)
       << ",\"bandwidth_gb_s\":" << json_number(in.bandwidth_gb_s) << ",\"bytes_per_token\":" << p.bytes_per_token
       << ",\"bytes_per_sequence\":" << p.bytes_per_sequence << ",\"weight_bytes\":" << p.weight_bytes

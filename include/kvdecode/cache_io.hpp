@@ -247,11 +247,50 @@ inline CacheFileInfo parse_header(const std::string& path, const unsigned char* 
   return info;
 }
 
+/// Throws FormatError naming the first K/V element of `info`'s data that is NaN or
+/// infinite (its position, K or V, layer, head and index, and its file offset): a
+/// cache holding one would turn every later logit into NaN. Reads each element once
+/// by its exponent bits (f32, f64, bf16, f16), so the cost is that of the checksum.
+inline void check_finite(const std::string& path, const CacheFileInfo& info, const unsigned char* data) {
+  const std::uint32_t elem = element_bytes(info.dtype);
+  const std::uint64_t n = info.data_bytes / elem;
+  std::uint64_t bad_at = n;
+  switch (info.dtype) {
+    case DType::kF32:
+      for (std::uint64_t i = 0; i < n && bad_at == n; ++i)
+        if ((load_u32_le(data + 4 * i) & 0x7F800000u) == 0x7F800000u) bad_at = i;
+      break;
+    case DType::kF64:
+      for (std::uint64_t i = 0; i < n && bad_at == n; ++i)
+        if ((load_u64_le(data + 8 * i) & 0x7FF0000000000000ull) == 0x7FF0000000000000ull) bad_at = i;
+      break;
+    case DType::kBF16:
+      for (std::uint64_t i = 0; i < n && bad_at == n; ++i)
+        if (((data[2 * i] | (data[2 * i + 1] << 8)) & 0x7F80) == 0x7F80) bad_at = i;
+      break;
+    case DType::kF16:
+      for (std::uint64_t i = 0; i < n && bad_at == n; ++i)
+        if (((data[2 * i] | (data[2 * i + 1] << 8)) & 0x7C00) == 0x7C00) bad_at = i;
+      break;
+    default: return;
+  }
+  if (bad_at == n) return;
+  // Records are (position, 2 [K then V], n_layers, n_kv_heads, head_dim) elements.
+  const auto hd = static_cast<std::uint64_t>(info.shape.head_dim);
+  const std::uint64_t row = hd * static_cast<std::uint64_t>(info.shape.n_kv_heads);
+  const std::uint64_t kv_block = row * static_cast<std::uint64_t>(info.shape.n_layers);
+  const std::uint64_t rec = bad_at / (2 * kv_block), in_rec = bad_at % (2 * kv_block);
+  const std::uint64_t in_kv = in_rec % kv_block;
+  bad(path, "non-finite ", in_rec < kv_block ? "K" : "V", " element at position ", info.first + rec, ", layer ",
+      in_kv / row, ", kv head ", in_kv % row / hd, ", index ", in_kv % hd, " (file offset ", kHeaderBytes + bad_at * elem,
+      "): a cache must hold finite values only");
+}
+
 /// Checks the cache file held in bytes [h, h + file_bytes) (a whole file, or one
 /// embedded in another file such as a prompt cache) and fills c.info and c.data
 /// (pointing into those bytes, which must outlive c). `path` names it in errors.
-/// Throws FormatError naming the problem; reads nothing beyond the first 64 bytes
-/// until the header and the size agree.
+/// Throws FormatError naming the problem (a NaN or infinite K/V element included);
+/// reads nothing beyond the first 64 bytes until the header and the size agree.
 inline void parse_into(Contents& c, const std::string& path, const unsigned char* h, std::uint64_t file_bytes) {
   if (file_bytes == 0) bad(path, "file is empty (0 bytes); a cache file starts with a ", kHeaderBytes, "-byte header");
   if (file_bytes < 4 || std::memcmp(h, kMagic, 4) != 0) {
@@ -272,6 +311,7 @@ inline void parse_into(Contents& c, const std::string& path, const unsigned char
   if (computed != c.info.checksum)
     bad(path, "checksum mismatch: the file records ", std::hex, "0x", c.info.checksum, " but its contents hash to 0x",
          computed, std::dec, "; the file is corrupt");
+  check_finite(path, c.info, c.data);
 }
 
 /// Opens `path` as a regular file and maps it. Throws FileError naming the path
@@ -301,31 +341,6 @@ inline Contents read(const std::string& path) {
   c.file = open_regular(path, "cache file");
   parse_into(c, path, c.file.data(), c.file.size());
   return c;
-}
-
-/// Writes a file through `body` to "<path>.tmp", then renames it over `path`.
-/// Throws FileError naming the path if it cannot be written; `path` is then
-/// untouched and no temporary file remains.
-template <class Body>
-void write_atomically(const std::string& path, Body&& body) {
-  const std::string tmp = path + ".tmp";
-  auto fail_tmp = [&](const std::string& what) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    fail(path, what);
-  };
-  {
-    errno = 0;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out.is_open())
-      fail_tmp(msg("cannot open '", tmp, "' for writing", errno ? msg(": ", std::strerror(errno)) : std::string()));
-    body(out);
-    out.close();
-    if (!out) fail_tmp(msg("write error on '", tmp, "' (disk full?)"));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail_tmp(msg("cannot rename '", tmp, "' to the destination: ", ec.message()));
 }
 
 /// Bytes a cache file of `cache` takes: header, its positions [first, length), checksum.
@@ -484,13 +499,15 @@ inline CacheFileInfo read_cache_info(const std::string& path) { return detail::c
 /// Writes positions [cache.first_position(), cache.length()) of `cache` to `path`
 /// in the format above, with `model_id` recorded for load_cache()/restore_cache() to check.
 /// Result: `path` holds the file; the cache is not modified.
-/// Failure: FileError naming the path if it cannot be written. The file is written
-/// to "<path>.tmp" and renamed over `path` only when complete, so on failure
-/// `path` is untouched and no temporary file remains.
+/// Failure: FileError naming the path if it cannot be written or exists and is not a
+/// regular file (a FIFO, a device, a symbolic link: never replaced). The file is written
+/// beside `path` under a unique temporary name and renamed over it only when complete
+/// and synced (detail::write_file_atomically), so on failure `path` is untouched and
+/// no temporary file remains.
 template <class T, class S>
 void save_cache(const KVCache<T, S>& cache, const std::string& path, std::uint64_t model_id = 0) {
   detail::cache_file::require_little_endian(path);
-  detail::cache_file::write_atomically(path, [&](std::ostream& out) { detail::cache_file::write_cache(cache, out, model_id); });
+  detail::write_file_atomically(path, [&](std::ostream& out) { detail::cache_file::write_cache(cache, out, model_id); });
 }
 
 /// The same for a paged sequence: positions [first_position(), length()) gathered
@@ -500,7 +517,7 @@ void save_cache(const KVCache<T, S>& cache, const std::string& path, std::uint64
 template <class T, class S>
 void save_cache(const PagedSequence<T, S>& cache, const std::string& path, std::uint64_t model_id = 0) {
   detail::cache_file::require_little_endian(path);
-  detail::cache_file::write_atomically(path, [&](std::ostream& out) { detail::cache_file::write_cache(cache, out, model_id); });
+  detail::write_file_atomically(path, [&](std::ostream& out) { detail::cache_file::write_cache(cache, out, model_id); });
 }
 
 /// Replaces the contents of `cache` with the positions saved in `path`.

@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvdecode/detail/jinja.hpp"
+#include "kvdecode/detail/json.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/gguf.hpp"
 #include "kvdecode/text_tokenizer.hpp"
@@ -232,9 +233,10 @@ class ChatTemplate {
       throw ArgumentError(detail::msg("template variable '", name, "' is bound by render() itself"));
     nlohmann::ordered_json j;
     try {
-      j = nlohmann::ordered_json::parse(json);
-    } catch (const nlohmann::json::exception& e) {
-      throw ArgumentError(detail::msg("template variable '", name, "': invalid JSON: ", e.what()));
+      j = detail::parse_json_text<nlohmann::ordered_json>(std::string_view(json), detail::msg("template variable '", name, "'"),
+                                                          detail::JsonLimits{kMaxConfigBytes});
+    } catch (const FormatError& e) {
+      throw ArgumentError(e.what());
     }
     detail::jinja::Value v;
     try {

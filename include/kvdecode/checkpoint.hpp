@@ -472,7 +472,7 @@ float to_f32(T v) {
 /// `out`'s state; the caller checks it once after closing.
 class F32Writer {
  public:
-  explicit F32Writer(std::ofstream& out) : out_(out), buf_(kCheckpointChunkFloats) {}
+  explicit F32Writer(std::ostream& out) : out_(out), buf_(kCheckpointChunkFloats) {}
   template <class T>
   void write(const T* src, std::uint64_t count) {
     for (std::uint64_t done = 0; done < count;) {
@@ -501,7 +501,7 @@ class F32Writer {
   }
 
  private:
-  std::ofstream& out_;
+  std::ostream& out_;
   std::vector<float> buf_;
 };
 
@@ -570,9 +570,10 @@ ModelWeights<T> load_checkpoint(const std::string& path) {
 /// Result: `path` holds the checkpoint; load_checkpoint(path) gives back w
 /// (exactly for float, rounded to float32 for double).
 /// Failure: ConfigError if the preconditions fail (nothing written); FileError naming
-/// the path if it cannot be written. The file is written to "<path>.tmp" and renamed
-/// over `path` only when complete, so on failure `path` is untouched and no
-/// temporary file remains.
+/// the path if it cannot be written or exists and is not a regular file. The file is
+/// written beside `path` under a unique temporary name and renamed over it only when
+/// complete and synced (detail::write_file_atomically), so on failure `path` is
+/// untouched and no temporary file remains.
 template <class T>
 void save_checkpoint(const ModelWeights<T>& w, const std::string& path, CheckpointFormat fmt) {
   detail::require_little_endian(path);
@@ -596,29 +597,13 @@ void save_checkpoint(const ModelWeights<T>& w, const std::string& path, Checkpoi
   const std::int32_t values[7] = {c.d_model, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, vocab, c.max_seq_len};
   for (int i = 0; i < 7; ++i) detail::store_i32_le(fields + 4 * i, values[i]);
 
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const std::string& what) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    detail::checkpoint_fail(path, what);
-  };
-  {
-    errno = 0;
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out.is_open())
-      fail(detail::msg("cannot open '", tmp, "' for writing",
-                       errno ? detail::msg(": ", std::strerror(errno)) : std::string()));
+  detail::write_file_atomically(path, [&](std::ostream& out) {
     out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header_bytes));
     detail::F32Writer writer(out);
     detail::visit_checkpoint_tensors(
         w, fmt, [&](const char*, int, const T* data, std::uint64_t count) { writer.write(data, count); },
         [&]() { writer.write_rope_tables(c); });
-    out.close();
-    if (!out) fail(detail::msg("write error on '", tmp, "' (disk full?)"));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) fail(detail::msg("cannot rename '", tmp, "' to the destination: ", ec.message()));
+  });
 }
 
 }  // namespace kvd

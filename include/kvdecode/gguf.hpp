@@ -675,15 +675,15 @@ class GGUFWriter {
 
   /// Writes a GGUF v3 file. general.alignment is written when alignment != 32.
   /// Throws ArgumentError if alignment is not a power of two or conflicts with a
-  /// general.alignment key set by hand; FileError naming the path if it cannot be written.
+  /// general.alignment key set by hand; FileError naming the path if it cannot be written
+  /// or exists and is not a regular file. The file is written beside `path` and renamed
+  /// over it when complete (detail::write_file_atomically): on failure `path` is untouched.
   void write(const std::string& path, std::uint32_t alignment = 32) const {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) throw FileError(detail::msg("'", path, "' cannot be opened for writing"));
-    emit(alignment, [&](const unsigned char* p, std::uint64_t n) {
-      out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
+    detail::write_file_atomically(path, [&](std::ostream& out) {
+      emit(alignment, [&](const unsigned char* p, std::uint64_t n) {
+        out.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(n));
+      });
     });
-    out.flush();
-    if (!out) throw FileError(detail::msg("'", path, "': write failed"));
   }
   /// The file's bytes. Throws as write() does (no FileError).
   std::vector<unsigned char> bytes(std::uint32_t alignment = 32) const {

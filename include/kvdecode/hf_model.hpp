@@ -30,6 +30,7 @@
 
 #include "kvdecode/config.hpp"
 #include "kvdecode/detail/file.hpp"
+#include "kvdecode/detail/json.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/safetensors.hpp"
 #include "kvdecode/tensor.hpp"
@@ -64,12 +65,7 @@ namespace detail {
 /// reading), FormatError when it is not JSON or not an object.
 inline nlohmann::json hf_read_json(const std::string& file) {
   const std::string text = read_text_file(file, 16u << 20);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    hf_fail(file, msg("invalid JSON (", e.what(), ")"));
-  }
+  const nlohmann::json j = parse_json_text(std::string_view(text), file, JsonLimits{16u << 20});
   if (!j.is_object()) hf_fail(file, "is not a JSON object");
   return j;
 }
@@ -101,7 +97,7 @@ inline int hf_dim(const nlohmann::json& j, const std::string& file, const char* 
     if (def < 0) hf_fail(file, msg("field '", key, "' is missing"));
     return static_cast<int>(def);
   }
-  if (!it->is_number_integer()) hf_fail(file, msg("field '", key, "' = ", it->dump(), " is not an integer"));
+  if (!it->is_number_integer()) hf_fail(file, msg("field '", key, "' = ", json_value_text(*it), " is not an integer"));
   const std::int64_t v = it->get<std::int64_t>();
   if (v <= 0 || v > kLimit) hf_fail(file, msg("field '", key, "' = ", v, " must be in [1, ", kLimit, "]"));
   return static_cast<int>(v);
@@ -114,7 +110,7 @@ inline double hf_number(const nlohmann::json& j, const std::string& file, const 
     if (required) hf_fail(file, msg("field '", key, "' is missing"));
     return def;
   }
-  if (!it->is_number()) hf_fail(file, msg("field '", key, "' = ", it->dump(), " is not a number"));
+  if (!it->is_number()) hf_fail(file, msg("field '", key, "' = ", json_value_text(*it), " is not a number"));
   const double v = it->get<double>();
   if (!std::isfinite(v) || v <= 0) hf_fail(file, msg("field '", key, "' = ", v, " must be positive and finite"));
   return v;
@@ -123,7 +119,7 @@ inline double hf_number(const nlohmann::json& j, const std::string& file, const 
 inline bool hf_bool(const nlohmann::json& j, const std::string& file, const char* key, bool def) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return def;
-  if (!it->is_boolean()) hf_fail(file, msg("field '", key, "' = ", it->dump(), " is not a boolean"));
+  if (!it->is_boolean()) hf_fail(file, msg("field '", key, "' = ", json_value_text(*it), " is not a boolean"));
   return it->get<bool>();
 }
 
@@ -174,7 +170,7 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   const auto arch_it = j.find("architectures");
   if (arch_it == j.end()) hf_fail(file, "field 'architectures' is missing");
   if (!arch_it->is_array() || arch_it->size() != 1 || !(*arch_it)[0].is_string())
-    hf_fail(file, msg("field 'architectures' = ", arch_it->dump(), " must be an array of one string"));
+    hf_fail(file, msg("field 'architectures' = ", detail::json_value_text(*arch_it), " must be an array of one string"));
   info.architecture = (*arch_it)[0].get<std::string>();
   const detail::HFArch* arch = detail::find_hf_arch(info.architecture);
   if (!arch)
@@ -222,7 +218,7 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
     if (!arch->mistral && j.contains("max_window_layers") && !j["max_window_layers"].is_null()) {
       // HF Qwen: layers i >= max_window_layers slide; kvdecode has one window for all layers.
       const std::int64_t mwl = j["max_window_layers"].is_number_integer() ? j["max_window_layers"].get<std::int64_t>() : -1;
-      if (mwl < 0) hf_fail(file, msg("field 'max_window_layers' = ", j["max_window_layers"].dump(), " is not a non-negative integer"));
+      if (mwl < 0) hf_fail(file, msg("field 'max_window_layers' = ", detail::json_value_text(j["max_window_layers"]), " is not a non-negative integer"));
       if (mwl >= c.n_layers)
         all_layers = false;
       else if (mwl > 0)
@@ -234,7 +230,7 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
 
   // rope_scaling: llama3 or linear.
   if (const auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
-    if (!rs->is_object()) hf_fail(file, msg("field 'rope_scaling' = ", rs->dump(), " is not an object"));
+    if (!rs->is_object()) hf_fail(file, msg("field 'rope_scaling' = ", detail::json_value_text(*rs), " is not an object"));
     std::string type;
     for (const char* k : {"rope_type", "type"})
       if (const auto t = rs->find(k); t != rs->end() && t->is_string()) {
@@ -282,13 +278,14 @@ inline std::vector<int> hf_generation_eos_ids(const std::string& folder) {
   const nlohmann::json j = detail::hf_read_json(file);
   const auto it = j.find("eos_token_id");
   if (it == j.end() || it->is_null()) return {};
-  const nlohmann::json list = it->is_array() ? *it : nlohmann::json::array({*it});
-  if (list.size() > 1024) hf_fail(file, msg("eos_token_id lists ", list.size(), " ids, more than the limit of 1024"));
+  // A single id or a list, read in place (a copy of a file's value could be deep).
+  const std::size_t count = it->is_array() ? it->size() : 1;
+  if (count > 1024) hf_fail(file, msg("eos_token_id lists ", count, " ids, more than the limit of 1024"));
   std::vector<int> ids;
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    const auto& v = list[i];
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto& v = it->is_array() ? (*it)[i] : *it;
     if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() > 0x7FFFFFFF)
-      hf_fail(file, msg("eos_token_id", it->is_array() ? msg("[", i, "]") : std::string(), " = ", v.dump(),
+      hf_fail(file, msg("eos_token_id", it->is_array() ? msg("[", i, "]") : std::string(), " = ", detail::json_value_text(v),
                         " is not an integer id in [0, 2^31)"));
     ids.push_back(static_cast<int>(v.get<std::int64_t>()));
   }

@@ -206,7 +206,8 @@ inline PromptCacheInfo read_prompt_cache_info(const std::string& path) {
 /// Cache: KVCache or PagedSequence. The cache is not modified.
 /// Failure: ArgumentError (nothing written) if tokens.size() != cache.length() or a
 /// token is outside [0, vocab_size); FileError naming the path if it cannot be
-/// written (written to "<path>.tmp" and renamed: `path` is then untouched).
+/// written or exists and is not a regular file (written beside it under a unique
+/// temporary name, synced and renamed: `path` is then untouched).
 template <class Cache>
 void save_prompt_cache(const Cache& cache, const std::vector<int>& tokens, int vocab_size, const std::string& path,
                        std::uint64_t model_id) {
@@ -232,7 +233,7 @@ void save_prompt_cache(const Cache& cache, const std::vector<int>& tokens, int v
     detail::store_u32_le(head.data() + pf::kHeaderBytes + 4 * i, static_cast<std::uint32_t>(tokens[i]));
   const std::size_t hashed = head.size() - 8;
   detail::store_u64_le(head.data() + hashed, detail::fnv1a64(head.data(), hashed));
-  cf::write_atomically(path, [&](std::ostream& out) {
+  detail::write_file_atomically(path, [&](std::ostream& out) {
     out.write(reinterpret_cast<const char*>(head.data()), static_cast<std::streamsize>(head.size()));
     cf::write_cache(cache, out, model_id);
   });

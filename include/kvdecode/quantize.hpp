@@ -37,6 +37,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -487,6 +488,29 @@ inline void write_vocab(GGUFWriter& g, const std::string& path, int vocab_size) 
   }
 }
 
+/// Throws FormatError naming row `row` and the first weight of x[0, n) that is NaN or
+/// infinite: such a weight has no quantized form (its block's scale would be NaN).
+inline void require_finite_row(const float* x, std::uint64_t n, long long row) {
+  for (std::uint64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i]))
+      throw FormatError(msg("row ", row, ": weight [", i, "] = ", x[i], " is not finite (NaN and infinity cannot be quantized)"));
+}
+
+/// Throws FormatError naming row `row` when its dequantized values y[0, n) are not all
+/// finite although its weights x are: the weights are too large for type t's f16
+/// scales (or for f16 itself), whose largest finite value is 65504.
+inline void require_representable_row(const float* x, const float* y, std::uint64_t n, long long row, WeightType t) {
+  for (std::uint64_t i = 0; i < n; ++i)
+    if (!std::isfinite(y[i])) {
+      float amax = 0;
+      for (std::uint64_t k = 0; k < n; ++k) amax = std::max(amax, std::fabs(x[k]));
+      const std::string what = t == WeightType::kF16 ? std::string("f16")
+                                                      : msg("the f16 scales of ", weight_type_name(t));
+      throw FormatError(msg("row ", row, ": weights up to |", amax, "| overflow ", what,
+                            " (largest finite f16: 65504); value [", i, "] quantizes to ", y[i]));
+    }
+}
+
 }  // namespace detail
 
 /// Quantizes the model at `in` (a GGUF file, a Hugging Face folder or a llama2.c
@@ -495,17 +519,22 @@ inline void write_vocab(GGUFWriter& g, const std::string& path, int vocab_size) 
 /// tensor re-stored from its dequantized values. Other inputs: written as GGUF
 /// llama with the llama.* keys and the vocabulary of options.tokenizer or, for a
 /// Hugging Face folder without one, of the folder's tokenizer.json if it has one.
-/// Throws FileError naming the path if `in` is missing or `out` cannot be written;
-/// FormatError naming the path if `in` is none of the three formats (with the
-/// checkpoint reader's reason), or naming a tensor of a type that cannot be
-/// dequantized; ConfigError for a model GGUF cannot express (gguf_arch_for) or a vocabulary
-/// that does not fit it (detail::write_vocab). `out` is written
-/// only once every tensor is quantized.
+/// Throws FileError naming the path if `in` is missing or `out` cannot be written or
+/// exists and is not a regular file (checked first; `out` is written beside and renamed,
+/// detail::write_file_atomically); FormatError naming the path if `in` is none of the
+/// three formats (with the checkpoint reader's reason), or naming a tensor of a type
+/// that cannot be dequantized, or naming the tensor, the target type and the row of a
+/// weight that is NaN or infinite or too large for the type's f16 scales; ConfigError
+/// for a model GGUF cannot express (gguf_arch_for) or a vocabulary that does not fit
+/// it (detail::write_vocab). `out` is written only once every tensor is quantized.
 inline QuantizeResult quantize_model(const std::string& in, const std::string& out, QuantScheme scheme,
                                      const QuantizeOptions& options = {}) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(in, ec)) throw FileError(detail::msg("'", in, "': no such file or folder"));
+  // Refused before any work; write_file_atomically checks again when it writes.
+  if (const std::string kind = detail::non_regular_kind(out); !kind.empty())
+    throw FileError(detail::msg("'", out, "' is ", kind, ", not a regular file: refusing to replace it"));
   QuantizeResult result;
   GGUFWriter g;
   std::vector<detail::QuantSource> sources;
@@ -591,8 +620,9 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
     std::vector<unsigned char> data(static_cast<std::size_t>(detail::checked_mul(row_bytes, rows, "tensor bytes")));
     std::vector<double> err(static_cast<std::size_t>(rows)), ref(static_cast<std::size_t>(rows));
     const long long R = static_cast<long long>(rows);
-    bool failed = false;
+    long long failed_row = R;  // the lowest row that failed (R: none), so the message does not depend on threads
     std::string failure;
+    bool out_of_memory = false;
 #if defined(_OPENMP)
     const int nt = options.threads > 0 ? options.threads : omp_get_max_threads();
 #pragma omp parallel num_threads(nt)
@@ -605,9 +635,11 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
       for (long long r = 0; r < R; ++r) {
         try {
           s.row(static_cast<std::uint64_t>(r), x.data());
+          detail::require_finite_row(x.data(), n, r);
           unsigned char* dst = data.data() + static_cast<std::size_t>(r) * row_bytes;
           detail::quantize_row(t, x.data(), dst, static_cast<std::int64_t>(n));
           detail::dequantize_row(t, dst, y.data(), static_cast<std::int64_t>(n));
+          detail::require_representable_row(x.data(), y.data(), n, r, t);
           double e = 0, a = 0;
           for (std::uint64_t i = 0; i < n; ++i) {
             const double d = static_cast<double>(x[i]) - y[i];
@@ -616,18 +648,23 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
           }
           err[static_cast<std::size_t>(r)] = e;
           ref[static_cast<std::size_t>(r)] = a;
-        } catch (const Error& ex) {
+        } catch (const std::exception& ex) {  // nothing may leave an OpenMP region
+          const bool oom = dynamic_cast<const std::bad_alloc*>(&ex) != nullptr;
 #if defined(_OPENMP)
 #pragma omp critical(kvd_quantize_failure)
 #endif
           {
-            failed = true;
-            failure = ex.what();
+            if (oom) out_of_memory = true;
+            if (r < failed_row) {
+              failed_row = r;
+              failure = ex.what();
+            }
           }
         }
       }
     }
-    if (failed) throw FormatError(detail::msg(in, ": tensor '", s.name, "' as ", weight_type_name(t), ": ", failure));
+    if (out_of_memory) throw std::bad_alloc();
+    if (failed_row < R) throw FormatError(detail::msg(in, ": tensor '", s.name, "' as ", weight_type_name(t), ": ", failure));
     double e = 0, a = 0;
     for (std::size_t r = 0; r < err.size(); ++r) {
       e += err[r];

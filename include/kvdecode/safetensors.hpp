@@ -37,6 +37,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvdecode/detail/file.hpp"
+#include "kvdecode/detail/json.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/weight_type.hpp"
 
@@ -96,14 +97,7 @@ inline nlohmann::json parse_json_checked(const char* begin, const char* end, con
     }
     return true;
   };
-  try {
-    return nlohmann::json::parse(begin, end, cb);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw FormatError(msg(file, ": ", what, " at offset ", base + (e.byte > 0 ? e.byte - 1 : 0), ": invalid JSON (",
-                          e.what(), ")"));
-  } catch (const nlohmann::json::exception& e) {  // e.g. out_of_range: a number too large for a double
-    throw FormatError(msg(file, ": ", what, " at offset ", base, ": unreadable JSON (", e.what(), ")"));
-  }
+  return parse_json_text(begin, end, msg(file, ": ", what), JsonLimits{kSafetensorsMaxHeader}, base, cb);
 }
 }  // namespace detail
 
@@ -229,10 +223,14 @@ class SafetensorsFile {
     std::uint64_t count = 1;
     for (const auto& dim : *s) {
       if (!dim.is_number_unsigned() && !(dim.is_number_integer() && dim.get<std::int64_t>() >= 0))
-        c.fail_at(at, field + " shape", detail::msg(dim.dump(), " is not a non-negative integer"));
+        c.fail_at(at, field + " shape", detail::msg(detail::json_value_text(dim), " is not a non-negative integer"));
       const std::uint64_t x = dim.get<std::uint64_t>();
-      if (x != 0 && count > std::numeric_limits<std::uint64_t>::max() / x)
-        c.fail_at(at, field + " shape", detail::msg(s->dump(), ": the element count overflows 64 bits at dimension ", x));
+      if (x != 0 && count > std::numeric_limits<std::uint64_t>::max() / x) {
+        std::string dims = "[";  // the dimensions read so far, never a dump of the file's value
+        for (const std::uint64_t d : t.shape) dims += detail::msg(d, ",");
+        dims += detail::msg(x, t.shape.size() + 1 < s->size() ? ",...]" : "]");
+        c.fail_at(at, field + " shape", detail::msg(dims, ": the element count overflows 64 bits at dimension ", x));
+      }
       count *= x;
       t.shape.push_back(x);
     }
@@ -334,7 +332,8 @@ class SafetensorsModel {
   }
   std::size_t size() const { return index_.size(); }
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
-  /// The index's "metadata" object (empty without an index).
+  /// The scalar members of the index's "metadata" object (such as total_size); nested
+  /// values are left out. Empty without an index.
   const nlohmann::json& index_metadata() const { return index_metadata_; }
 
  private:
@@ -367,7 +366,9 @@ class SafetensorsModel {
     const auto wm = j.find("weight_map");
     if (wm == j.end() || !wm->is_object())
       throw FormatError(detail::msg(index_path, ": weight_map is missing or not an object"));
-    if (const auto md = j.find("metadata"); md != j.end()) index_metadata_ = *md;
+    if (const auto md = j.find("metadata"); md != j.end() && md->is_object())
+      for (auto it = md->begin(); it != md->end(); ++it)  // scalars only: a copy of a nested value could be deep
+        if (it->is_primitive()) index_metadata_[it.key()] = *it;
     std::map<std::string, std::size_t> shard_of_file;  // shard file name -> files_ index
     std::vector<std::pair<std::string, std::string>> wanted;  // tensor -> shard name
     for (auto it = wm->begin(); it != wm->end(); ++it) {

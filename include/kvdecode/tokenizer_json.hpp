@@ -31,21 +31,12 @@
 
 #include "kvdecode/bpe_tokenizer.hpp"
 #include "kvdecode/detail/file.hpp"
+#include "kvdecode/detail/json.hpp"
 #include "kvdecode/error.hpp"
 
 namespace kvd {
 
 namespace detail {
-
-/// Parses JSON text; FormatError naming `where` and nlohmann's account (with the
-/// byte position) for invalid or truncated JSON.
-inline nlohmann::json parse_json(const std::string& text, const std::string& where) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(msg(where, ": invalid JSON: ", e.what()));
-  }
-}
 
 /// Reads the fields of tokenizer.json into a spec. All errors are FormatError
 /// naming the file and the JSON path of the bad value.
@@ -126,7 +117,8 @@ class TokenizerJsonReader {
     }
     const nlohmann::json& vocab = member(m, "vocab", "model");
     if (!vocab.is_object()) fail("model.vocab", "is not an object");
-    const nlohmann::json added = root_.contains("added_tokens") ? root_["added_tokens"] : nlohmann::json::array();
+    static const nlohmann::json kNoAddedTokens = nlohmann::json::array();
+    const nlohmann::json& added = root_.contains("added_tokens") ? root_["added_tokens"] : kNoAddedTokens;
     if (!added.is_array()) fail("added_tokens", "is not an array");
     // Ids must fill [0, n) exactly: every id names one token, none is left out.
     // n is at most the number of entries, so nothing is sized by a number from the file.

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,21 @@ void put(const std::string& target, const std::string& name, const Bytes& b) {
 
 Bytes truncated(Bytes b, std::size_t n) {
   b.resize(b.size() > n ? b.size() - n : 0);
+  return b;
+}
+
+// `depth` nested JSON arrays around 1: deeper than kvd::kMaxJsonDepth (128) for the
+// seeds of deep nesting, which must end in a FormatError, never a stack overflow.
+std::string nested_json(int depth) {
+  return std::string(static_cast<std::size_t>(depth), '[') + "1" + std::string(static_cast<std::size_t>(depth), ']');
+}
+
+// A cache file (whole, or embedded at `at` in a prompt cache) whose first V element is
+// NaN, with the cache file's checksum made right again: only the finiteness check refuses it.
+Bytes with_nan_element(Bytes b, std::size_t at, std::size_t v_offset) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(b.data() + at + 64 + v_offset, &nan, 4);
+  kvd::detail::store_u64_le(b.data() + b.size() - 8, kvd::detail::fnv1a64(b.data() + at, b.size() - 8 - at));
   return b;
 }
 
@@ -125,6 +141,8 @@ void cache_file(const fs::path& tmp, const std::string& name, kvd::ModelConfig c
 void cache_files(const fs::path& tmp) {
   kvd::ModelConfig c = tiny(true);
   cache_file<float>(tmp, "f32-3of8", c, 3, 8);
+  // The same file with a NaN V element (f32, 1 layer x 2 kv heads x 4: V starts 8 elements in).
+  put("cache-file", "f32-3of8-nan", with_nan_element(read_all(tmp / "cache.kvdc"), 0, 8 * 4));
   cache_file<float>(tmp, "f32-empty", c, 0, 8);
   cache_file<double>(tmp, "f64-2of4", c, 2, 4);
   cache_file<Eigen::bfloat16>(tmp, "bf16-5of8", c, 5, 8);
@@ -168,6 +186,7 @@ void prompt_cache_file(const fs::path& tmp, const std::string& name, kvd::ModelC
 void prompt_cache_files(const fs::path& tmp) {
   kvd::ModelConfig c = tiny(true);
   prompt_cache_file<float>(tmp, "f32-3of8", c, 3, 8);
+  put("prompt-cache", "f32-3of8-nan", with_nan_element(read_all(tmp / "prompt.kvdp"), 40 + 4 * 3, 8 * 4));
   prompt_cache_file<float>(tmp, "f32-empty", c, 0, 8);
   prompt_cache_file<double>(tmp, "f64-2of4", c, 2, 4);
   prompt_cache_file<Eigen::bfloat16>(tmp, "bf16-5of8", c, 5, 8);
@@ -247,6 +266,13 @@ void safetensors() {
   put("safetensors", "shape-disagrees", safetensors_file(R"({"a":{"dtype":"F16","shape":[3,3],"data_offsets":[0,16]}})", Bytes(16, 0)));
   put("safetensors", "unsupported-dtype", safetensors_file(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", Bytes(8, 0)));
   put("safetensors", "truncated", truncated(safetensors_file(three, data), 5));
+  // Deep nesting: past the limit (a FormatError while parsing), and within it where a
+  // dimension belongs (named by its type, never dumped).
+  put("safetensors", "deep-metadata",
+      safetensors_file(R"({"__metadata__":{"format":)" + nested_json(200) + R"(},"s":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                       Bytes(4, 0)));
+  put("safetensors", "nested-shape",
+      safetensors_file(R"({"s":{"dtype":"F32","shape":[1,)" + nested_json(100) + R"(],"data_offsets":[0,4]}})", Bytes(4, 0)));
 }
 
 // hf-folder: config.json \0 generation_config.json \0 model.safetensors of a tiny
@@ -320,6 +346,14 @@ void hf_folders() {
   put("hf-folder", "llama3-rope", hf_folder("LlamaForCausalLM", "F32", true,
       R"(,"rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":16})"));
   put("hf-folder", "truncated", truncated(hf_folder("LlamaForCausalLM", "F32", true), 9));
+  // Deep nesting in config.json (past the limit, and within it where a number belongs)
+  // and in generation_config.json's eos_token_id.
+  put("hf-folder", "deep-rope-scaling", hf_folder("LlamaForCausalLM", "F32", true, R"(,"rope_scaling":)" + nested_json(200)));
+  put("hf-folder", "nested-rope-theta", hf_folder("LlamaForCausalLM", "F32", true, R"(,"rope_theta":)" + nested_json(100)));
+  const Bytes plain = hf_folder("LlamaForCausalLM", "F32", true);
+  std::string deep_eos(plain.begin(), plain.end());
+  deep_eos.replace(deep_eos.find(R"("eos_token_id":[2,3])"), 20, R"("eos_token_id":[2,)" + nested_json(200) + "]");
+  put("hf-folder", "deep-eos", Bytes(deep_eos.begin(), deep_eos.end()));
 }
 
 // tokenizer.json: a byte-level BPE (GPT-2 style) and a SentencePiece-style BPE with byte fallback.
@@ -362,6 +396,10 @@ void tokenizer_jsons() {
   const std::string bad_merge = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a c"]}})";
   put("tokenizer-json", "merge-names-unknown-token", Bytes(bad_merge.begin(), bad_merge.end()));
   put("tokenizer-json", "truncated", truncated(Bytes(byte_level.begin(), byte_level.end()), 40));
+  // Deep nesting in added_tokens (past the limit: a FormatError while parsing).
+  std::string deep = byte_level;
+  deep.replace(deep.find("\"added_tokens\":["), 16, "\"added_tokens\":[" + nested_json(200) + ",");
+  put("tokenizer-json", "deep-added-tokens", Bytes(deep.begin(), deep.end()));
 }
 
 // A GGUF holding only a vocabulary, as llama.cpp's vocab files do: SentencePiece

@@ -10,14 +10,26 @@
 // it is, its value and the limit it broke. Counts read from a file go through
 // count_u64(), which checks count * min_item_bytes against what remains before
 // anyone allocates in proportion to the count.
+//
+// Writing goes through one helper, write_file_atomically() (AtomicFileWriter
+// underneath): it refuses a target that exists and is not a regular file (a FIFO,
+// a device node, a socket, a symbolic link, a folder), writes a temporary file
+// beside the target under a fresh unique name opened with O_CREAT | O_EXCL |
+// O_NOFOLLOW (so a planted file or symlink is never followed or reused), fsyncs
+// it, then renames it over the target. A failure leaves the target as it was and
+// removes the temporary file.
 #pragma once
 
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <ostream>
+#include <streambuf>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -26,6 +38,7 @@
 
 #if defined(__unix__) || defined(__APPLE__)
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -208,6 +221,226 @@ class MappedFile {
   void* map_ = nullptr;               // the mapping, if any
   std::size_t map_len_ = 0;
 };
+
+/// What lies at `path` when it is not a regular file ("a FIFO", "a character device",
+/// "a symbolic link", ...); "" for a regular file or nothing at all. Does not follow a
+/// final symbolic link. Never throws.
+inline std::string non_regular_kind(const std::string& path) {
+#if KVD_HAVE_MMAP
+  struct stat sb {};
+  if (::lstat(path.c_str(), &sb) != 0) return errno == ENOENT || errno == ENOTDIR ? "" : "an uninspectable path";
+  if (S_ISREG(sb.st_mode)) return "";
+  if (S_ISDIR(sb.st_mode)) return "a folder";
+  if (S_ISLNK(sb.st_mode)) return "a symbolic link";
+  if (S_ISFIFO(sb.st_mode)) return "a FIFO";
+  if (S_ISCHR(sb.st_mode)) return "a character device";
+  if (S_ISBLK(sb.st_mode)) return "a block device";
+  if (S_ISSOCK(sb.st_mode)) return "a socket";
+  return "not a regular file";
+#else
+  std::error_code ec;
+  const auto st = std::filesystem::symlink_status(path, ec);
+  if (ec || st.type() == std::filesystem::file_type::not_found || st.type() == std::filesystem::file_type::regular) return "";
+  if (st.type() == std::filesystem::file_type::directory) return "a folder";
+  if (st.type() == std::filesystem::file_type::symlink) return "a symbolic link";
+  return "not a regular file";
+#endif
+}
+
+/// A new file written beside `path` and renamed over it only by commit(): the safe
+/// way every kvdecode writer (cache files, prompt caches, checkpoints, GGUF files,
+/// logit dumps) creates or replaces a file.
+///
+/// The constructor refuses a `path` that exists and is not a regular file (FileError
+/// "'<path>' is a FIFO, not a regular file: refusing to replace it"); a symbolic link
+/// counts as not regular, since renaming over it would drop the link and writing
+/// through it would reach a file the caller did not name. The temporary file
+/// "<dir>/.<name>.<pid>.<n>.tmp" is created with O_CREAT | O_EXCL | O_NOFOLLOW and mode
+/// 0644 (less the umask): a name that already exists, as a file or a planted symlink,
+/// is never opened; another name is tried. stream() is an std::ostream on it whose
+/// failures stick in its state. commit() flushes, fsyncs, checks the target again,
+/// renames the file over `path` and fsyncs the folder; it throws FileError naming
+/// the path on any failure. If commit() is not reached (an exception from the
+/// writer, a failed commit), the destructor removes the temporary file and `path`
+/// is untouched.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(std::string path) : path_(std::move(path)), buf_(this) {
+    refuse_non_regular();
+    namespace fs = std::filesystem;
+    const fs::path target(path_);
+    std::string name = target.filename().string();
+    if (name.empty() || name == "." || name == "..")
+      throw FileError(msg("'", path_, "' names a folder, not a file: cannot write it"));
+    const fs::path dir = target.parent_path();
+    static std::atomic<unsigned long long> counter{0};
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      const unsigned long long n =
+          counter.fetch_add(1) * 1000003ull + static_cast<unsigned long long>(
+                                                  std::chrono::steady_clock::now().time_since_epoch().count() & 0xFFFFFF);
+      tmp_ = (dir / ("." + name + "." + std::to_string(process_id()) + "." + std::to_string(n) + ".tmp")).string();
+#if KVD_HAVE_MMAP
+      fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (fd_ >= 0) return;
+      if (errno == EEXIST || errno == ELOOP) continue;  // a name in use (or a planted link): take another
+      const int err = errno;
+      throw FileError(msg("'", path_, "' cannot be written: cannot open the temporary file '", tmp_,
+                          "' for writing: ", std::strerror(err)));
+#else
+      std::error_code ec;
+      if (fs::exists(fs::symlink_status(tmp_, ec))) continue;
+      file_.open(tmp_, std::ios::binary | std::ios::trunc);
+      if (file_.is_open()) return;
+      throw FileError(msg("'", path_, "' cannot be written: cannot open the temporary file '", tmp_, "' for writing"));
+#endif
+    }
+    throw FileError(msg("'", path_, "' cannot be written: ", kAttempts, " temporary names beside it were all taken"));
+  }
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter() { abandon(); }
+
+  /// The stream on the temporary file. Write errors set its badbit; commit() reports them.
+  std::ostream& stream() {
+#if KVD_HAVE_MMAP
+    return out_;
+#else
+    return file_;
+#endif
+  }
+  const std::string& path() const { return path_; }
+
+  /// Flushes, fsyncs and renames the temporary file over path(). Throws FileError naming
+  /// the path (a write error, a full disk, a target that became non-regular, a failed
+  /// rename); the temporary file is then removed and path() is as it was.
+  void commit() {
+    if (committed_) return;
+#if KVD_HAVE_MMAP
+    out_.flush();
+    if (!out_ || buf_.failed())
+      fail(msg("write error on '", tmp_, "'", buf_.error() ? msg(": ", std::strerror(buf_.error())) : std::string(" (disk full?)")));
+    if (::fsync(fd_) != 0) fail(msg("cannot fsync '", tmp_, "': ", std::strerror(errno)));
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) fail(msg("cannot close '", tmp_, "': ", std::strerror(errno)));
+#else
+    file_.close();
+    if (!file_) fail(msg("write error on '", tmp_, "' (disk full?)"));
+#endif
+    refuse_non_regular();  // what lies at the target may have changed while we wrote
+    std::error_code ec;
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) fail(msg("cannot rename '", tmp_, "' to the destination: ", ec.message()));
+    committed_ = true;
+#if KVD_HAVE_MMAP
+    std::string dir = std::filesystem::path(path_).parent_path().string();
+    if (dir.empty()) dir = ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);  // the rename's durability; some file systems refuse, which is not an error here
+      ::close(dfd);
+    }
+#endif
+  }
+
+ private:
+  static constexpr int kAttempts = 100;
+
+  // An output buffer over the file descriptor: failures stick (failed(), error()).
+  class FdBuf : public std::streambuf {
+   public:
+    explicit FdBuf(AtomicFileWriter* owner) : owner_(owner), data_(1u << 16) { setp(data_.data(), data_.data() + data_.size()); }
+    bool failed() const { return failed_; }
+    int error() const { return error_; }
+
+   protected:
+    int overflow(int c) override {
+      if (!drain()) return traits_type::eof();
+      if (c != traits_type::eof()) {
+        *pptr() = static_cast<char>(c);
+        pbump(1);
+      }
+      return traits_type::not_eof(c);
+    }
+    int sync() override { return drain() ? 0 : -1; }
+
+   private:
+    bool drain() {
+#if KVD_HAVE_MMAP
+      const char* p = pbase();
+      std::size_t n = static_cast<std::size_t>(pptr() - pbase());
+      while (n > 0 && !failed_) {
+        const ssize_t w = ::write(owner_->fd_, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          failed_ = true;
+          error_ = w < 0 ? errno : 0;
+          break;
+        }
+        p += w;
+        n -= static_cast<std::size_t>(w);
+      }
+#endif
+      setp(data_.data(), data_.data() + data_.size());
+      return !failed_;
+    }
+    AtomicFileWriter* owner_;
+    std::vector<char> data_;
+    bool failed_ = false;
+    int error_ = 0;
+  };
+
+  static long process_id() {
+#if KVD_HAVE_MMAP
+    return static_cast<long>(::getpid());
+#else
+    return 0;
+#endif
+  }
+  void refuse_non_regular() const {
+    const std::string kind = non_regular_kind(path_);
+    if (!kind.empty()) throw FileError(msg("'", path_, "' is ", kind, ", not a regular file: refusing to replace it"));
+  }
+  void abandon() noexcept {
+#if KVD_HAVE_MMAP
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+#else
+    if (file_.is_open()) file_.close();
+#endif
+    if (!committed_ && !tmp_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove(tmp_, ignored);
+    }
+  }
+  [[noreturn]] void fail(const std::string& what) {
+    abandon();
+    tmp_.clear();
+    throw FileError(msg("'", path_, "' cannot be written: ", what));
+  }
+
+  std::string path_;
+  std::string tmp_;
+  bool committed_ = false;
+  int fd_ = -1;
+  FdBuf buf_;
+  std::ostream out_{&buf_};
+#if !KVD_HAVE_MMAP
+  std::ofstream file_;
+#endif
+};
+
+/// Writes a file through `body(std::ostream&)` with an AtomicFileWriter: `path` is
+/// replaced only once body has returned and every byte is on disk. Throws FileError
+/// naming the path if `path` is not a regular file (see AtomicFileWriter) or cannot be
+/// written, and whatever `body` throws; `path` is then untouched and no temporary
+/// file remains.
+template <class Body>
+void write_file_atomically(const std::string& path, Body&& body) {
+  AtomicFileWriter w(path);
+  body(w.stream());
+  w.commit();
+}
 
 /// Bounds-checked little-endian reader over [data, data+size); `base` = file offset of data[0].
 /// Every read names its field in the FormatError it throws: "<file>: <field> at offset <o>: ...".
