@@ -41,7 +41,7 @@ bit-identical, and reports what the cache saved.)";
 
 const char* const kOutro = R"(--json fields: prompt_tokens, generated_tokens, prefill_seconds, decode_seconds,
 decode_tokens_per_second, weight_bytes_per_token, kv_cache_bytes, kv_bytes_per_token,
-cache, cache_dtype, threads, stop_reason, prompt_ids, generated_ids, text, ...; with
+cache, cache_dtype, threads, kernels, stop_reason, prompt_ids, generated_ids, text, ...; with
 --draft-model or --lookup also draft, draft_tokens, draft_proposed, draft_accepted,
 acceptance_rate, target_forwards, draft_seconds (of decode_seconds); with
 --prompt-cache also reused and prefilled; with --conversation one object
@@ -279,7 +279,8 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
      << ",\"kv_cache_bytes\":" << run.kv_bytes << ",\"kv_bytes_per_token\":" << c.kv_bytes_per_token(kvd::parse_dtype(o.cache_dtype))
      << ",\"fast_matmul\":" << (o.fast_matmul ? "true" : "false")
      << ",\"cache\":" << (use_cache ? "true" : "false") << ",\"cache_dtype\":\"" << o.cache_dtype << "\""
-     << ",\"peak_rss_bytes\":" << kvd::cli::peak_rss_bytes() << ",\"threads\":" << kvd::num_threads() << ",\"stop_reason\":\"" << kvd::stop_reason_name(run.result.stop) << "\"";
+     << ",\"peak_rss_bytes\":" << kvd::cli::peak_rss_bytes() << ",\"threads\":" << kvd::num_threads()
+     << ",\"kernels\":" << kvd::cli::json_string(kvd::build_info().summary()) << ",\"stop_reason\":\"" << kvd::stop_reason_name(run.result.stop) << "\"";
   if (identical) js << ",\"identical\":" << (*identical ? "true" : "false");
   if (run.speculative)
     js << ",\"draft\":" << kvd::cli::json_string(o.draft_model ? *o.draft_model : "lookup:" + std::to_string(o.lookup))
@@ -310,7 +311,7 @@ int real_main(int argc, char** argv) {
   if (o.demo) {
     const kvd::ModelConfig c = kvd::stories15m_config();
     std::cout << "kvdecode " << kvd::kVersion << " demo: random-weight model of stories15M's shape ("
-                            << c.summary() << "), float32, " << kvd::num_threads() << " thread(s), " << kvd::detail::kSimdName << "\n";
+                            << c.summary() << "), float32, " << kvd::num_threads() << " thread(s), " << kvd::build_info().summary() << "\n";
     model.emplace(kvd::ModelWeights<float>::random(c, 42));
   } else {
     if (kvd::is_gguf_file(*o.model)) {
@@ -326,7 +327,7 @@ int real_main(int argc, char** argv) {
     }
     if (progress) std::cerr << "loaded " << *o.model << " (" << model->config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
-                            << kvd::num_threads() << " thread(s)\n";
+                            << kvd::num_threads() << " thread(s), kernels " << kvd::build_info().summary() << "\n";
   }
   model->set_fast_matmul(o.fast_matmul);
   const kvd::ModelConfig& c = model->config();
