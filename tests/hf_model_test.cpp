@@ -489,3 +489,48 @@ TEST(HFGenerationConfig, BadEosIdsNamed) {
     EXPECT_NE(std::string(e.what()).find("1025 ids, more than the limit of 1024"), std::string::npos) << e.what();
   }
 }
+
+// ---- Issue 33: the context is capped and checked; every tensor is used ---------
+
+TEST(HFModelContext, DemandOfAHugeContextIsRefusedAndMaxSeqLenHonoured) {
+  SKIP_IF_MISSING(kHF + "stories260K/model.safetensors");
+  auto j = base_config();
+  j["max_position_embeddings"] = 1 << 20;  // 1.34 GB of KV cache for a 1 MB model
+  ScratchFolder f(j.dump(), kHF + "stories260K/model.safetensors");
+  try {
+    load_hf_model<float>(f.path());
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("a context of 1048576 positions"), std::string::npos) << m;
+    EXPECT_NE(m.find("the limit of " + std::to_string(kHFSeqBytesFloor) + " bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("max_seq_len / -c"), std::string::npos) << m;
+  }
+  HFLoadOptions lo;
+  lo.max_seq_len = 64;
+  const ModelWeights<float> w = load_hf_model<float>(f.path(), lo);
+  EXPECT_EQ(w.config.max_seq_len, 64);
+}
+
+TEST(HFModelUnusedTensors, LayersBeyondNumHiddenLayersAreRefusedUnlessAllowed) {
+  SKIP_IF_MISSING(kHF + "stories260K/model.safetensors");
+  auto j = base_config();
+  j["num_hidden_layers"] = 4;  // the weights hold 5 layers
+  ScratchFolder f(j.dump(), kHF + "stories260K/model.safetensors");
+  try {
+    load_hf_model<float>(f.path());
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("tensor 'model.layers.4.input_layernorm.weight'"), std::string::npos) << m;
+    EXPECT_NE(m.find("4 layers (num_hidden_layers)"), std::string::npos) << m;
+    EXPECT_NE(m.find("the limit is 0"), std::string::npos) << m;
+  }
+  HFLoadOptions lo;
+  std::vector<std::string> unused;
+  lo.allow_unused_tensors = true;
+  lo.unused_tensors = &unused;
+  const ModelWeights<float> w = load_hf_model<float>(f.path(), lo);
+  EXPECT_EQ(w.config.n_layers, 4);
+  EXPECT_EQ(unused.size(), 9u);  // a llama layer's nine tensors
+}

@@ -549,7 +549,13 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
     ModelWeights<float> w;
     if (is_hf_folder(in)) {
       result.input_format = "hf";
-      w = load_hf_model<float>(in);
+      // No context is planned here: the smallest one passes the context demand check,
+      // and the file's max_position_embeddings is what the output records.
+      HFLoadOptions lo;
+      lo.max_seq_len = 1;
+      const std::uint64_t context = hf_model_info(in, lo).file_context;
+      w = load_hf_model<float>(in, lo);
+      w.config.max_seq_len = static_cast<int>(std::min<std::uint64_t>(context, kHFMaxContext));
     } else if (fs::is_directory(in, ec)) {
       throw FormatError(detail::msg("'", in, "' is a folder without config.json: not a Hugging Face model folder"));
     } else {
