@@ -342,9 +342,11 @@ class BpeTokenizer : public TextTokenizer {
       std::string s = spec_.tokens[i];
       const std::size_t cap = grown_limit(s.size());
       auto grown = [&](std::size_t step) {
-        return FormatError(detail::msg(spec_.source, ": decoder step ", step, " would make token ", i, " ('", spec_.tokens[i],
-                                       "') longer than ", cap, " bytes (", kMaxTextGrowth, " x its ", spec_.tokens[i].size(),
-                                       " bytes + ", kTextGrowthSlack, "), the limit"));
+        const std::string& text = spec_.tokens[i];
+        return FormatError(detail::msg(spec_.source, ": decoder step ", step, " would make token ", i, " ('",
+                                       text.substr(0, 64), text.size() > 64 ? "...') " : "') ", "longer than ", cap,
+                                       " bytes (", kMaxTextGrowth, " x its ", text.size(), " bytes + ", kTextGrowthSlack,
+                                       "), the limit"));
       };
       if (t == TokenType::kUnused || t == TokenType::kUndefined) {
         s.clear();
