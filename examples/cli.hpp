@@ -218,7 +218,8 @@ inline std::vector<Option> all_options(Params& p) {
        "folder's max_position_embeddings or a checkpoint's seq_len (default: the model's, at most 4096)", in, kGenerate, none,
        [&p](const S& n, const S& v) { p.ctx_size = static_cast<int>(parse_positive(n, v, 1u << 20)); }});
   add({{"--allow-unused-tensors"}, "", "load a GGUF file or model folder holding tensors its architecture and layer "
-       "count do not use (refused by default, naming the first), with a warning listing them", in, kGenerate | kPlan, none,
+       "count do not use (refused by default, naming the first), with a warning listing them", in,
+       kGenerate | kPlan | kQuantize, none,
        flag(p.allow_unused_tensors)});
   add({{"--prompt", "-p"}, "TEXT", "prompt text, encoded with BOS prepended (default: just BOS)", in, kGenerate, none,
        [&p](const S&, const S& v) { p.prompt = v; }});
