@@ -120,6 +120,7 @@ struct Params {
   std::optional<std::vector<int>> prompt_ids;  ///< --prompt-ids: exact ids
   int steps = 256;                         ///< --steps: new tokens to generate
   int ctx_size = 0;                        ///< --ctx-size (generate): longest sequence planned for; 0 = the model's
+  bool allow_unused_tensors = false;       ///< --allow-unused-tensors: load a model file whose tensors are not all used
   // Sampling (seed is separate: cache-report seeds its random model with it)
   SamplerConfig sampler;
   std::uint64_t seed = 0;                  ///< --seed
@@ -215,9 +216,13 @@ inline std::vector<Option> all_options(Params& p) {
        "folder, or llama2.c tokenizer.bin", in, kGenerate | kQuantize | kConversation, none,
        [&p](const S&, const S& v) { p.tokenizer = v; }});
   add({{"--ctx-size", "-c"}, "N",
-       "longest sequence to plan for (RoPE table, KV cache); caps a GGUF file's context_length "
-       "(default: its context_length, at most 4096)", in, kGenerate, none,
+       "longest sequence to plan for (RoPE table, KV cache); caps a GGUF file's context_length, a model "
+       "folder's max_position_embeddings or a checkpoint's seq_len (default: the model's, at most 4096)", in, kGenerate, none,
        [&p](const S& n, const S& v) { p.ctx_size = static_cast<int>(parse_positive(n, v, 1u << 20)); }});
+  add({{"--allow-unused-tensors"}, "", "load a GGUF file or model folder holding tensors its architecture and layer "
+       "count do not use (refused by default, naming the first), with a warning listing them", in,
+       kGenerate | kPlan | kQuantize, none,
+       flag(p.allow_unused_tensors)});
   add({{"--prompt", "-p"}, "TEXT", "prompt text, encoded with BOS prepended (default: just BOS)", in, kGenerate, none,
        [&p](const S&, const S& v) { p.prompt = v; }});
   add({{"--prompt-ids"}, "CSV", "prompt token ids used exactly as given, e.g. 1,403,407", in, kGenerate, none,

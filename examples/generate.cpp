@@ -55,6 +55,39 @@ using Options = kvd::cli::Params;
 /// Context planned for a GGUF model without --ctx-size (files declare up to 128k).
 constexpr int kDefaultGGUFContext = 4096;
 
+// Loads a GGUF file, a Hugging Face folder or a llama2.c checkpoint, planning for at
+// most `ctx` positions. With allow_unused, tensors the model does not use are
+// listed in a warning instead of refusing the file.
+kvd::ModelWeights<float> load_model(const std::string& path, int ctx, bool allow_unused) {
+  std::vector<std::string> unused;
+  kvd::ModelWeights<float> w;
+  if (kvd::is_gguf_file(path)) {
+    // A GGUF file: config, weights (kept in their stored types, in place) and vocabulary.
+    kvd::GGUFLoadOptions lo;
+    lo.max_seq_len = ctx;
+    lo.allow_unused_tensors = allow_unused;
+    lo.unused_tensors = &unused;
+    w = kvd::load_gguf_model<float>(path, lo);
+  } else if (kvd::is_hf_folder(path)) {
+    kvd::HFLoadOptions lo;
+    lo.max_seq_len = ctx;
+    lo.allow_unused_tensors = allow_unused;
+    lo.unused_tensors = &unused;
+    w = kvd::load_hf_model<float>(path, lo);
+  } else {
+    kvd::CheckpointLoadOptions lo;
+    lo.max_seq_len = ctx;
+    w = kvd::load_checkpoint<float>(path, lo);
+  }
+  if (!unused.empty()) {
+    std::cerr << "warning: " << path << ": " << unused.size() << " tensor(s) not used by the model, loaded anyway "
+              << "(--allow-unused-tensors):";
+    for (std::size_t k = 0; k < unused.size() && k < 8; ++k) std::cerr << (k ? ", " : " ") << unused[k];
+    std::cerr << (unused.size() > 8 ? ", ...\n" : "\n");
+  }
+  return w;
+}
+
 [[noreturn]] void usage_error(const std::string& message) { throw kvd::ArgumentError(message); }
 
 Options parse(int argc, char** argv) {
@@ -314,17 +347,10 @@ int real_main(int argc, char** argv) {
                             << c.summary() << "), float32, " << kvd::num_threads() << " thread(s), " << kvd::build_info().summary() << "\n";
     model.emplace(kvd::ModelWeights<float>::random(c, 42));
   } else {
-    if (kvd::is_gguf_file(*o.model)) {
-      // A GGUF file: config, weights (kept in their stored types, in place) and vocabulary.
-      kvd::GGUFLoadOptions lo;
-      lo.max_seq_len = o.ctx_size > 0 ? o.ctx_size : kDefaultGGUFContext;
-      model.emplace(kvd::load_gguf_model<float>(*o.model, lo));
-    } else if (kvd::is_hf_folder(*o.model)) {
-      model.emplace(kvd::load_hf_model<float>(*o.model));
-      o.model_eos_ids = kvd::hf_generation_eos_ids(*o.model);
-    } else {
-      model.emplace(kvd::load_checkpoint<float>(*o.model));
-    }
+    // Every format plans for -c positions, by default the model's context capped at
+    // kDefaultGGUFContext.
+    model.emplace(load_model(*o.model, o.ctx_size > 0 ? o.ctx_size : kDefaultGGUFContext, o.allow_unused_tensors));
+    if (kvd::is_hf_folder(*o.model)) o.model_eos_ids = kvd::hf_generation_eos_ids(*o.model);
     if (progress) std::cerr << "loaded " << *o.model << " (" << model->config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
                             << kvd::num_threads() << " thread(s), kernels " << kvd::build_info().summary() << "\n";
@@ -336,15 +362,7 @@ int real_main(int argc, char** argv) {
   std::optional<kvd::Transformer<float>> draft;
   if (o.draft_model) {
     const auto d0 = Clock::now();
-    if (kvd::is_gguf_file(*o.draft_model)) {
-      kvd::GGUFLoadOptions lo;
-      lo.max_seq_len = c.max_seq_len;
-      draft.emplace(kvd::load_gguf_model<float>(*o.draft_model, lo));
-    } else if (kvd::is_hf_folder(*o.draft_model)) {
-      draft.emplace(kvd::load_hf_model<float>(*o.draft_model));
-    } else {
-      draft.emplace(kvd::load_checkpoint<float>(*o.draft_model));
-    }
+    draft.emplace(load_model(*o.draft_model, c.max_seq_len, o.allow_unused_tensors));
     if (draft->config().vocab_size != c.vocab_size)
       throw kvd::ConfigError(kvd::detail::msg(*o.draft_model, ": the draft model's vocab_size ", draft->config().vocab_size,
                                               " differs from the target's ", c.vocab_size,

@@ -106,8 +106,9 @@ struct ModelFile {
 };
 
 /// Reads a GGUF file (recognised by its magic, whatever its name) or a llama2.c
-/// checkpoint. Throws FileError/FormatError/ConfigError naming what is wrong.
-ModelFile read_model_file(const std::string& path) {
+/// checkpoint; a GGUF file whose tensors are not all used is refused unless
+/// allow_unused_tensors. Throws FileError/FormatError/ConfigError naming what is wrong.
+ModelFile read_model_file(const std::string& path, bool allow_unused_tensors) {
   ModelFile m;
   if (kvd::is_gguf_file(path)) {
     const kvd::GGUFFile f = kvd::GGUFFile::open(path);
@@ -115,6 +116,7 @@ ModelFile read_model_file(const std::string& path) {
     // needs the shape, and --tokens says how many positions to plan for.
     kvd::GGUFLoadOptions load;
     load.max_seq_len = 1 << 20;
+    load.allow_unused_tensors = allow_unused_tensors;
     const kvd::GGUFModelInfo g = kvd::gguf_model_info(f, load);
     m.format = msg("GGUF ", g.architecture, g.name.empty() ? std::string() : msg(" '", g.name, "'"));
     m.config = g.config;
@@ -148,7 +150,7 @@ int run(const Options& o) {
     reject(o.kv_heads.has_value(), "--kv-heads");
     reject(o.head_dim.has_value(), "--head-dim");
     reject(o.weights_gb.has_value(), "--weights-gb");
-    info = read_model_file(*o.model);  // FileError/FormatError -> exit 1
+    info = read_model_file(*o.model, o.allow_unused_tensors);  // FileError/FormatError -> exit 1
     in = kvd::plan_input_for(info->config, o.dtype);
     // Without --weight-dtype: the exact bytes of the tensors as the file stores them.
     // With it, the bytes kvdecode-quantize would write with that scheme, tensor by tensor.

@@ -80,6 +80,7 @@ int run(int argc, char** argv) {
   kvd::QuantizeOptions o;
   o.tokenizer = p.tokenizer;
   o.threads = p.threads;
+  o.allow_unused_tensors = p.allow_unused_tensors;
   if (!p.quiet)
     o.progress = [](const kvd::QuantizedTensorReport& r) {
       std::string shape;
@@ -89,6 +90,9 @@ int run(int argc, char** argv) {
     };
   if (!p.quiet) std::cerr << "quantizing " << pos[0] << " to " << kvd::quant_scheme_name(scheme) << '\n';
   const kvd::QuantizeResult res = kvd::quantize_model(pos[0], pos[1], scheme, o);
+  if (!res.unused_tensors.empty())
+    std::cerr << "warning: " << res.unused_tensors.size() << " tensor(s) of " << pos[0]
+              << " not used by the model were left out (--allow-unused-tensors), the first: " << res.unused_tensors[0] << '\n';
   if (!res.wrote_vocabulary)
     std::cerr << "note: no vocabulary written (give --tokenizer PATH to include one)\n";
 

@@ -550,6 +550,22 @@ TEST_F(CheckpointTest, V1SeqLenDemandingMoreThanTheFileMayIsRejected) {
                          "v1 files carry no RoPE tables"});
 }
 
+// Issue 33: -c / max_seq_len was ignored for checkpoints. It caps the planned
+// context, and the demand check counts the capped context.
+TEST_F(CheckpointTest, MaxSeqLenCapsTheContextAndItsDemand) {
+  const std::string path = save_small(CheckpointFormat::kLlama2cV1, true, "m.bin");
+  Bytes b = read_bytes(path);
+  put_i32(b, 8 + 24, 1 << 20);  // 151 MB demanded, over the limit
+  write_bytes(path, b);
+  expect_rejected(path, {"seq_len = 1048576", "limit of 67108864 bytes"});
+  kvd::CheckpointLoadOptions lo;
+  lo.max_seq_len = 64;
+  const auto w = kvd::load_checkpoint<float>(path, lo);
+  EXPECT_EQ(w.config.max_seq_len, 64);
+  lo.max_seq_len = 1 << 20;  // a cap above seq_len changes nothing
+  EXPECT_THROW(kvd::load_checkpoint<float>(path, lo), kvd::FileError);
+}
+
 TEST_F(CheckpointTest, MissingFile) { expect_rejected(file("does_not_exist.bin"), {"does not exist"}); }
 
 TEST_F(CheckpointTest, Directory) { expect_rejected(dir_.string(), {"directory"}); }

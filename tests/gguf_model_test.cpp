@@ -481,4 +481,84 @@ TEST(GGUFModelBadInput, ContextBeyondLimitAsksForSmallerContext) {
   EXPECT_NE(e.find(std::to_string(1 << 22)), std::string::npos) << e;
 }
 
+// ---- Issue 33: every tensor accounted for -------------------------------------
+
+/// Loads g's bytes with `options`; "" or the FormatError's message.
+std::string load_error(TinyGGUF& g, const GGUFLoadOptions& options, ModelWeights<float>* out = nullptr) {
+  try {
+    ModelWeights<float> w =
+        load_gguf_weights<float>(std::make_shared<const detail::GGUFOwner>(GGUFFile::from_bytes(g.w.bytes(), "tiny.gguf")),
+                                 options);
+    if (out) *out = std::move(w);
+  } catch (const FormatError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void add_vector(GGUFWriter& w, const std::string& name, std::uint64_t n, float value) {
+  std::vector<float> v(n, value);
+  w.add_tensor(name, WeightType::kF32, {n}, v.data(), v.size() * 4);
+}
+
+TEST(GGUFModelUnusedTensors, UnknownTensorRefusedByNameUnlessAllowed) {
+  TinyGGUF g;
+  g.build();
+  add_vector(g.w, "blk.0.mystery.weight", 32, 1.0f);
+  const std::string e = load_error(g, {});
+  EXPECT_NE(e.find("tensor 'blk.0.mystery.weight'"), std::string::npos) << e;
+  EXPECT_NE(e.find("1 of the file's"), std::string::npos) << e;
+  EXPECT_NE(e.find("the limit is 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("--allow-unused-tensors"), std::string::npos) << e;
+  GGUFLoadOptions allow;
+  std::vector<std::string> unused;
+  allow.allow_unused_tensors = true;
+  allow.unused_tensors = &unused;
+  EXPECT_EQ(load_error(g, allow), "");
+  EXPECT_EQ(unused, std::vector<std::string>{"blk.0.mystery.weight"});
+}
+
+TEST(GGUFModelUnusedTensors, LayerBeyondBlockCountIsRefused) {
+  TinyGGUF g;
+  g.layers = 2;
+  g.build();
+  g.w.set_u32("llama.block_count", 1);  // one targeted change: the weights hold two layers
+  const std::string e = load_error(g, {});
+  EXPECT_NE(e.find("tensor 'blk.1.attn_norm.weight'"), std::string::npos) << e;
+  EXPECT_NE(e.find("1 layers (block_count)"), std::string::npos) << e;
+}
+
+TEST(GGUFModelUnusedTensors, LlamaQkvBiasesAreAppliedAndAnOutputBiasRefused) {
+  TinyGGUF g;
+  g.build();
+  add_vector(g.w, "blk.0.attn_q.bias", 32, 0.25f);
+  add_vector(g.w, "blk.0.attn_k.bias", 16, 0.5f);
+  add_vector(g.w, "blk.0.attn_v.bias", 16, 0.75f);
+  ModelWeights<float> w;
+  ASSERT_EQ(load_error(g, {}, &w), "");
+  EXPECT_TRUE(w.config.qkv_bias);
+  ASSERT_EQ(w.layers[0].bq.size(), 32);
+  EXPECT_EQ(w.layers[0].bq[0], 0.25f);
+  EXPECT_EQ(w.layers[0].bk[15], 0.5f);
+  EXPECT_EQ(w.layers[0].bv[3], 0.75f);
+  // kvdecode has no attention output bias: refused, never ignored.
+  add_vector(g.w, "blk.0.attn_output.bias", 32, 1.0f);
+  const std::string e = load_error(g, {});
+  EXPECT_NE(e.find("tensor 'blk.0.attn_output.bias'"), std::string::npos) << e;
+}
+
+TEST(GGUFModelUnusedTensors, VocabularyShorterThanTheEmbeddingIsRefused) {
+  TinyGGUF g;
+  g.build();
+  std::vector<std::string> tokens;
+  for (int i = 0; i < 39; ++i) tokens.push_back("t" + std::to_string(i));  // the embedding has 40 rows
+  g.w.set_string_array("tokenizer.ggml.tokens", tokens);
+  const std::string e = load_error(g, {});
+  EXPECT_NE(e.find("tokenizer.ggml.tokens"), std::string::npos) << e;
+  EXPECT_NE(e.find("holds 39 tokens, fewer than token_embd.weight's 40 rows"), std::string::npos) << e;
+  tokens.push_back("t39");
+  g.w.set_string_array("tokenizer.ggml.tokens", tokens);
+  EXPECT_EQ(load_error(g, {}), "");
+}
+
 }  // namespace

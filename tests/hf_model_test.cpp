@@ -489,3 +489,96 @@ TEST(HFGenerationConfig, BadEosIdsNamed) {
     EXPECT_NE(std::string(e.what()).find("1025 ids, more than the limit of 1024"), std::string::npos) << e.what();
   }
 }
+
+// ---- Issue 33: the context is capped and checked; every tensor is used ---------
+
+TEST(HFModelContext, DemandOfAHugeContextIsRefusedAndMaxSeqLenHonoured) {
+  SKIP_IF_MISSING(kHF + "stories260K/model.safetensors");
+  auto j = base_config();
+  j["max_position_embeddings"] = 1 << 20;  // 1.34 GB of KV cache for a 1 MB model
+  ScratchFolder f(j.dump(), kHF + "stories260K/model.safetensors");
+  try {
+    load_hf_model<float>(f.path());
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("a context of 1048576 positions"), std::string::npos) << m;
+    EXPECT_NE(m.find("the limit of " + std::to_string(kHFSeqBytesFloor) + " bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("max_seq_len / -c"), std::string::npos) << m;
+  }
+  HFLoadOptions lo;
+  lo.max_seq_len = 64;
+  const ModelWeights<float> w = load_hf_model<float>(f.path(), lo);
+  EXPECT_EQ(w.config.max_seq_len, 64);
+}
+
+TEST(HFModelUnusedTensors, LayersBeyondNumHiddenLayersAreRefusedUnlessAllowed) {
+  SKIP_IF_MISSING(kHF + "stories260K/model.safetensors");
+  auto j = base_config();
+  j["num_hidden_layers"] = 4;  // the weights hold 5 layers
+  ScratchFolder f(j.dump(), kHF + "stories260K/model.safetensors");
+  try {
+    load_hf_model<float>(f.path());
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("tensor 'model.layers.4.input_layernorm.weight'"), std::string::npos) << m;
+    EXPECT_NE(m.find("4 layers (num_hidden_layers)"), std::string::npos) << m;
+    EXPECT_NE(m.find("the limit is 0"), std::string::npos) << m;
+  }
+  HFLoadOptions lo;
+  std::vector<std::string> unused;
+  lo.allow_unused_tensors = true;
+  lo.unused_tensors = &unused;
+  const ModelWeights<float> w = load_hf_model<float>(f.path(), lo);
+  EXPECT_EQ(w.config.n_layers, 4);
+  EXPECT_EQ(unused.size(), 9u);  // a llama layer's nine tensors
+}
+
+// The shared weights with F32 vectors appended under new names, written to `dst`.
+void write_with_vectors(const std::string& src, const fs::path& dst,
+                        const std::vector<std::pair<std::string, std::size_t>>& extra) {
+  std::ifstream in(src, std::ios::binary);
+  std::vector<char> b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::uint64_t n = 0;
+  for (int k = 0; k < 8; ++k) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(b[k])) << (8 * k);
+  nlohmann::json h = nlohmann::json::parse(b.begin() + 8, b.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+  std::vector<char> data(b.begin() + 8 + static_cast<std::ptrdiff_t>(n), b.end());
+  for (const auto& [name, count] : extra) {
+    const std::size_t at = data.size();
+    h[name] = {{"dtype", "F32"}, {"shape", {count}}, {"data_offsets", {at, at + 4 * count}}};
+    const float v = 0.125f;
+    for (std::size_t i = 0; i < count; ++i) data.insert(data.end(), reinterpret_cast<const char*>(&v), reinterpret_cast<const char*>(&v) + 4);
+  }
+  const std::string header = h.dump();
+  std::ofstream out(dst, std::ios::binary);
+  for (int k = 0; k < 8; ++k) out.put(static_cast<char>(static_cast<std::uint64_t>(header.size()) >> (8 * k)));
+  out << header;
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+TEST(HFModelUnusedTensors, LlamaAttentionBiasesApplyQkvAndRefuseOutput) {
+  SKIP_IF_MISSING(kHF + "stories260K/model.safetensors");
+  auto j = base_config();
+  j["attention_bias"] = true;  // HF Llama then has q/k/v/o biases; kvdecode has no o bias
+  ScratchFolder f(j.dump());
+  std::vector<std::pair<std::string, std::size_t>> biases;
+  for (int l = 0; l < 5; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+    biases.push_back({p + "q_proj.bias", 64});
+    biases.push_back({p + "k_proj.bias", 32});
+    biases.push_back({p + "v_proj.bias", 32});
+  }
+  write_with_vectors(kHF + "stories260K/model.safetensors", f.dir / "model.safetensors", biases);
+  const ModelWeights<float> w = load_hf_model<float>(f.path());
+  EXPECT_TRUE(w.config.qkv_bias);
+  EXPECT_EQ(w.layers[4].bv[31], 0.125f);
+  biases.push_back({"model.layers.0.self_attn.o_proj.bias", 64});
+  write_with_vectors(kHF + "stories260K/model.safetensors", f.dir / "model.safetensors", biases);
+  try {
+    load_hf_model<float>(f.path());
+    FAIL() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'model.layers.0.self_attn.o_proj.bias'"), std::string::npos) << e.what();
+  }
+}

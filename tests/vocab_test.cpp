@@ -13,6 +13,7 @@
 #include "vocab_cases.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <random>
@@ -593,6 +594,117 @@ TEST(MalformedGgufVocab, ScoresCountMismatch) {
     w.set_string("tokenizer.ggml.model", "llama");
     w.set_f32_array("tokenizer.ggml.scores", {0.0f});
   }, {"tokenizer.ggml.scores has 1 entries for 4 tokens"});
+}
+
+// --- issue 33: tokenizers linear in the input, growth bounded -----------------
+
+// A tiny tokenizer.json with `extra` spliced into its top-level object.
+std::string tiny_json_with(const std::string& extra) {
+  return std::string(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, " ": 3}, "merges": ["a b"]})") +
+         (extra.empty() ? "" : ", " + extra) + "}";
+}
+
+TEST(TokenizerLimits, WordMatcherFindsTheLongestWordAtEachByteLikeABruteForceScan) {
+  std::mt19937 rng(33);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::string> words(1 + rng() % 8);
+    std::vector<bool> flagged(words.size());
+    for (std::size_t k = 0; k < words.size(); ++k) {
+      const std::size_t len = rng() % 5;  // empty words are never matched
+      for (std::size_t i = 0; i < len; ++i) words[k] += static_cast<char>('a' + rng() % 3);
+      flagged[k] = rng() % 3 == 0;
+    }
+    std::string text;
+    for (int i = 0; i < 40; ++i) text += static_cast<char>('a' + rng() % 3);
+    const kvd::detail::WordMatcher m(words, flagged);
+    for (const bool skip : {false, true}) {
+      std::vector<std::int32_t> got;
+      m.longest_at(text.data(), text.size(), skip, got);
+      for (std::size_t i = 0; i < text.size(); ++i) {
+        int want = -1;
+        std::size_t want_len = 0;
+        for (std::size_t k = 0; k < words.size(); ++k) {
+          const std::string& w = words[k];
+          if (w.empty() || text.compare(i, w.size(), w) != 0) continue;
+          // The first of equal words stands for them, flagged or not.
+          const auto first = static_cast<std::size_t>(std::find(words.begin(), words.end(), w) - words.begin());
+          if (skip && flagged[first]) continue;
+          if (w.size() > want_len) {
+            want = static_cast<int>(first);
+            want_len = w.size();
+          }
+        }
+        ASSERT_EQ(got[i], want) << "round " << round << " byte " << i << " skip " << skip;
+      }
+    }
+  }
+}
+
+TEST(TokenizerLimits, LongAddedTokenIsMatchedInLinearTimeAndCompactly) {
+  // Was: a walk of the trie from every byte, O(text x token), minutes for 200 KB
+  // each; and 80 bytes of trie per byte of token.
+  const std::size_t n = 100000;
+  const std::string token = std::string(n, 'a') + "b";
+  const auto tok = kvd::tokenizer_from_json(
+      tiny_json_with(R"("added_tokens": [{"id": 4, "content": ")" + token + R"(", "special": false}])"), "", "t.json");
+  const kvd::detail::WordMatcher m({token}, {false});
+  EXPECT_LE(m.memory_bytes(), 22 * token.size() + 4096);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<int> ids = tok->encode(std::string(n, 'a') + token, false, true);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.back(), 4);
+  EXPECT_LT(s, 2.0);
+}
+
+TEST(TokenizerLimits, BacktrackingPreTokenizerRunsOutOfOneRegexBudgetPerCall) {
+  // Was: PCRE2's match limit applied per start position, ~20 ms per character.
+  const auto tok = kvd::tokenizer_from_json(
+      tiny_json_with(R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a|a){1,14}\\d"}, "behavior": "Isolated"})"),
+      "", "t.json");
+  const std::string text(2000, 'a');
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error<kvd::TokenError>([&] { tok->encode(text, false, true); },
+                                {"(a|a){1,14}\\d", "regex budget", std::to_string(2000 * kvd::kDefaultRegexUnitsPerByte + kvd::kRegexBudgetBase)});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  EXPECT_EQ(tok->encode("ab", false, true), (std::vector<int>{2}));  // the tokenizer still works
+}
+
+TEST(TokenizerLimits, DoublingReplaceNormalizersStopAtTheGrowthLimit) {
+  // Was: 40 Replace steps doubling the text, 2 GB and then std::bad_alloc.
+  std::string steps;
+  for (int i = 0; i < 40; ++i)
+    steps += std::string(i ? "," : "") + R"({"type": "Replace", "pattern": {"String": "a"}, "content": "aa"})";
+  const auto tok = kvd::tokenizer_from_json(
+      tiny_json_with(R"("normalizer": {"type": "Sequence", "normalizers": [)" + steps + "]}"), "", "t.json");
+  const std::string text(100, 'a');
+  expect_error<kvd::TokenError>([&] { tok->encode(text, false, true); },
+                                {"normalizer step 3", std::to_string(100 * kvd::kMaxTextGrowth + kvd::kTextGrowthSlack),
+                                 "the limit"});
+}
+
+TEST(TokenizerLimits, HugeMetaspaceReplacementStopsAtTheGrowthLimit) {
+  const std::string big(100000, 'b');
+  const auto tok = kvd::tokenizer_from_json(
+      tiny_json_with(R"("pre_tokenizer": {"type": "Metaspace", "replacement": ")" + big + R"(", "prepend_scheme": "never"})"),
+      "", "t.json");
+  expect_error<kvd::TokenError>([&] { tok->encode("a a a", false, true); },
+                                {"Metaspace pre-tokenizer", std::to_string(5 * kvd::kMaxTextGrowth + kvd::kTextGrowthSlack)});
+  // Many short pieces share the one limit of their segment.
+  const auto split = kvd::tokenizer_from_json(
+      tiny_json_with(R"("pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated"}, {"type": "Metaspace", "replacement": ")" +
+                     std::string(40, 'b') + R"(", "prepend_scheme": "never"}]})"),
+      "", "t.json");
+  expect_error<kvd::TokenError>([&] { split->encode(std::string(1000, ' '), false, true); }, {"Metaspace pre-tokenizer", "the limit"});
+}
+
+TEST(TokenizerLimits, DoublingReplaceDecodersAreRefusedAtLoad) {
+  std::string steps;
+  for (int i = 0; i < 40; ++i)
+    steps += std::string(i ? "," : "") + R"({"type": "Replace", "pattern": {"String": "a"}, "content": "aa"})";
+  expect_json_error(tiny_json_with(R"("decoder": {"type": "Sequence", "decoders": [)" + steps + "]}"),
+                    {"t.json", "decoder step 6", "token 0", std::to_string(1 * kvd::kMaxTextGrowth + kvd::kTextGrowthSlack),
+                     "the limit"});
 }
 
 }  // namespace

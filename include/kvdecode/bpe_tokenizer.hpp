@@ -19,6 +19,14 @@
 // so a piece of n characters costs O(n log n), whatever its length.
 // Decoding precomputes each token's output bytes by running the decoders on it
 // (ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip).
+//
+// Encoding is linear in the text: the added tokens are found by one Aho–Corasick
+// pass (detail/word_matcher.hpp); the regex work of one call is paid from one
+// budget (detail/regex.hpp), kDefaultRegexUnitsPerByte units per byte of text plus
+// kRegexBudgetBase; and a step that grows text (Prepend, Replace, Metaspace, and
+// the decoders at load) may make at most kMaxTextGrowth times its segment's bytes
+// plus kTextGrowthSlack. Past a limit, encode throws TokenError and loading
+// FormatError, each naming the limit.
 #pragma once
 
 #include <algorithm>
@@ -35,6 +43,7 @@
 
 #include "kvdecode/detail/regex.hpp"
 #include "kvdecode/detail/unicode.hpp"
+#include "kvdecode/detail/word_matcher.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/text_tokenizer.hpp"
 
@@ -107,6 +116,15 @@ struct TokenizerSpec {
   int bos = -1, eos = -1, eot = -1, eom = -1, unk = -1, pad = -1;
   bool add_bos = false, add_eos = false;
 };
+
+/// A text segment's normalized text, a Metaspace piece and a decoded token are at
+/// most this many times the bytes they came from, plus kTextGrowthSlack.
+constexpr std::size_t kMaxTextGrowth = 8;
+constexpr std::size_t kTextGrowthSlack = 64;
+/// Default regex budget of one encode call: this many PCRE2 match-limit units per
+/// byte of text, plus kRegexBudgetBase (BpeTokenizer::set_regex_budget changes it).
+constexpr std::uint64_t kDefaultRegexUnitsPerByte = 1024;
+constexpr std::uint64_t kRegexBudgetBase = std::uint64_t{1} << 20;
 
 class BpeTokenizer : public TextTokenizer {
  public:
@@ -214,18 +232,32 @@ class BpeTokenizer : public TextTokenizer {
 
   const TokenizerSpec& spec() const { return spec_; }
 
+  /// Sets the regex budget of each encode call to `units_per_byte` PCRE2
+  /// match-limit units per byte of its text plus kRegexBudgetBase (the default is
+  /// kDefaultRegexUnitsPerByte). Throws ArgumentError for 0. Not thread-safe with encode.
+  void set_regex_budget(std::uint64_t units_per_byte) {
+    if (units_per_byte == 0) throw ArgumentError("set_regex_budget: 0 units per byte; it must be at least 1");
+    regex_units_per_byte_ = units_per_byte;
+  }
+  std::uint64_t regex_budget() const { return regex_units_per_byte_; }
+
   std::vector<int> encode(const std::string& text, bool add_special = true, bool parse_special = true) const override {
     std::vector<int> out;
     out.reserve(text.size() / 3 + 4);
     if (add_special && add_bos_) out.push_back(bos_);
-    // Split on added tokens; then each text segment goes through the pipeline.
+    const std::uint64_t per_byte = regex_units_per_byte_;
+    const std::uint64_t units = text.size() > (UINT64_MAX - kRegexBudgetBase) / per_byte
+                                    ? UINT64_MAX
+                                    : text.size() * per_byte + kRegexBudgetBase;
+    detail::RegexBudget budget(units);
+    // Split on added tokens (the longest allowed one starting at each byte); then
+    // each text segment goes through the pipeline.
+    std::vector<std::int32_t> longest;
+    if (!added_matcher_.empty()) added_matcher_.longest_at(text.data(), text.size(), !parse_special, longest);
     std::size_t seg = 0;  // start of the current text segment
     std::size_t i = 0;
     while (i < text.size()) {
-      const auto b = static_cast<unsigned char>(text[i]);
-      int hit = -1;
-      std::size_t hit_len = 0;
-      if (trie_starts_[b]) match_added(text, i, parse_special, hit, hit_len);
+      const int hit = longest.empty() ? -1 : longest[i];
       if (hit < 0) {
         ++i;
         continue;
@@ -233,13 +265,13 @@ class BpeTokenizer : public TextTokenizer {
       const AddedToken& a = spec_.added[static_cast<std::size_t>(hit)];
       std::size_t seg_end = i;
       if (a.lstrip) while (seg_end > seg && is_space(text[seg_end - 1])) --seg_end;
-      encode_segment(text, seg, seg_end, seg == 0, out);
+      encode_segment(text, seg, seg_end, seg == 0, budget, out);
       out.push_back(a.id);
-      i += hit_len;
+      i += a.content.size();
       if (a.rstrip) while (i < text.size() && is_space(text[i])) ++i;
       seg = i;
     }
-    encode_segment(text, seg, text.size(), seg == 0, out);
+    encode_segment(text, seg, text.size(), seg == 0, budget, out);
     if (add_special && add_eos_) out.push_back(eos_);
     return out;
   }
@@ -277,7 +309,10 @@ class BpeTokenizer : public TextTokenizer {
   }
 
   void build_added() {
-    trie_.assign(1, TrieNode{});
+    std::vector<std::string> words;
+    std::vector<bool> special;
+    words.reserve(spec_.added.size());
+    special.reserve(spec_.added.size());
     for (std::size_t k = 0; k < spec_.added.size(); ++k) {
       const AddedToken& a = spec_.added[k];
       if (a.id < 0 || a.id >= vocab_size())
@@ -286,22 +321,10 @@ class BpeTokenizer : public TextTokenizer {
       if (spec_.tokens[static_cast<std::size_t>(a.id)] != a.content)
         throw FormatError(detail::msg(spec_.source, ": added token '", a.content, "' has id ", a.id, ", whose text is '",
                                       spec_.tokens[static_cast<std::size_t>(a.id)], "'"));
-      int node = 0;
-      for (unsigned char c : a.content) {
-        int child = -1;
-        for (const auto& [byte, next] : trie_[static_cast<std::size_t>(node)].next)
-          if (byte == c) child = next;
-        if (child < 0) {
-          child = static_cast<int>(trie_.size());
-          trie_[static_cast<std::size_t>(node)].next.emplace_back(c, child);
-          trie_.push_back(TrieNode{});
-        }
-        node = child;
-      }
-      TrieNode& leaf = trie_[static_cast<std::size_t>(node)];
-      if (leaf.added < 0) leaf.added = static_cast<int>(k);  // the first definition wins
-      trie_starts_[static_cast<unsigned char>(a.content[0])] = true;
+      words.push_back(a.content);
+      special.push_back(a.special);
     }
+    added_matcher_ = detail::WordMatcher(words, special);  // the first definition of a text wins
   }
 
   // Output bytes of every ordinary token: its text through the decoders.
@@ -317,15 +340,28 @@ class BpeTokenizer : public TextTokenizer {
     for (std::size_t i = 0; i < spec_.tokens.size(); ++i) {
       const TokenType t = spec_.types[i];
       std::string s = spec_.tokens[i];
+      const std::size_t cap = grown_limit(s.size());
+      auto grown = [&](std::size_t step) {
+        const std::string& text = spec_.tokens[i];
+        return FormatError(detail::msg(spec_.source, ": decoder step ", step, " would make token ", i, " ('",
+                                       text.substr(0, 64), text.size() > 64 ? "...') " : "') ", "longer than ", cap,
+                                       " bytes (", kMaxTextGrowth, " x its ", text.size(), " bytes + ", kTextGrowthSlack,
+                                       "), the limit"));
+      };
       if (t == TokenType::kUnused || t == TokenType::kUndefined) {
         s.clear();
       } else if (t == TokenType::kNormal || t == TokenType::kByte) {
         bool after_fuse = false;
-        for (const DecoderStep& d : spec_.decoders) {
+        for (std::size_t step = 0; step < spec_.decoders.size(); ++step) {
+          const DecoderStep& d = spec_.decoders[step];
           switch (d.kind) {
             case DecoderStep::kByteLevel: s = detail::byte_level_decode(s); break;
-            case DecoderStep::kMetaspace: s = replace_all(s, d.text, " "); break;
-            case DecoderStep::kReplace: s = replace_all(s, d.text, d.content); break;
+            case DecoderStep::kMetaspace:
+              if (!replace_all(s, d.text, " ", cap)) throw grown(step);
+              break;
+            case DecoderStep::kReplace:
+              if (!replace_all(s, d.text, d.content, cap)) throw grown(step);
+              break;
             case DecoderStep::kByteFallback: {
               const int b = parse_byte_token(s);
               if (b >= 0) s.assign(1, static_cast<char>(b));
@@ -363,81 +399,103 @@ class BpeTokenizer : public TextTokenizer {
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
   }
 
-  static std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
-    if (from.empty()) return s;
+  // The most bytes a step may make from `n`: kMaxTextGrowth x n + kTextGrowthSlack.
+  static std::size_t grown_limit(std::size_t n) {
+    return n > (SIZE_MAX - kTextGrowthSlack) / kMaxTextGrowth ? SIZE_MAX : n * kMaxTextGrowth + kTextGrowthSlack;
+  }
+
+  // Replaces every `from` in s by `to`; false (s unchanged) if the result would
+  // be longer than `cap`, which is checked before it is built.
+  static bool replace_all(std::string& s, const std::string& from, const std::string& to, std::size_t cap) {
+    if (from.empty()) return true;
+    std::size_t hits = 0;
+    for (std::size_t pos = 0, hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) ++hits;
+    if (hits == 0) return true;
+    if (to.size() > from.size() && (to.size() - from.size()) > (cap - std::min(cap, s.size())) / hits) return false;
     std::string out;
-    out.reserve(s.size());
+    out.reserve(s.size() - hits * from.size() + hits * to.size());
     std::size_t pos = 0;
     for (std::size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
       out.append(s, pos, hit - pos);
       out += to;
     }
     out.append(s, pos, std::string::npos);
-    return out;
+    s.swap(out);
+    return true;
   }
 
-  static std::string regex_replace(const detail::Regex& re, const std::string& s, const std::string& to) {
+  // Replaces every match of `re` in s by `to`; false (s unchanged) past `cap`.
+  static bool regex_replace(const detail::Regex& re, std::string& s, const std::string& to, std::size_t cap,
+                            detail::RegexBudget& budget) {
     std::string out;
     std::size_t pos = 0;
-    re.for_each_match(s.data(), s.size(), [&](std::size_t b, std::size_t e) {
+    bool fits = true;
+    re.for_each_match(s.data(), s.size(), budget, [&](std::size_t b, std::size_t e) {
+      if (!fits) return;
+      if (out.size() + (b - pos) + to.size() > cap) {
+        fits = false;
+        return;
+      }
       out.append(s, pos, b - pos);
       out += to;
       pos = e;
     });
+    if (!fits || out.size() + (s.size() - pos) > cap) return false;
     out.append(s, pos, std::string::npos);
-    return out;
+    s.swap(out);
+    return true;
   }
 
   // --- encoding ---------------------------------------------------------------
 
-  // Leftmost-longest added token starting at text[i] (special ones only if allowed).
-  void match_added(const std::string& text, std::size_t i, bool parse_special, int& hit, std::size_t& hit_len) const {
-    int node = 0;
-    for (std::size_t k = i; k < text.size(); ++k) {
-      const auto c = static_cast<unsigned char>(text[k]);
-      int child = -1;
-      for (const auto& [byte, next] : trie_[static_cast<std::size_t>(node)].next)
-        if (byte == c) { child = next; break; }
-      if (child < 0) return;
-      node = child;
-      const int a = trie_[static_cast<std::size_t>(node)].added;
-      if (a >= 0 && (parse_special || !spec_.added[static_cast<std::size_t>(a)].special)) {
-        hit = a;
-        hit_len = k + 1 - i;
-      }
-    }
-  }
-
   // One text segment [b, e) between added tokens: normalize, pre-tokenize, model.
   void encode_segment(const std::string& text, std::size_t b, std::size_t e, bool at_text_start,
-                      std::vector<int>& out) const {
+                      detail::RegexBudget& budget, std::vector<int>& out) const {
     if (e <= b) return;
     std::string s = text.substr(b, e - b);
-    for (const NormalizerStep& n : spec_.normalizers) {
+    // Every step's result is held to cap, before it is built where it can grow much.
+    const std::size_t cap = grown_limit(e - b);
+    auto grown = [&](const char* what, std::size_t step) {
+      return TokenError(detail::msg(spec_.source, ": ", what, " ", step, " would make the ", e - b,
+                                    "-byte text segment at byte ", b, " longer than ", cap, " bytes (", kMaxTextGrowth,
+                                    " x its bytes + ", kTextGrowthSlack, "), the limit"));
+    };
+    for (std::size_t step = 0; step < spec_.normalizers.size(); ++step) {
+      const NormalizerStep& n = spec_.normalizers[step];
+      bool fits = true;
       switch (n.kind) {
-        case NormalizerStep::kPrepend: if (!s.empty()) s = n.text + s; break;
-        case NormalizerStep::kReplace: s = n.regex ? regex_replace(*n.regex, s, n.content) : replace_all(s, n.text, n.content); break;
+        case NormalizerStep::kPrepend:
+          if (s.empty()) break;
+          fits = n.text.size() <= cap - std::min(cap, s.size());
+          if (fits) s = n.text + s;
+          break;
+        case NormalizerStep::kReplace:
+          fits = n.regex ? regex_replace(*n.regex, s, n.content, cap, budget) : replace_all(s, n.text, n.content, cap);
+          break;
         case NormalizerStep::kNfc: s = detail::nfc(s); break;
         case NormalizerStep::kLowercase: s = detail::lowercase(s); break;
       }
+      if (!fits || s.size() > cap) throw grown("normalizer step", step);
     }
     if (s.empty()) return;
     std::vector<std::string> pieces;
     pieces.push_back(std::move(s));
     std::vector<std::string> next;
-    for (const PreTokenizerStep& p : spec_.pre_tokenizers) {
+    for (std::size_t step = 0; step < spec_.pre_tokenizers.size(); ++step) {
+      const PreTokenizerStep& p = spec_.pre_tokenizers[step];
       next.clear();
+      std::size_t produced = 0;  // bytes this step made so far (Metaspace), held to cap in all
       for (std::size_t k = 0; k < pieces.size(); ++k) {
         std::string& piece = pieces[k];
         switch (p.kind) {
           case PreTokenizerStep::kSplit:
-            split(piece, p.regex.get(), p.text, p.behavior, p.invert, next);
+            split(piece, p.regex.get(), p.text, p.behavior, p.invert, budget, next);
             break;
           case PreTokenizerStep::kByteLevel: {
             if (p.add_prefix_space && piece[0] != ' ') piece.insert(0, 1, ' ');
             if (p.byte_level_regex) {
               const std::size_t first = next.size();
-              split(piece, p.byte_level_regex.get(), "", SplitBehavior::kIsolated, false, next);
+              split(piece, p.byte_level_regex.get(), "", SplitBehavior::kIsolated, false, budget, next);
               for (std::size_t q = first; q < next.size(); ++q) next[q] = detail::byte_level_encode(next[q]);
             } else {
               next.push_back(detail::byte_level_encode(piece));
@@ -445,11 +503,16 @@ class BpeTokenizer : public TextTokenizer {
             break;
           }
           case PreTokenizerStep::kMetaspace: {
-            std::string m = replace_all(piece, " ", p.replacement);
+            const std::size_t left = cap - produced;
+            std::string m = std::move(piece);
+            if (m.size() > left || !replace_all(m, " ", p.replacement, left)) throw grown("Metaspace pre-tokenizer", step);
             const bool at_start = at_text_start && k == 0;
-            if (p.add_prefix_space && (!p.prepend_first || at_start) && m.compare(0, p.replacement.size(), p.replacement) != 0)
+            if (p.add_prefix_space && (!p.prepend_first || at_start) && m.compare(0, p.replacement.size(), p.replacement) != 0) {
+              if (p.replacement.size() > left - m.size()) throw grown("Metaspace pre-tokenizer", step);
               m.insert(0, p.replacement);
-            if (p.split) split(m, nullptr, p.replacement, SplitBehavior::kMergedWithNext, false, next);
+            }
+            produced += m.size();
+            if (p.split) split(m, nullptr, p.replacement, SplitBehavior::kMergedWithNext, false, budget, next);
             else next.push_back(std::move(m));
             break;
           }
@@ -466,7 +529,7 @@ class BpeTokenizer : public TextTokenizer {
   // Cuts `s` at the matches of `re` (or of the literal `lit`), keeping the parts
   // the behaviour asks for, appending them to `out`. Empty parts are dropped.
   static void split(const std::string& s, const detail::Regex* re, const std::string& lit, SplitBehavior behavior,
-                    bool invert, std::vector<std::string>& out) {
+                    bool invert, detail::RegexBudget& budget, std::vector<std::string>& out) {
     struct Part { std::size_t b, e; bool match; };
     std::vector<Part> parts;
     std::size_t pos = 0;
@@ -476,7 +539,7 @@ class BpeTokenizer : public TextTokenizer {
       pos = e;
     };
     if (re) {
-      re->for_each_match(s.data(), s.size(), on_match);
+      re->for_each_match(s.data(), s.size(), budget, on_match);
     } else if (!lit.empty()) {
       for (std::size_t hit; (hit = s.find(lit, pos)) != std::string::npos;) on_match(hit, hit + lit.size());
     }
@@ -651,10 +714,6 @@ class BpeTokenizer : public TextTokenizer {
   }
 
   struct Merge { int rank, merged; };
-  struct TrieNode {
-    std::vector<std::pair<unsigned char, int>> next;
-    int added = -1;  // index into spec_.added of the token ending here
-  };
 
   TokenizerSpec spec_;
   std::unordered_map<std::string_view, int> ids_;  // views spec_.tokens, which never changes after construction
@@ -662,8 +721,8 @@ class BpeTokenizer : public TextTokenizer {
   std::size_t n_merges_ = 0;
   std::size_t max_len_ = 0;
   int byte_id_[256];
-  std::vector<TrieNode> trie_;
-  bool trie_starts_[256] = {};
+  detail::WordMatcher added_matcher_;  // over spec_.added's contents; special ones flagged
+  std::uint64_t regex_units_per_byte_ = kDefaultRegexUnitsPerByte;
   std::vector<std::string> pieces_;  // (vocab_size) output bytes of each ordinary token
 };
 

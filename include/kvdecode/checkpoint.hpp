@@ -46,6 +46,13 @@
 
 namespace kvd {
 
+/// Options for loading a checkpoint.
+struct CheckpointLoadOptions {
+  /// Longest sequence to plan for: caps the header's seq_len (RoPE table, default
+  /// cache capacity, and the memory demand checked at load). 0 = seq_len.
+  int max_seq_len = 0;
+};
+
 /// The on-disk layouts load_checkpoint() and save_checkpoint() understand.
 enum class CheckpointFormat {
   kLlama2cLegacy,  ///< llama2.c legacy / export.py v0: 28-byte header, RoPE tables, sign of vocab_size = shared flag
@@ -268,11 +275,12 @@ inline CheckpointHeader parse_header(const std::string& path, const unsigned cha
 /// the model take 545 MB and its cache 1 GB). Throws FileError naming seq_len, the bytes
 /// it demands and the limit.
 inline void check_seq_len_demand(const std::string& path, const CheckpointHeader& h, const CheckpointInfo& info,
-                                 std::uint64_t file_bytes) {
+                                 std::uint64_t file_bytes, int max_seq_len = 0) {
   const ModelConfig& c = info.config;
   // Every factor is below 2^21 (ModelConfig's bounds) except the product, so use checked arithmetic.
   const CheckedCount k(path, h);
-  const std::uint64_t S = static_cast<std::uint64_t>(c.max_seq_len);
+  const int planned = max_seq_len > 0 && max_seq_len < c.max_seq_len ? max_seq_len : c.max_seq_len;
+  const std::uint64_t S = static_cast<std::uint64_t>(planned);
   const std::uint64_t rope = k.mul(S, k.mul(static_cast<std::uint64_t>(c.head_dim), 4, "RoPE table bytes"),
                                    "RoPE table bytes");  // cos and sin, (S, Dh/2) each, float32
   const std::uint64_t per_pos = k.mul(2ull * static_cast<std::uint64_t>(c.n_layers),
@@ -283,7 +291,8 @@ inline void check_seq_len_demand(const std::string& path, const CheckpointHeader
                                              ? ~std::uint64_t{0}
                                              : kCheckpointSeqBytesFileFactor * file_bytes);
   if (demand > limit)
-    checkpoint_fail(path, "header field seq_len = ", c.max_seq_len, " demands ", demand,
+    checkpoint_fail(path, "header field seq_len = ", c.max_seq_len,
+                    planned != c.max_seq_len ? msg(" (capped at ", planned, ")") : std::string(), " demands ", demand,
                     " bytes of RoPE tables and float32 KV cache (", per_pos, " bytes per position), more than ",
                     "the limit of ", limit, " bytes a ", file_bytes, "-byte ", checkpoint_format_name(h.format),
                     " file may demand (the larger of ", kCheckpointSeqBytesFileFactor, " x its size and ",
@@ -304,7 +313,7 @@ struct OpenCheckpoint {
 /// Maps `path` and validates everything short of reading tensors. Throws FileError
 /// naming the path and the problem; nothing beyond the first 256 bytes is touched and
 /// nothing is allocated in proportion to the header's numbers.
-inline OpenCheckpoint open_checkpoint(const std::string& path) {
+inline OpenCheckpoint open_checkpoint(const std::string& path, int max_seq_len = 0) {
   require_little_endian(path);
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -354,7 +363,7 @@ inline OpenCheckpoint open_checkpoint(const std::string& path) {
                           "\" look like text: is this a damaged v1 file or not a checkpoint?)"));
     throw;
   }
-  check_seq_len_demand(path, h, info, file_bytes);
+  check_seq_len_demand(path, h, info, file_bytes, max_seq_len);
   out.info = info;
   out.header_bytes = h.header_bytes;
   return out;
@@ -534,15 +543,16 @@ inline CheckpointInfo read_checkpoint_info(const std::string& path) { return det
 /// Loads a llama2.c checkpoint (legacy or v1, detected by the "ak42" magic) and
 /// converts its float32 values to T.
 /// Precondition: T is float or double.
-/// Result: weights whose config is read_checkpoint_info(path).config and whose
+/// Result: weights whose config is read_checkpoint_info(path).config, with
+/// max_seq_len capped at options.max_seq_len when that is smaller, and whose
 /// tensors hold the file's values (exactly, since float32 -> T is exact).
 /// Failure: FileError as for read_checkpoint_info(), checked before any tensor is
 /// allocated, or a read error / early end of file (file changed while loading),
 /// naming the tensor. Nothing is returned and no state is left behind.
 template <class T>
-ModelWeights<T> load_checkpoint(const std::string& path) {
+ModelWeights<T> load_checkpoint(const std::string& path, const CheckpointLoadOptions& options = {}) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "load_checkpoint<T>: T must be float or double");
-  const detail::OpenCheckpoint file = detail::open_checkpoint(path);
+  const detail::OpenCheckpoint file = detail::open_checkpoint(path, options.max_seq_len);
   const CheckpointInfo& info = file.info;
   detail::ByteCursor in(file.file);
   in.skip(file.header_bytes, "header");
@@ -559,6 +569,7 @@ ModelWeights<T> load_checkpoint(const std::string& path) {
         if (skip > in.remaining()) detail::checkpoint_fail(path, "cannot seek past the RoPE tables");
         in.skip(skip, "RoPE tables");
       });
+  if (options.max_seq_len > 0 && options.max_seq_len < w.config.max_seq_len) w.config.max_seq_len = options.max_seq_len;
   return w;
 }
 

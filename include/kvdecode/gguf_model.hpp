@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "kvdecode/config.hpp"
@@ -36,6 +37,11 @@ struct GGUFLoadOptions {
   /// Longest sequence to plan for: caps the file's context_length (RoPE table,
   /// default cache capacity). 0 = the file's context_length.
   int max_seq_len = 0;
+  /// Load a file holding tensors the model does not use (refused by default,
+  /// naming the first); their names go to `unused_tensors`, for a warning.
+  bool allow_unused_tensors = false;
+  /// With allow_unused_tensors: receives the unused tensors' names, in file order (may be null).
+  std::vector<std::string>* unused_tensors = nullptr;
 };
 
 /// What a GGUF file's metadata says about its model.
@@ -48,6 +54,9 @@ struct GGUFModelInfo {
   std::uint64_t file_bytes = 0;     ///< size of the file
   /// (type, bytes) of the tensors the model uses, one entry per storage type present.
   std::vector<std::pair<WeightType, std::uint64_t>> bytes_by_type;
+  /// Tensors of the file that the model does not use, in file order (only with
+  /// GGUFLoadOptions::allow_unused_tensors; otherwise the file is refused).
+  std::vector<std::string> unused_tensors;
 };
 
 namespace detail {
@@ -164,6 +173,9 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
     detail::gguf_model_fail(f, detail::msg("rope.scaling.type '", scaling, "' is not supported (none or linear)"));
   c.rope_style = arch->rope;
   c.qkv_bias = arch->qkv_bias;
+  // llama.cpp's llama applies q/k/v biases when the file has them; so does kvdecode
+  // (all three in every layer, or the load fails naming the missing one).
+  if (!c.qkv_bias && info.architecture == "llama" && f.find_tensor("blk.0.attn_q.bias")) c.qkv_bias = true;
   c.qk_norm = arch->qk_norm;
   const GGUFTensorInfo* emb = f.find_tensor("token_embd.weight");
   if (!emb) detail::gguf_model_fail(f, "tensor 'token_embd.weight' is missing");
@@ -171,6 +183,14 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
     detail::gguf_model_fail(f, detail::msg("tensor 'token_embd.weight' has shape ", emb->shape_string(), ", expected [",
                                            c.d_model, ", vocab_size <= ", 1u << 20, "]"));
   c.vocab_size = static_cast<int>(emb->ne[1]);
+  // A vocabulary shorter than the embedding would fail mid-generation, after part of the text.
+  if (const auto* tv = f.find("tokenizer.ggml.tokens")) {
+    const std::uint64_t n_tokens = f.get_string_array("tokenizer.ggml.tokens").size();
+    if (n_tokens < emb->ne[1])
+      detail::gguf_model_fail(f, detail::msg("tokenizer.ggml.tokens (at offset ", tv->file_offset, ") holds ", n_tokens,
+                                             " tokens, fewer than token_embd.weight's ", emb->ne[1],
+                                             " rows (vocab_size); the model could produce ids without text"));
+  }
   if (const auto* v = f.find(a + "vocab_size"); v && f.get_u64(a + "vocab_size") != emb->ne[1])
     detail::gguf_model_fail(f, detail::msg("key '", a, "vocab_size' = ", f.get_u64(a + "vocab_size"),
                                            " disagrees with token_embd.weight's ", emb->ne[1], " rows"));
@@ -210,6 +230,19 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
       need(p + "attn_k_norm.weight", Dh, 0);
     }
   }
+  // Every tensor must be used: llama.cpp refuses or applies what kvdecode would ignore
+  // (a bias, a layer beyond block_count, an unknown tensor).
+  std::unordered_set<const GGUFTensorInfo*> used_set(used.begin(), used.end());
+  for (const GGUFTensorInfo& t : f.tensors()) {
+    if (used_set.count(&t)) continue;
+    if (!options.allow_unused_tensors)
+      detail::gguf_model_fail(f, detail::msg("tensor '", t.name, "' (record at offset ", t.info_offset,
+                                             ") is not used by a ", info.architecture, " model of ", c.n_layers,
+                                             " layers (block_count); ", f.tensors().size() - used.size(), " of the file's ",
+                                             f.tensors().size(), " tensors are unused, the limit is 0 (pass "
+                                             "allow_unused_tensors / --allow-unused-tensors to load it anyway)"));
+    info.unused_tensors.push_back(t.name);
+  }
   for (const GGUFTensorInfo* t : used) {
     info.weight_bytes += t->n_bytes;
     auto it = info.bytes_by_type.begin();
@@ -229,6 +262,8 @@ ModelWeights<T> load_gguf_weights(std::shared_ptr<const detail::GGUFOwner> owner
   const GGUFFile& f = owner->file;
   const GGUFModelInfo info = gguf_model_info(f, options);
   const ModelConfig& c = info.config;
+  if (options.unused_tensors)
+    options.unused_tensors->insert(options.unused_tensors->end(), info.unused_tensors.begin(), info.unused_tensors.end());
   ModelWeights<T> w;
   w.config = c;
   auto matrix = [&](const std::string& name) {

@@ -17,6 +17,7 @@
 // keep data aligned) is copied once. Norms and biases are converted to T.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -24,6 +25,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,7 +44,20 @@ namespace kvd {
 struct HFLoadOptions {
   /// Longest sequence to plan for: caps max_position_embeddings. 0 = the config's value.
   int max_seq_len = 0;
+  /// Load a folder holding tensors the model does not use (refused by default,
+  /// naming the first); their names go to `unused_tensors`, for a warning.
+  bool allow_unused_tensors = false;
+  /// With allow_unused_tensors: receives the unused tensors' names, by name order (may be null).
+  std::vector<std::string>* unused_tensors = nullptr;
 };
+
+/// The planned context may demand (RoPE tables + a float32 KV cache) at most this
+/// many times the bytes of the folder's .safetensors files, or kHFSeqBytesFloor if
+/// larger: as for llama2.c checkpoints (checkpoint.hpp). Lower max_seq_len to load more.
+inline constexpr std::uint64_t kHFSeqBytesFileFactor = 2;
+inline constexpr std::uint64_t kHFSeqBytesFloor = std::uint64_t{64} << 20;  // 64 MiB
+/// The longest context any format may plan for (GGUF's limit too).
+inline constexpr std::uint64_t kHFMaxContext = std::uint64_t{1} << 20;
 
 /// What a folder's config.json says about its model.
 struct HFModelInfo {
@@ -153,6 +168,36 @@ class HFOwner : public ByteOwner {
   SafetensorsModel model;
 };
 
+/// Refuses a planned context whose RoPE tables and float32 KV cache would take more
+/// than max(kHFSeqBytesFileFactor x the folder's .safetensors bytes, kHFSeqBytesFloor)
+/// (issue 33: a 1 MB folder with max_position_embeddings 2^20 took 1.38 GB).
+/// FormatError naming the field, the demand and the limit.
+inline void hf_check_context_demand(const std::string& folder, const std::string& file, const ModelConfig& c) {
+  namespace fs = std::filesystem;
+  std::uint64_t weights = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e2;
+    if (it->path().extension() == ".safetensors" && it->is_regular_file(e2)) {
+      const std::uint64_t n = it->file_size(e2);
+      if (!e2) weights = n > ~std::uint64_t{0} - weights ? ~std::uint64_t{0} : weights + n;
+    }
+  }
+  // Every factor is below 2^21 (ModelConfig's bounds) and S <= 2^20: no overflow in 64 bits.
+  const std::uint64_t S = static_cast<std::uint64_t>(c.max_seq_len);
+  const std::uint64_t rope = S * static_cast<std::uint64_t>(c.head_dim) * 4;  // cos and sin, (S, Dh/2) each
+  const std::uint64_t per_pos = 2ull * static_cast<std::uint64_t>(c.n_layers) * static_cast<std::uint64_t>(c.kv_dim()) * 4;
+  const std::uint64_t demand = rope + S * per_pos;
+  const std::uint64_t limit = std::max(kHFSeqBytesFloor, weights > ~std::uint64_t{0} / kHFSeqBytesFileFactor
+                                                             ? ~std::uint64_t{0}
+                                                             : kHFSeqBytesFileFactor * weights);
+  if (demand > limit)
+    hf_fail(file, msg("a context of ", S, " positions (max_position_embeddings, capped by max_seq_len) demands ", demand,
+                      " bytes of RoPE tables and float32 KV cache (", per_pos, " bytes per position), more than the limit of ",
+                      limit, " bytes a folder of ", weights, " bytes of weights may demand (the larger of ",
+                      kHFSeqBytesFileFactor, " x its .safetensors bytes and ", kHFSeqBytesFloor,
+                      "); pass a smaller max_seq_len / -c"));
+}
 }  // namespace detail
 
 /// Reads `folder`/config.json. Throws FileError when it is missing or unreadable,
@@ -199,6 +244,9 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   info.file_context = static_cast<std::uint64_t>(hf_dim(j, file, "max_position_embeddings"));
   std::uint64_t ctx = info.file_context;
   if (options.max_seq_len > 0 && static_cast<std::uint64_t>(options.max_seq_len) < ctx) ctx = options.max_seq_len;
+  if (ctx > kHFMaxContext)
+    hf_fail(file, msg("field 'max_position_embeddings' = ", ctx, " exceeds the limit ", kHFMaxContext,
+                      " (pass a smaller max_seq_len / -c)"));
   c.max_seq_len = static_cast<int>(ctx);
   c.norm_eps = detail::hf_number(j, file, "rms_norm_eps", 0, true);
   c.rope_theta = detail::hf_number(j, file, "rope_theta", 10000.0);
@@ -255,6 +303,7 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   }
   c.shared_classifier = info.tied;  // refined at load: an absent lm_head.weight also means tied
   c.validate();
+  detail::hf_check_context_demand(folder, file, c);
   return info;
 }
 
@@ -321,7 +370,9 @@ ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& op
   c.validate();
 
   // The tensor `name` with shape [rows, cols] (rows = 0: a vector of cols).
+  std::unordered_set<std::string> used{"model.embed_tokens.weight"};
   auto tensor = [&](const std::string& name, std::uint64_t rows, std::uint64_t cols) -> const SafetensorsTensor& {
+    used.insert(name);
     const SafetensorsTensor& t = m.get(name);
     const bool ok = rows == 0 ? (t.shape.size() == 1 && t.shape[0] == cols)
                               : (t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols);
@@ -380,6 +431,18 @@ ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& op
       L.q_norm = vec(p + "self_attn.q_norm.weight", Dh);
       L.k_norm = vec(p + "self_attn.k_norm.weight", Dh);
     }
+  }
+  // Every tensor must be used: what kvdecode would ignore (o_proj's bias, a layer
+  // beyond num_hidden_layers, an unknown tensor) means another model than it runs.
+  const std::vector<const SafetensorsTensor*> all = m.tensors();
+  for (const SafetensorsTensor* t : all) {
+    if (used.count(t->name)) continue;
+    if (!options.allow_unused_tensors)
+      throw FormatError(msg(folder, ": tensor '", t->name, "' (in ", t->file, ") is not used by a ", info.architecture,
+                            " of ", c.n_layers, " layers (num_hidden_layers); ", all.size() - used.size(), " of the ",
+                            all.size(), " tensors are unused, the limit is 0 (pass allow_unused_tensors / "
+                            "--allow-unused-tensors to load it anyway)"));
+    if (options.unused_tensors) options.unused_tensors->push_back(t->name);
   }
   w.validate();
   return w;

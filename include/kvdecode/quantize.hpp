@@ -304,6 +304,9 @@ struct QuantizeOptions {
   /// vocabulary is copied) for GGUF input.
   std::string tokenizer;
   int threads = 0;  ///< OpenMP threads for quantizing rows; 0 = OpenMP's default. Bytes are the same for any count.
+  /// A Hugging Face input holding tensors its config does not use is refused unless
+  /// this is set; they are then left out of the output and named in QuantizeResult::unused_tensors.
+  bool allow_unused_tensors = false;
   /// Called after each tensor is quantized (progress output).
   std::function<void(const QuantizedTensorReport&)> progress;
 };
@@ -314,6 +317,7 @@ struct QuantizeResult {
   std::vector<QuantizedTensorReport> tensors;
   std::uint64_t file_bytes = 0;
   bool wrote_vocabulary = false;
+  std::vector<std::string> unused_tensors;  ///< Hugging Face input tensors left out (allow_unused_tensors)
   /// Bits per weight over the matrices (2-D tensors): their bytes * 8 / their values.
   double bits_per_weight() const {
     std::uint64_t b = 0, n = 0;
@@ -578,7 +582,15 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
     ModelWeights<float> w;
     if (is_hf_folder(in)) {
       result.input_format = "hf";
-      w = load_hf_model<float>(in);
+      // No context is planned here: the smallest one passes the context demand check,
+      // and the file's max_position_embeddings is what the output records.
+      HFLoadOptions lo;
+      lo.max_seq_len = 1;
+      lo.allow_unused_tensors = options.allow_unused_tensors;
+      lo.unused_tensors = &result.unused_tensors;
+      const std::uint64_t context = hf_model_info(in, lo).file_context;
+      w = load_hf_model<float>(in, lo);
+      w.config.max_seq_len = static_cast<int>(std::min<std::uint64_t>(context, kHFMaxContext));
     } else if (fs::is_directory(in, ec)) {
       throw FormatError(detail::msg("'", in, "' is a folder without config.json: not a Hugging Face model folder"));
     } else {

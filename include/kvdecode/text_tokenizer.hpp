@@ -43,8 +43,10 @@ class TextTokenizer {
   /// special-token text in `text` (e.g. "<|im_start|>") becomes that token's id;
   /// without, it is tokenized as ordinary text (user-defined added tokens are still
   /// matched, as the reference implementations do). Any byte string is accepted:
-  /// invalid UTF-8 becomes byte tokens. Never modifies the tokenizer; safe to call
-  /// from several threads at once.
+  /// invalid UTF-8 becomes byte tokens. Throws TokenError, naming the limit, when
+  /// the text would exceed a tokenizer's work or growth limits (BpeTokenizer's regex
+  /// budget and text growth, docs/limits.md). Never modifies the tokenizer; safe to
+  /// call from several threads at once.
   virtual std::vector<int> encode(const std::string& text, bool add_special = true, bool parse_special = true) const = 0;
 
   virtual int vocab_size() const = 0;

@@ -5,6 +5,7 @@
 // No file from ../shared is copied: the formats are written from scratch here.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -521,6 +522,44 @@ void texts() {
   text("spaces", "   leading and  double  spaces ");
 }
 
+// Issue 33 shapes: tokenizers whose steps grow text (Replace rules that double it,
+// a long Metaspace replacement), a long added token and a backtracking pattern;
+// texts that are long runs; a header of many empty tensors; a model folder whose
+// config plans a huge context.
+void growth_and_length_seeds() {
+  const std::string tiny_model = R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, " ": 3}, "merges": ["a b"]})";
+  auto json = [&](const std::string& name, const std::string& extra) {
+    const std::string j = "{" + tiny_model + ", " + extra + "}";
+    put("tokenizer-json", name, Bytes(j.begin(), j.end()));
+  };
+  std::string doubling;
+  for (int i = 0; i < 12; ++i)
+    doubling += std::string(i ? "," : "") + R"({"type": "Replace", "pattern": {"String": "a"}, "content": "aa"})";
+  json("doubling-replace-normalizer", R"("normalizer": {"type": "Sequence", "normalizers": [)" + doubling + "]}");
+  json("doubling-replace-decoder", R"("decoder": {"type": "Sequence", "decoders": [)" + doubling + "]}");
+  json("huge-metaspace", R"("pre_tokenizer": {"type": "Metaspace", "replacement": ")" + std::string(4096, 'x') +
+                             R"(", "prepend_scheme": "always"})");
+  json("long-added-token", R"("added_tokens": [{"id": 4, "content": ")" + std::string(4096, 'a') +
+                               R"(b", "special": false}])");
+  json("backtracking-split", R"("pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a|a){1,14}\\d"}, "behavior": "Isolated"})");
+  auto text = [](const std::string& name, const std::string& t) { put("tokenizer-encode", name, Bytes(t.begin(), t.end())); };
+  text("long-run", std::string(2000, 'a'));
+  std::string prefixes;
+  while (prefixes.size() < 1900) prefixes += "<|endoftext|<|endo<|im_start|><|im_sta";
+  text("special-prefixes", prefixes);
+  std::string many = "{";
+  for (int k = 0; k < 300; ++k)
+    many += (k ? ",\"e" : "\"e") + std::to_string(k) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[0,0]})";
+  put("safetensors", "many-empty-tensors", safetensors_file(many + "}", {}));
+  // The llama-f32 folder with a 2^20-position context (the demand check refuses it).
+  Bytes huge = hf_folder("LlamaForCausalLM", "F32", true);
+  const std::string from = R"("max_position_embeddings":64)", to = R"("max_position_embeddings":1048576)";
+  const auto at = std::search(huge.begin(), huge.end(), from.begin(), from.end());
+  huge.erase(at, at + static_cast<std::ptrdiff_t>(from.size()));
+  huge.insert(huge.begin() + (at - huge.begin()), to.begin(), to.end());
+  put("hf-folder", "huge-context", huge);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -544,6 +583,7 @@ int main(int argc, char** argv) {
     hf_folders();
     tokenizer_jsons();
     texts();
+    growth_and_length_seeds();
     fs::remove_all(tmp);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvdecode-fuzz-make-corpus: %s\n", e.what());
