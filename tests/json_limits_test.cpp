@@ -30,6 +30,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using kvd_test::TempDir;
+using kvd_test::read_all;
+
 const std::string kShared = KVDECODE_SHARED_DIR;
 
 #define SKIP_IF_MISSING(path) \
@@ -40,10 +43,6 @@ constexpr int kDeep = 100000;
 // `depth` nested arrays around 1: "[[[1]]]" for 3.
 std::string nested(int depth) { return std::string(static_cast<std::size_t>(depth), '[') + "1" + std::string(static_cast<std::size_t>(depth), ']'); }
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 void write_all(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 // `text` with its first `from` replaced by `to`; fails the test if `from` is absent.
@@ -53,25 +52,6 @@ std::string replace_once(std::string text, const std::string& from, const std::s
   if (at != std::string::npos) text.replace(at, from.size(), to);
   return text;
 }
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / (std::string("kvd_json_") + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 // Runs f, expecting an E whose message holds every piece, in under a second.
 template <class E>

@@ -28,39 +28,20 @@
 #include "kvdecode/checkpoint.hpp"
 #include "kvdecode/detail/bytes.hpp"
 #include "kvdecode/gguf.hpp"
+#include "test_util.hpp"
 
 using namespace kvd;
 namespace fs = std::filesystem;
 
 namespace {
 
+using kvd_test::TempDir;
+using kvd_test::read_all;
+
 const std::string kShared = KVDECODE_SHARED_DIR;
 const std::string kModel = kShared + "/models/stories260K.bin";
 
 #define EXPECT_HAS(m, piece) EXPECT_NE((m).find(piece), std::string::npos) << "'" << (piece) << "' not in: " << (m)
-
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / (std::string("kvd_programs_") + info->test_suite_name() + "_" + info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // The program `name` beside this test binary, or "" when it is not built.
 std::string program(const std::string& name) {

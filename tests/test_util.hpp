@@ -6,9 +6,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <set>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "kvdecode/kvdecode.hpp"
 
@@ -194,6 +199,45 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
   std::vector<Vec> logits(n);
   for (int t = 0; t < n; ++t) logits[t] = matvec(out, norm(x[t], w.final_norm));
   return logits;
+}
+
+/// A fresh directory for the running test (named after it and this process), removed
+/// afterwards with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string("kvd_") + info->test_suite_name() + "_" + info->name() + "_" + std::to_string(::getpid());
+    for (char& ch : name)
+      if (ch == '/') ch = '_';
+    path_ = std::filesystem::temp_directory_path() / name;
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+  /// The names of the entries in the directory.
+  std::set<std::string> names() const {
+    std::set<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) out.insert(e.path().filename().string());
+    return out;
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// A whole file's bytes ("" if it cannot be read).
+inline std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 }  // namespace kvd_test
