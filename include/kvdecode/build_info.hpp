@@ -19,11 +19,11 @@ struct BuildInfo {
   const char* isa = "scalar";  ///< the kernels' vectors: "avx512", "avx2" or "scalar" (portable, also NEON builds for now)
   bool avx2_quant = false;     ///< the AVX2 block-type decoders (default mode and fast mode)
   bool fused_quant = false;    ///< the fused small-M quantized tiles (left out of sanitized builds)
-  bool fast_int8 = false;      ///< the int8 fast mode (--fast-matmul) for block types
+  bool fast_int8_avx2 = false; ///< the int8 fast mode (--fast-matmul) of block types runs AVX2 tiles (else a portable loop, same bits)
   bool vnni = false;           ///< its dot products use VNNI (vpdpbusd)
   bool fast_bf16 = false;      ///< the bf16 fast mode for f16/bf16 weights (AVX512-BF16)
 
-  /// One line, e.g. "avx512 (vnni, bf16, fused)".
+  /// One line, e.g. "avx512 (vnni, bf16, fused)" or "scalar (fused, portable fast mode)".
   std::string summary() const {
     std::string s = isa, extra;
     auto add = [&](bool on, const char* name) {
@@ -32,7 +32,7 @@ struct BuildInfo {
     add(vnni, "vnni");
     add(fast_bf16, "bf16");
     add(fused_quant, "fused");
-    if (!fast_int8) add(true, "no fast mode");
+    if (!fast_int8_avx2) add(true, "portable fast mode");
     return extra.empty() ? s : s + " (" + extra + ")";
   }
 };
@@ -44,11 +44,11 @@ inline BuildInfo build_info() {
 #if defined(KVDECODE_QUANT_AVX2)
   b.avx2_quant = true;
 #endif
-#if defined(KVDECODE_QUANT_FUSED)
+#if defined(KVDECODE_QUANT_FUSED) || defined(KVDECODE_QUANT_FUSED_AVX2)
   b.fused_quant = true;
 #endif
 #if defined(KVDECODE_FAST_AVX2)
-  b.fast_int8 = true;
+  b.fast_int8_avx2 = true;
 #endif
 #if defined(KVDECODE_FAST_VNNI)
   b.vnni = true;
