@@ -1,5 +1,5 @@
 // A line chart as standalone SVG (no plotting library), shared by the measuring
-// programs: kvdecode-roofline's docs/time_per_token.svg and kvdecode-conversation's
+// programs: kvdecode-roofline's docs/figures/time_per_token.svg and kvdecode-conversation's
 // docs/conversation_ttft.svg.
 #pragma once
 
