@@ -8,8 +8,8 @@
 //       llama3-json and qwen3-json (their tokenizer.json files), mistral-json
 //       and llama-spm-gguf (SentencePiece).
 //
-// The corpus is this repository's own text: README.md (English prose) followed
-// by the library headers (C++ with English comments), about 0.5 MB read from the
+// The corpus is this repository's own text: README.md and docs/*.md (English
+// prose) followed by the library headers (C++ with English comments), read from the
 // source tree at run time, so it is real mixed text rather than a repeated phrase.
 // Each vocabulary is loaded once, outside the timing. The target is >= 2 MB/s.
 //
@@ -35,13 +35,17 @@ const std::string kShared = KVDECODE_SHARED_DIR;
 
 std::string slurp(const fs::path& p) { return kvd::detail::read_text_file(p.string(), std::uint64_t{1} << 30); }
 
-// README.md and include/kvdecode/**/*.hpp, in name order.
+// README.md, docs/*.md and include/kvdecode/**/*.hpp, each group in name order.
 const std::string& corpus() {
   static const std::string text = [] {
     const fs::path root = fs::path(__FILE__).parent_path().parent_path();
     std::string t = slurp(root / "README.md");
-    std::vector<fs::path> headers;
+    std::vector<fs::path> pages, headers;
     std::error_code ec;
+    for (const auto& e : fs::directory_iterator(root / "docs", ec))
+      if (e.path().extension() == ".md") pages.push_back(e.path());
+    std::sort(pages.begin(), pages.end());
+    for (const fs::path& p : pages) t += slurp(p);
     for (const auto& e : fs::recursive_directory_iterator(root / "include" / "kvdecode", ec))
       if (e.path().extension() == ".hpp") headers.push_back(e.path());
     std::sort(headers.begin(), headers.end());
@@ -66,7 +70,7 @@ void BM_TokenizerEncode(benchmark::State& state, const std::string& rel) {
   }
   const std::string& text = corpus();
   if (text.size() < 100000) {
-    state.SkipWithError("corpus (README.md and headers) not found next to the benchmark source");
+    state.SkipWithError("corpus (README.md, docs/ and headers) not found next to the benchmark source");
     return;
   }
   const kvd::TextTokenizer* tok = tokenizer(path);

@@ -351,7 +351,7 @@ std::vector<float> read_floats(const std::string& path) {
   return v;
 }
 
-// Every scheme writes a file kvdecode loads; the figures are the README's table.
+// Every scheme writes a file kvdecode loads; the figures are docs/quantization.md's table.
 // stories260K's rows (64, 172) make every K type fall back; rand256 (rows of 256
 // and 768, untied classifier) exercises the K types themselves, and there
 // llama.cpp's own llama-quantize output of the same model (reference logits in

@@ -29,7 +29,7 @@
 // (3) and q6_K (6). So Q4_K_M, Q5_K_M, Q3_K_M and Q2_K files run in fast mode
 // throughout. q8_0 keeps the default numerics: on AVX2 its bytes would need
 // transposing to 4 values per output lane, which measured no faster than its
-// float path (README, "Fast mode"). A matrix of a type the mode does not compute
+// float path (docs/fast-mode.md). A matrix of a type the mode does not compute
 // keeps the default numerics, per matrix, so a model mixing types is still
 // exact across paths.
 //

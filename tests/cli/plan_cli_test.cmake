@@ -37,7 +37,7 @@ endif()
 expect_rc(2 --bogus)
 expect_rc(2 --layers 80 --kv-heads 8 --head-dim 128 --tokens 0 --memory-gb 80)
 
-# The 70B-class example of the README: 327,680 bytes per token in f16, 30 sequences.
+# The 70B-class example of docs/memory.md: 327,680 bytes per token in f16, 30 sequences.
 expect_rc(0 --layers 80 --kv-heads 8 --head-dim 128 -c 8000 --memory-gb 80 --json)
 expect_json(bytes_per_token 327680 max_sequences 30)
 
