@@ -12,7 +12,6 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -88,8 +87,7 @@ void expect_every_writer_refuses(const TempDir& dir, const std::string& target, 
     SCOPED_TRACE(wr.name);
     fs::create_directories(dir.file("scratch"));
     const std::set<std::string> before = dir.names();
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
+    try {  // a writer that blocks on the FIFO hangs here until ctest's TIMEOUT
       wr.write(target);
       ADD_FAILURE() << wr.name << " wrote through " << kind << " " << target;
     } catch (const FileError& e) {
@@ -98,7 +96,6 @@ void expect_every_writer_refuses(const TempDir& dir, const std::string& target, 
       EXPECT_NE(m.find(kind), std::string::npos) << m;
       EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
     }
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
     check_untouched();
     EXPECT_EQ(dir.names(), before) << "a temporary file was left behind";
   }

@@ -8,7 +8,6 @@
 // named in messages by their type, never dumped.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -53,17 +52,15 @@ std::string replace_once(std::string text, const std::string& from, const std::s
   return text;
 }
 
-// Runs f, expecting an E whose message holds every piece, in under a second.
+// Runs f, expecting an E whose message holds every piece.
 template <class E>
 void expect_refused(const std::function<void()>& f, const std::vector<std::string>& pieces) {
-  const auto t0 = std::chrono::steady_clock::now();
   try {
     f();
     ADD_FAILURE() << "no error";
   } catch (const E& e) {
     for (const auto& p : pieces) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "'" << p << "' not in: " << e.what();
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
 }
 
 const std::string kLimit = "exceeds the limit of " + std::to_string(kMaxJsonDepth);

@@ -408,16 +408,16 @@ TEST(SafetensorsIndex, FolderWithoutWeights) {
 }
 
 // Issue 33: each tensor's position in the header was found by searching the header
-// from its start, so 20,000 empty tensors (1.3 MB) took 39 s. One pass now.
-TEST(SafetensorsHeader, TwentyThousandEmptyTensorsParseInLinearTime) {
+// from its start, so 20,000 empty tensors (1.3 MB) took 39 s. One pass now. No clock
+// here (the machine is noisy): 100,000 tensors take well under a second in one pass,
+// but about 1,000 s (25 x 39 s) the quadratic way, past ctest's 600 s TIMEOUT.
+TEST(SafetensorsHeader, HundredThousandEmptyTensorsParseInLinearTime) {
   std::string h = "{";
-  const int n = 20000;
+  const int n = 100000;
   for (int k = 0; k < n; ++k)
     h += (k ? "," : "") + std::string("\"model.layers.") + std::to_string(k) +
          ".empty\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}";
   h += ",\"zlast\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[0,8]}}";
-  const auto t0 = std::chrono::steady_clock::now();
   // The one bad entry is still named at its own offset, found in the same pass.
   expect_rejected(make_file(h, 8), {"tensor 'zlast' dtype", at(offset_of(h, "\"zlast\"")), "'I64' is not supported"});
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
 }

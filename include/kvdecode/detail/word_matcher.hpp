@@ -128,19 +128,26 @@ class WordMatcher {
 
   /// Sets best[i], for every i in [0, n), to the index of the longest word that
   /// starts at s[i] (leaving out flagged words when skip_flagged), or -1. Never throws
-  /// but std::bad_alloc (best takes 4 bytes per byte of s).
-  void longest_at(const char* s, std::size_t n, bool skip_flagged, std::vector<std::int32_t>& best) const {
+  /// but std::bad_alloc (best takes 4 bytes per byte of s). If `steps` is given, it
+  /// receives the number of automaton moves made (at most 2n: linear time).
+  void longest_at(const char* s, std::size_t n, bool skip_flagged, std::vector<std::int32_t>& best,
+                  std::size_t* steps = nullptr) const {
     best.assign(n, -1);
+    if (steps) *steps = 0;
     if (empty()) return;
     const std::vector<std::uint32_t>& out = skip_flagged ? out_plain_ : out_;
     std::uint32_t v = 0;
+    std::size_t moves = 0;
     for (std::size_t j = n; j-- > 0;) {
       const auto c = static_cast<unsigned char>(s[j]);
       std::uint32_t g = v == 0 ? root_[c] : child(v, c);
+      ++moves;
       while (g == 0 && v != 0) {
         v = fail_[v];
         g = v == 0 ? root_[c] : child(v, c);
+        ++moves;
       }
+      if (steps) *steps = moves;
       v = g;
       const std::uint32_t o = out[v];
       if (o != 0) best[j] = word_[o];
