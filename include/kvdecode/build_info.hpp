@@ -22,6 +22,10 @@ struct BuildInfo {
   bool fast_int8_avx2 = false; ///< the int8 fast mode (--fast-matmul) of block types runs AVX2 tiles (else a portable loop, same bits)
   bool vnni = false;           ///< its dot products use VNNI (vpdpbusd)
   bool fast_bf16 = false;      ///< the bf16 fast mode for f16/bf16 weights (AVX512-BF16)
+  /// With KVDECODE_DISPATCH (dispatch.hpp): the level picked for this CPU, then every
+  /// level and why one was passed over; the fields above are the picked level's.
+  /// Empty in a build without dispatch.
+  std::string dispatch;
 
   /// One line, e.g. "avx512 (vnni, bf16, fused)" or "scalar (fused, portable fast mode)".
   std::string summary() const {
@@ -33,13 +37,30 @@ struct BuildInfo {
     add(fast_bf16, "bf16");
     add(fused_quant, "fused");
     if (!fast_int8_avx2) add(true, "portable fast mode");
-    return extra.empty() ? s : s + " (" + extra + ")";
+    if (!extra.empty()) s += " (" + extra + ")";
+    return dispatch.empty() ? s : s + ", dispatch " + dispatch;
   }
 };
 
-/// What the including translation unit's flags compiled. Never fails.
+/// What the including translation unit's flags compiled, or with KVDECODE_DISPATCH
+/// what the level picked for this CPU runs (the pick is made here if no product
+/// made it yet). Throws ConfigError only with KVDECODE_DISPATCH, when the
+/// environment's KVDECODE_MAX_ISA names no level.
 inline BuildInfo build_info() {
   BuildInfo b;
+#if defined(KVDECODE_DISPATCH) && !defined(KVDECODE_DISPATCH_LEVEL)
+  const detail::DispatchChoice& c = detail::dispatch(detail::kDispatchLayout);
+  b.dispatch = c.name + " [" + c.levels + "]";
+  if (const kvd_isa::LevelKernels* k = c.kernels) {
+    b.isa = k->isa;
+    b.avx2_quant = k->avx2_quant;
+    b.fused_quant = k->fused_quant;
+    b.fast_int8_avx2 = k->fast_int8_avx2;
+    b.vnni = k->vnni;
+    b.fast_bf16 = k->fast_bf16;
+    return b;
+  }
+#endif
   b.isa = detail::kSimdName;
 #if defined(KVDECODE_QUANT_AVX2)
   b.avx2_quant = true;

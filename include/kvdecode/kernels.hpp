@@ -51,6 +51,7 @@
 
 #include "kvdecode/detail/profile.hpp"
 #include "kvdecode/detail/quant_layout.hpp"
+#include "kvdecode/dispatch.hpp"
 #include "kvdecode/detail/simd.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/weights.hpp"
@@ -818,6 +819,29 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
   }
 }
 
+/// The sizes of everything a dispatch level's entry receives by pointer
+/// (dispatch.hpp), folded into one number: a level compiled from other headers than
+/// the baseline's is refused, not run.
+inline constexpr std::uint64_t kDispatchLayout =
+    (static_cast<std::uint64_t>(sizeof(PackedMatrix<float>)) << 48) ^
+    (static_cast<std::uint64_t>(sizeof(PackedMatrix<double>)) << 40) ^
+    (static_cast<std::uint64_t>(sizeof(typename PackedMatrix<float>::Segment)) << 32) ^
+    (static_cast<std::uint64_t>(sizeof(RowPrologue)) << 24) ^ (static_cast<std::uint64_t>(sizeof(PhaseTimes)) << 12) ^
+    (static_cast<std::uint64_t>(alignof(PackedMatrix<float>)) << 4) ^ sizeof(void*);
+
+/// The product on the kernels of this translation unit's flags, or (with
+/// KVDECODE_DISPATCH) of the dispatch level picked for the running CPU.
+template <class T>
+void matmul_entry(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy, const RowPrologue& pre) {
+#if defined(KVDECODE_DISPATCH) && !defined(KVDECODE_DISPATCH_LEVEL)
+  if (const kvd_isa::LevelKernels* k = dispatch(kDispatchLayout).kernels) {
+    if constexpr (std::is_same_v<T, float>) return k->matmul_f32(x, ldx, M, &w, y, ldy, &pre, phase_profile());
+    else return k->matmul_f64(x, ldx, M, &w, y, ldy, &pre, phase_profile());
+  }
+#endif
+  matmul_with<T, Vec16<T>>(x, ldx, M, w, y, ldy, pre);
+}
+
 }  // namespace detail
 /// y (M x Npad, row stride ldy) = x (M x K, row stride ldx) * W^T.
 /// Writes all n_out_padded() columns of each row (the padding columns get 0s),
@@ -829,7 +853,7 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
 /// Preconditions (asserted): x and y do not overlap; ldx >= K.
 template <class T>
 void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy) {
-  detail::matmul_with<T, detail::Vec16<T>>(x, ldx, M, w, y, ldy);
+  detail::matmul_entry<T>(x, ldx, M, w, y, ldy, RowPrologue());
 }
 
 /// matmul() that first runs `pre` on the input rows (see RowPrologue): for
@@ -838,7 +862,7 @@ void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long l
 /// pre(0, M) and then matmul(). A quantized first segment runs pre before it.
 template <class T>
 void matmul(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, long ldy, const RowPrologue& pre) {
-  detail::matmul_with<T, detail::Vec16<T>>(x, ldx, M, w, y, ldy, pre);
+  detail::matmul_entry<T>(x, ldx, M, w, y, ldy, pre);
 }
 
 }  // namespace kvd
