@@ -23,6 +23,7 @@
 #include "kvdecode/attention.hpp"
 #include "kvdecode/mlp.hpp"
 #include "kvdecode/block.hpp"
+#include "kvdecode/model.hpp"
 #include "kvdecode/transformer.hpp"
 #include "kvdecode/generate.hpp"
 #include "kvdecode/conversation.hpp"

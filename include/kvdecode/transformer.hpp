@@ -8,8 +8,10 @@
 // chunked prefill == batched decode, bit for bit. forward_reference() is the
 // separate cache-free path: whole matrices and the square causal mask.
 //
-// A Transformer owns its workspace, so calls on one object must not overlap;
-// use one object per thread (weights can be shared by building each from a copy).
+// A Transformer is one caller's context on a Model (model.hpp): the packed weights,
+// immutable and shared by shared_ptr, plus its own workspace. Calls on one
+// Transformer must not overlap; any number of Transformers on any threads may
+// share one Model, and each gets the bits it would get alone.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@
 #include "kvdecode/config.hpp"
 #include "kvdecode/kv_cache.hpp"
 #include "kvdecode/cache_interface.hpp"
+#include "kvdecode/model.hpp"
 #include "kvdecode/weights.hpp"
 #include "kvdecode/workspace.hpp"
 
@@ -44,34 +47,24 @@ long max_append_of(const Cache& c) { return max_append_of(c, 0); }
 template <class T>
 using LogitsView = Eigen::Map<const RowMatrix<T>, 0, Eigen::OuterStride<>>;
 
-template <class T>
+template <class T = float>
 class Transformer {
  public:
   using Scalar = T;
 
-  /// Validates and packs the weights (once). Throws ConfigError if weights.validate() fails.
+  /// Validates and packs the weights into a Model of its own. Throws ConfigError if
+  /// weights.validate() fails.
   explicit Transformer(ModelWeights<T> weights) {
-    weights.validate();
-    config_ = weights.config;
-    rope_ = std::make_unique<RoPE<T>>(config_.head_dim, config_.max_seq_len, config_.rope_theta, config_.rope_style,
-                                      config_.rotary_dim(), weights.rope_freq_factors);
-    blocks_.reserve(config_.n_layers);
-    for (int l = 0; l < config_.n_layers; ++l) {
-      blocks_.emplace_back(config_, weights.layers[l], l, rope_.get());
-      weights.layers[l].release_pages();
-      weights.layers[l] = LayerWeights<T>();  // the packed copy is all we keep
-    }
-    final_norm_ = RMSNorm<T>(weights.final_norm, config_.norm_eps);
-    classifier_ = PackedMatrix<T>({&weights.output_matrix()});
-    weights.classifier.release_pages();
-    // Rows of the embedding are looked up one token at a time: a float model keeps
-    // it as stored (in place in a mapped file), a double model converts it once.
-    if constexpr (std::is_same_v<T, float>)
-      embedding_ = std::move(weights.token_embedding);
-    else
-      embedding_ = WeightMatrix::from_dense(weights.token_embedding.template to_dense<T>());
-    ws_ = Workspace<T>(config_);
-    ws_.reserve(1, 1, 1);
+    auto own = std::make_shared<Model<T>>(std::move(weights));
+    own_ = own.get();
+    attach(std::move(own));
+  }
+
+  /// A context on a packed model that other Transformers may share: the weights
+  /// are not copied. Throws ArgumentError if `model` is null.
+  explicit Transformer(std::shared_ptr<const Model<T>> model) {
+    if (!model) throw ArgumentError("Transformer: the model is null");
+    attach(std::move(model));
   }
 
   Transformer(const Transformer&) = delete;
@@ -79,34 +72,29 @@ class Transformer {
   Transformer(Transformer&&) = default;
   Transformer& operator=(Transformer&&) = default;
 
-  const ModelConfig& config() const { return config_; }
-  const std::vector<TransformerBlock<T>>& blocks() const { return blocks_; }
-  const PackedMatrix<T>& classifier() const { return classifier_; }
+  /// The packed weights, to share with other Transformers: Transformer t2(t1.shared_model()).
+  std::shared_ptr<const Model<T>> shared_model() const { return model_; }
+  const Model<T>& model() const { return *model_; }
+  const ModelConfig& config() const { return model_->config(); }
+  const std::vector<TransformerBlock<T>>& blocks() const { return model_->blocks(); }
+  const PackedMatrix<T>& classifier() const { return model_->classifier(); }
 
-  /// The opt-in fast mode (fast_matmul.hpp, `--fast-matmul`): every matrix of a
-  /// block type but q8_0 rounds its input rows to int8 blocks and uses integer dot
-  /// products; on a CPU with AVX512-BF16, every f16 and bf16 matrix rounds them to
-  /// bf16 and uses bf16 dot products (fast_bf16.hpp). Every path stays
-  /// bit-identical to every other in this mode (its logits differ from the
-  /// default mode's: the activations are rounded). Matrices of other types, and
-  /// double models, keep the default numerics.
-  /// Call it between forwards, not during one.
+  /// The model's fast mode (Model::set_fast_matmul). Call it between forwards, not
+  /// during one. Throws ConfigError (nothing changed) if the model is shared, or was
+  /// built elsewhere: it would change every other user's results; set it on the
+  /// Model before sharing it.
   void set_fast_matmul(bool on) {
-    for (auto& b : blocks_) b.set_fast_matmul(on);
-    classifier_.set_fast_matmul(on);
+    if (on == fast_matmul()) return;
+    if (!own_ || model_.use_count() > 1)
+      throw ConfigError(detail::msg("set_fast_matmul(", on ? "true" : "false", "): this Transformer shares its model (",
+                                    model_.use_count(), " owner(s)); set the fast mode on the Model before sharing it"));
+    own_->set_fast_matmul(on);
   }
-  bool fast_matmul() const { return classifier_.fast_matmul(); }  ///< as set_fast_matmul() left every matrix
-  const WeightMatrix& embedding() const { return embedding_; }  ///< (V, D)
+  bool fast_matmul() const { return model_->fast_matmul(); }
+  const WeightMatrix& embedding() const { return model_->embedding(); }  ///< (V, D)
 
-  /// Bytes of weights a decode step reads: every packed matrix, one embedding
-  /// row and the norm vectors (what bounds decode speed).
-  std::uint64_t weight_bytes_per_token() const {
-    std::uint64_t b = classifier_.bytes() + embedding_.row_bytes() +
-                      sizeof(T) * (config_.d_model * (2ull * config_.n_layers + 1));
-    for (const auto& blk : blocks_)
-      b += blk.attention().wqkv().bytes() + blk.attention().wo().bytes() + blk.mlp().w13().bytes() + blk.mlp().w2().bytes();
-    return b;
-  }
+  /// Bytes of weights a decode step reads (Model::weight_bytes_per_token()).
+  std::uint64_t weight_bytes_per_token() const { return model_->weight_bytes_per_token(); }
 
   /// Multiply-adds performed by the last call (projections, attention, classifier).
   std::uint64_t last_macs() const { return last_macs_; }
@@ -134,17 +122,18 @@ class Transformer {
       for (long s = 0; s < prepared; ++s) caches[s]->cancel_append(ws_.seq_rows[s]);
       throw;
     }
+    const ModelConfig& cfg = model_->config();
     T* x = ws_.x.data();
     {
       detail::PhaseScope ps(detail::Phase::kEmbed);
-      for (long m = 0; m < M; ++m) embedding_.dequantize_row(rows[m].token, x + m * ws_.ld_d);
+      for (long m = 0; m < M; ++m) model_->embedding().dequantize_row(rows[m].token, x + m * ws_.ld_d);
     }
     std::uint64_t macs = 0;
     ws_.pending_residual = false;
-    for (const auto& blk : blocks_) macs += blk.forward(rows, M, caches, ws_);
+    for (const auto& blk : model_->blocks()) macs += blk.forward(rows, M, caches, ws_);
     {
       detail::PhaseScope ps(detail::Phase::kResidual);
-      ws_.finish_residual(M, config_.d_model);
+      ws_.finish_residual(M, cfg.d_model);
     }
     for (long s = 0; s < n_caches; ++s) caches[s]->commit_append(ws_.seq_rows[s]);
     {
@@ -152,16 +141,16 @@ class Transformer {
       long j = 0;
       for (long m = 0; m < M; ++m)
         if (rows[m].logits) {
-          final_norm_.apply(x + m * ws_.ld_d, ws_.ld_d, 1, ws_.xl.data() + j * ws_.ld_d, ws_.ld_d);
+          model_->final_norm().apply(x + m * ws_.ld_d, ws_.ld_d, 1, ws_.xl.data() + j * ws_.ld_d, ws_.ld_d);
           ++j;
         }
     }
     {
       detail::PhaseScope ps(detail::Phase::kClassifier);
-      matmul(ws_.xl.data(), ws_.ld_d, n_logits, classifier_, ws_.logits.data(), ws_.ld_v);
+      matmul(ws_.xl.data(), ws_.ld_d, n_logits, model_->classifier(), ws_.logits.data(), ws_.ld_v);
     }
-    last_macs_ = macs + static_cast<std::uint64_t>(n_logits) * config_.vocab_size * config_.d_model;
-    return LogitsView<T>(ws_.logits.data(), n_logits, config_.vocab_size, Eigen::OuterStride<>(ws_.ld_v));
+    last_macs_ = macs + static_cast<std::uint64_t>(n_logits) * cfg.vocab_size * cfg.d_model;
+    return LogitsView<T>(ws_.logits.data(), n_logits, cfg.vocab_size, Eigen::OuterStride<>(ws_.ld_v));
   }
 
   /// Runs tokens (positions cache.length() ..) through the model in one batched
@@ -184,15 +173,16 @@ class Transformer {
       throw CacheFullError(detail::msg("KV cache full: appending ", n, " position(s) to ", cache.length(),
                                        " would exceed its capacity of ", cache.capacity()));
     const long n_out = all_logits ? n : 1;
+    const ModelConfig& cfg = model_->config();
     prefill_logits_.reserve(static_cast<std::size_t>(n_out * ws_.ld_v));
     for (long start = 0; start < n; start += chunk) {
       const long len = std::min(chunk, n - start);
       auto rows = prefill_chunk(tokens.data() + start, len, cache, all_logits);
       const long dst = all_logits ? start : 0;
       for (long r = 0; r < rows.rows(); ++r)
-        std::copy(rows.row(r).data(), rows.row(r).data() + config_.vocab_size, prefill_logits_.data() + (dst + r) * ws_.ld_v);
+        std::copy(rows.row(r).data(), rows.row(r).data() + cfg.vocab_size, prefill_logits_.data() + (dst + r) * ws_.ld_v);
     }
-    return LogitsView<T>(prefill_logits_.data(), n_out, config_.vocab_size, Eigen::OuterStride<>(ws_.ld_v));
+    return LogitsView<T>(prefill_logits_.data(), n_out, cfg.vocab_size, Eigen::OuterStride<>(ws_.ld_v));
   }
 
   /// One decode step: embeds `token` at position cache.length(), appends its K and
@@ -238,27 +228,34 @@ class Transformer {
   template <class S = T>
   RowMatrix<T> forward_reference(const std::vector<int>& tokens, bool all_logits = true) {
     if (tokens.empty()) throw TokenError("forward_reference needs at least one token; the sequence is empty");
-    if (static_cast<long>(tokens.size()) > config_.max_seq_len)
-      throw TokenError(detail::msg("sequence of ", tokens.size(), " tokens exceeds max_seq_len = ", config_.max_seq_len));
+    const ModelConfig& cfg = model_->config();
+    if (static_cast<long>(tokens.size()) > cfg.max_seq_len)
+      throw TokenError(detail::msg("sequence of ", tokens.size(), " tokens exceeds max_seq_len = ", cfg.max_seq_len));
     for (std::size_t i = 0; i < tokens.size(); ++i) check_token(tokens[i], static_cast<long>(i));
     const long n = static_cast<long>(tokens.size());
-    RowMatrix<T> x(n, config_.d_model);  // (n, D)
-    for (long i = 0; i < n; ++i) embedding_.dequantize_row(tokens[i], x.data() + i * x.cols());
-    for (const auto& blk : blocks_) blk.template forward_reference<S>(x);
+    RowMatrix<T> x(n, cfg.d_model);  // (n, D)
+    for (long i = 0; i < n; ++i) model_->embedding().dequantize_row(tokens[i], x.data() + i * x.cols());
+    for (const auto& blk : model_->blocks()) blk.template forward_reference<S>(x);
     const long first = all_logits ? 0 : n - 1, n_out = n - first;
-    final_norm_.apply(x.data() + first * x.cols(), x.cols(), n_out, x.data() + first * x.cols(), x.cols());
-    RowMatrix<T> logits(n_out, classifier_.n_out_padded());
-    matmul(x.data() + first * x.cols(), x.cols(), n_out, classifier_, logits.data(), logits.cols());
+    model_->final_norm().apply(x.data() + first * x.cols(), x.cols(), n_out, x.data() + first * x.cols(), x.cols());
+    RowMatrix<T> logits(n_out, model_->classifier().n_out_padded());
+    matmul(x.data() + first * x.cols(), x.cols(), n_out, model_->classifier(), logits.data(), logits.cols());
     // multiply-adds: projections for all n rows, the full square score and value products
     const std::uint64_t proj = static_cast<std::uint64_t>(n) *
-        (config_.q_dim() + 2ull * config_.kv_dim() + config_.q_dim()) * config_.d_model;
-    const std::uint64_t mlp = static_cast<std::uint64_t>(n) * 3ull * config_.hidden_dim * config_.d_model;
-    const std::uint64_t att = 2ull * n * n * config_.n_heads * config_.head_dim;
-    last_macs_ = config_.n_layers * (proj + mlp + att) + static_cast<std::uint64_t>(n_out) * config_.vocab_size * config_.d_model;
-    return logits.leftCols(config_.vocab_size);
+        (cfg.q_dim() + 2ull * cfg.kv_dim() + cfg.q_dim()) * cfg.d_model;
+    const std::uint64_t mlp = static_cast<std::uint64_t>(n) * 3ull * cfg.hidden_dim * cfg.d_model;
+    const std::uint64_t att = 2ull * n * n * cfg.n_heads * cfg.head_dim;
+    last_macs_ = cfg.n_layers * (proj + mlp + att) + static_cast<std::uint64_t>(n_out) * cfg.vocab_size * cfg.d_model;
+    return logits.leftCols(cfg.vocab_size);
   }
 
  private:
+  void attach(std::shared_ptr<const Model<T>> model) {
+    model_ = std::move(model);
+    ws_ = Workspace<T>(model_->config());
+    ws_.reserve(1, 1, 1);
+  }
+
   // One forward over tokens[0..n) at the cache's next positions.
   template <class Cache>
   LogitsView<T> prefill_chunk(const int* tokens, long n, Cache& cache, bool all_logits) {
@@ -270,20 +267,22 @@ class Transformer {
   }
 
   void check_token(int token, long index) const {
-    if (token < 0 || token >= config_.vocab_size)
+    const ModelConfig& cfg = model_->config();
+    if (token < 0 || token >= cfg.vocab_size)
       throw TokenError(detail::msg("token id ", token, " at index ", index, " is outside the vocabulary [0, ",
-                                   config_.vocab_size, ")"));
+                                   cfg.vocab_size, ")"));
   }
 
   template <class Cache>
   void check_compatible(const Cache& cache) const {
-    if (!(cache.shape() == CacheShape::of(config_)))
+    const ModelConfig& cfg = model_->config();
+    if (!(cache.shape() == CacheShape::of(cfg)))
       throw CacheMismatchError(detail::msg(
           "cache shape (layers ", cache.shape().n_layers, ", kv_heads ", cache.shape().n_kv_heads, ", head_dim ",
           cache.shape().head_dim, ", max_seq_len ", cache.shape().max_seq_len, ", sliding_window ",
-          cache.shape().sliding_window, ") does not match the model (layers ", config_.n_layers, ", kv_heads ",
-          config_.n_kv_heads, ", head_dim ", config_.head_dim, ", max_seq_len ", config_.max_seq_len,
-          ", sliding_window ", config_.sliding_window, ")"));
+          cache.shape().sliding_window, ") does not match the model (layers ", cfg.n_layers, ", kv_heads ",
+          cfg.n_kv_heads, ", head_dim ", cfg.head_dim, ", max_seq_len ", cfg.max_seq_len,
+          ", sliding_window ", cfg.sliding_window, ")"));
   }
 
   // Checks every precondition of forward() and sizes the workspace; changes no cache.
@@ -311,12 +310,8 @@ class Transformer {
     return n_logits;
   }
 
-  ModelConfig config_;
-  std::unique_ptr<RoPE<T>> rope_;  // on the heap: blocks keep a pointer that must survive moves
-  std::vector<TransformerBlock<T>> blocks_;
-  RMSNorm<T> final_norm_;
-  PackedMatrix<T> classifier_;  // (V, D)
-  WeightMatrix embedding_;      // (V, D) in its storage type (f64 for a double model)
+  std::shared_ptr<const Model<T>> model_;
+  Model<T>* own_ = nullptr;  // the model, when this Transformer built it (for set_fast_matmul)
   Workspace<T> ws_;
   std::vector<Row> rows_;
   detail::AlignedBuffer<T> prefill_logits_;  // (n, ld_v) logits of a prefill split into chunks
