@@ -247,3 +247,40 @@ void check_rounded_but_close(double rel_tol) {
 // bf16 keeps 8 significant bits (relative rounding error up to 2^-9), f16 11 (2^-12).
 TEST(CacheDtypeRounding, Bf16LogitsDifferFromF32ButAreClose) { check_rounded_but_close<Eigen::bfloat16>(1e-2); }
 TEST(CacheDtypeRounding, F16LogitsDifferFromF32ButAreClose) { check_rounded_but_close<Eigen::half>(2e-3); }
+
+// A cache type chosen at run time from its name (visit_dtype) is the same cache as
+// the one named at compile time: its dtype, and the same logits bit for bit.
+TEST(CacheDtypeAtRunTime, NameChoosesTheSameCacheAndBits) {
+  const ModelConfig c = kvd_test::small_config(4, 2, 16, 64, 2, 96, 130, 70);
+  Transformer<float> model(ModelWeights<float>::random(c, 21));
+  const std::vector<int> prompt = make_tokens(7, c.vocab_size, 4);
+  for (const char* name : {"f32", "bf16", "f16"}) {
+    const DType want = parse_dtype(name);
+    const std::vector<float> got = visit_dtype(want, [&](auto s) {
+      KVCache<float, decltype(s)> cache(c);
+      EXPECT_EQ(cache.dtype(), want) << name;
+      auto l = model.prefill(prompt, cache);
+      return std::vector<float>(l.row(0).data(), l.row(0).data() + c.vocab_size);
+    });
+    std::vector<float> ref;
+    auto direct = [&](auto cache) {
+      auto l = model.prefill(prompt, cache);
+      ref.assign(l.row(0).data(), l.row(0).data() + c.vocab_size);
+    };
+    if (want == DType::kF32) direct(KVCache<float, float>(c));
+    if (want == DType::kBF16) direct(KVCache<float, Eigen::bfloat16>(c));
+    if (want == DType::kF16) direct(KVCache<float, Eigen::half>(c));
+    EXPECT_TRUE(kvd_test::same_bits(got.data(), ref.data(), c.vocab_size)) << name;
+  }
+}
+
+TEST(CacheDtypeAtRunTime, Q8HasNoElementTypeAndFIsNotCalled) {
+  bool called = false;
+  try {
+    visit_dtype(DType::kQ8, [&](auto) { called = true; return 0; });
+    ADD_FAILURE() << "no error";
+  } catch (const ArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("dtype q8 has no element type"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(called);
+}

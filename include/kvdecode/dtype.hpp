@@ -76,4 +76,22 @@ template <> struct DTypeOf<double> { static constexpr DType value = DType::kF64;
 template <> struct DTypeOf<Eigen::bfloat16> { static constexpr DType value = DType::kBF16; };
 template <> struct DTypeOf<Eigen::half> { static constexpr DType value = DType::kF16; };
 
+/// Calls f(S()) with the C++ type S that stores `t` (float, double,
+/// Eigen::bfloat16 or Eigen::half) and returns what f returns: a cache type chosen
+/// at run time, with every branch compiled, for example
+///   kvd::visit_dtype(kvd::parse_dtype(name), [&](auto s) { kvd::KVCache<float, decltype(s)> c(config); ... });
+/// Throws ArgumentError for a type with no element type of its own (q8, whose
+/// values are stored in blocks), before calling f.
+template <class F>
+decltype(auto) visit_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::kF32: return f(float());
+    case DType::kF64: return f(double());
+    case DType::kBF16: return f(Eigen::bfloat16());
+    case DType::kF16: return f(Eigen::half());
+    case DType::kQ8: break;
+  }
+  throw ArgumentError(detail::msg("dtype ", dtype_name(t), " has no element type to store a KV cache in; expected f32, f64, bf16 or f16"));
+}
+
 }  // namespace kvd
