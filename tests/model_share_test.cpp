@@ -25,14 +25,14 @@ std::vector<float> greedy_logits(Transformer<float>& t, const std::vector<int>& 
   KVCache<float> cache(t.config());
   std::vector<float> out;
   const int V = t.config().vocab_size;
-  auto logits = t.prefill(prompt, cache);
+  const float* logits = t.prefill(prompt, cache).row(0).data();  // valid until the next call on t
   for (int s = 0;; ++s) {
-    out.insert(out.end(), logits.row(0).data(), logits.row(0).data() + V);
+    out.insert(out.end(), logits, logits + V);
     if (s == steps) break;
     int best = 0;
     for (int v = 1; v < V; ++v)
-      if (logits(0, v) > logits(0, best)) best = v;
-    logits = t.decode_step(best, cache);
+      if (logits[v] > logits[best]) best = v;
+    logits = t.decode_step(best, cache).row(0).data();
   }
   return out;
 }

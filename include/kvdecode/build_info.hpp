@@ -52,12 +52,14 @@ inline BuildInfo build_info() {
   const detail::DispatchChoice& c = detail::dispatch(detail::kDispatchLayout);
   b.dispatch = c.name + " [" + c.levels + "]";
   if (const kvd_isa::LevelKernels* k = c.kernels) {
-    b.isa = k->isa;
-    b.avx2_quant = k->avx2_quant;
-    b.fused_quant = k->fused_quant;
-    b.fast_int8_avx2 = k->fast_int8_avx2;
-    b.vnni = k->vnni;
-    b.fast_bf16 = k->fast_bf16;
+    kvd_isa::LevelInfo i{};
+    k->describe(&i);
+    b.isa = i.isa;
+    b.avx2_quant = i.avx2_quant;
+    b.fused_quant = i.fused_quant;
+    b.fast_int8_avx2 = i.fast_int8_avx2;
+    b.vnni = i.vnni;
+    b.fast_bf16 = i.fast_bf16;
     return b;
   }
 #endif

@@ -42,7 +42,8 @@
 // The dispatch levels, lowest first: X(id, name, flags). CMake reads this table
 // (CMakeLists.txt) to compile each level; the flags are added to the baseline's.
 // A level is picked only when the CPU has every feature its flags let the
-// compiler use (LevelKernels::needs, computed from the level's own macros).
+// compiler use (LevelKernels::needs, computed from the level's own macros). No
+// code of a level runs before that: its files have no static initializers.
 #define KVDECODE_DISPATCH_LEVELS(X)                                 \
   X(x86_64_v3, "x86-64-v3", "-march=x86-64-v3")                     \
   X(x86_64_v4, "x86-64-v4", "-march=x86-64-v4")                     \
@@ -51,21 +52,32 @@
 namespace kvd_isa {
 
 /// Bumped whenever LevelKernels or the entries' signatures change.
-inline constexpr std::uint32_t kAbi = 1;
+inline constexpr std::uint32_t kAbi = 2;
 
-/// What one level exports. Plain data: both sides read it whatever their flags.
+/// What a level's kernels are (as BuildInfo says of a build).
+struct LevelInfo {
+  const char* isa;  ///< its kernels' vectors: "avx512", "avx2" or "scalar"
+  bool avx2_quant, fused_quant, fast_int8_avx2, vnni, fast_bf16;
+};
+
+/// What one level exports. Plain data, constant-initialized (no code of the level
+/// runs to make it): both sides read it whatever their flags, and the baseline
+/// reads abi, layout and needs before it knows whether the CPU has the level.
+/// The functions may be called only once the level is picked.
 struct LevelKernels {
   std::uint32_t abi;     ///< kAbi of the level
   std::uint64_t layout;  ///< the level's detail::kDispatchLayout (kernels.hpp; must equal the baseline's)
   std::uint32_t needs;   ///< the detail::kCpu* bits of the features the level's code may use
-  const char* isa;       ///< its kernels' vectors: "avx512", "avx2" or "scalar"
-  bool avx2_quant, fused_quant, fast_int8_avx2, vnni, fast_bf16;  ///< as BuildInfo
   /// kvd::matmul on float and double: w is a `const PackedMatrix<T>*`, pre a
   /// `const RowPrologue*`, profile a `detail::PhaseTimes*` (or null).
   void (*matmul_f32)(const float* x, long ldx, long M, const void* w, float* y, long ldy, const void* pre,
                      void* profile);
   void (*matmul_f64)(const double* x, long ldx, long M, const void* w, double* y, long ldy, const void* pre,
                      void* profile);
+  /// The level's float-order probe (detail/simd.hpp), run once the CPU is known to
+  /// have the level: false if its flags reorder float sums.
+  bool (*sums_keep_order)();
+  void (*describe)(LevelInfo* out);  ///< fills *out
 };
 
 #define KVDECODE_DISPATCH_DECLARE_(id, name, flags) const LevelKernels* level_##id();
@@ -144,6 +156,7 @@ inline DispatchChoice pick_dispatch_level(std::uint64_t layout) {
     if (capped) why = "above KVDECODE_MAX_ISA";
     else if (k->abi != kvd_isa::kAbi || k->layout != layout) why = "built from other headers";
     else if ((k->needs & have) != k->needs) why = "not on this CPU";
+    else if (!k->sums_keep_order()) why = "compiled with flags that reorder float sums";
     c.levels += (c.levels.empty() ? "" : ", ") + std::string(r.name) + (why.empty() ? "" : " (" + why + ")");
     if (why.empty()) c.kernels = k, c.name = r.name;
     if (cap_name == r.name) capped = true;

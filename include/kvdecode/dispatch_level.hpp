@@ -50,17 +50,25 @@ inline void level_matmul_f64(const double* x, long ldx, long M, const void* w, d
                                      *static_cast<const RowPrologue*>(pre));
 }
 
+inline void level_describe(kvd_isa::LevelInfo* out) {
+  const BuildInfo b = build_info();
+  *out = kvd_isa::LevelInfo{b.isa, b.avx2_quant, b.fused_quant, b.fast_int8_avx2, b.vnni, b.fast_bf16};
+}
+
 }  // namespace kvd::detail
 
 namespace kvd_isa {
 
+// Constant-initialized (every member a constant expression): returning it runs no
+// code of this level, which may not be safe on the CPU yet.
 const LevelKernels* KVDECODE_LEVEL_CAT_(level_, KVDECODE_DISPATCH_LEVEL)() {
-  static const kvd::BuildInfo b = kvd::build_info();
-  static const LevelKernels k = {kAbi,         kvd::detail::kDispatchLayout,     kvd::detail::kCompiledFeatureBits,
-                                 b.isa,        b.avx2_quant,
-                                 b.fused_quant, b.fast_int8_avx2,
-                                 b.vnni,       b.fast_bf16,
-                                 &kvd::detail::level_matmul_f32, &kvd::detail::level_matmul_f64};
+  static constexpr LevelKernels k = {kAbi,
+                                     kvd::detail::kDispatchLayout,
+                                     kvd::detail::kCompiledFeatureBits,
+                                     &kvd::detail::level_matmul_f32,
+                                     &kvd::detail::level_matmul_f64,
+                                     &kvd::detail::float_sums_keep_their_order,
+                                     &kvd::detail::level_describe};
   return &k;
 }
 

@@ -282,7 +282,10 @@ inline bool float_sums_keep_their_order() {
 
 /// Runs the probe once per program, before main(): a build that reorders float
 /// sums stops with this message (like the #errors above) instead of silently
-/// producing logits that differ from every other build.
+/// producing logits that differ from every other build. Not in a dispatch level's
+/// files (dispatch_level.hpp): their code may not run before the CPU is known, so
+/// the dispatch runs their probe when it picks the level (dispatch.hpp).
+#if !defined(KVDECODE_DISPATCH_LEVEL)
 inline const bool kFloatOrderChecked = [] {
   if (!float_sums_keep_their_order()) {
     std::fputs("kvdecode: this program was compiled with flags that reorder floating-point sums "
@@ -293,5 +296,6 @@ inline const bool kFloatOrderChecked = [] {
   }
   return true;
 }();
+#endif
 
 }  // namespace kvd::detail
