@@ -113,7 +113,7 @@ int real_main(int argc, char** argv) {
   std::unique_ptr<kvd::TextTokenizer> tok;
   if (!o.tokenizer.empty()) {
     if (kvd::detect_tokenizer_format(o.tokenizer) == kvd::TokenizerFormat::kLlama2c)
-      tok = std::make_unique<kvd::Llama2cTextTokenizer>(kvd::Tokenizer::load(o.tokenizer, V), o.tokenizer);
+      tok = std::make_unique<kvd::Llama2cTextTokenizer>(kvd::Llama2cTokenizer::load(o.tokenizer, V), o.tokenizer);
     else
       tok = kvd::load_tokenizer(o.tokenizer);
   }

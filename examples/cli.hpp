@@ -368,7 +368,7 @@ inline std::vector<Option> all_options(Params& p) {
        "writes weight_types.csv, weight_types_speed.svg and weight_types_kl.svg", meas, kRoofline,
        [&p] { return p.weight_types.empty() ? S("none") : p.weight_types; },
        [&p](const S&, const S& v) { p.weight_types = v; }});
-  add({{"--quality-model"}, "FILE", "with --weight-types: an F32 model, GGUF or llama2.c (e.g. stories260K.bin, 320 "
+  add({{"--quality-model"}, "PATH", "with --weight-types: an F32 model, GGUF, Hugging Face folder or llama2.c (e.g. stories260K.bin, 320 "
        "positions or more); each scheme's copy of it is rated on the F32 model's own sampled text (KL, top-1 agreement, perplexity)", meas, kRoofline,
        none, [&p](const S&, const S& v) { p.quality_model = v; }});
   add({{"--prefill-lengths"}, "LIST", "with --weight-types: also time a prefill of each prompt length in LIST "

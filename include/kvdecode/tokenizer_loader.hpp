@@ -62,7 +62,7 @@ inline std::unique_ptr<TextTokenizer> load_tokenizer(const std::string& path) {
     case TokenizerFormat::kTokenizerJson: return load_tokenizer_json(file);
     case TokenizerFormat::kLlama2c: break;
   }
-  return std::make_unique<Llama2cTextTokenizer>(Tokenizer::load(file), file);
+  return std::make_unique<Llama2cTextTokenizer>(Llama2cTokenizer::load(file), file);
 }
 
 }  // namespace kvd
