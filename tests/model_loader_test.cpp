@@ -5,6 +5,8 @@
 // come with them; and one test per way detection can fail, each naming the path.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "kvdecode/checkpoint.hpp"
+#include "kvdecode/detail/file.hpp"
 #include "kvdecode/gguf_model.hpp"
 #include "kvdecode/hf_model.hpp"
 #include "kvdecode/model_format.hpp"
@@ -159,6 +162,32 @@ TEST(ReadModelInfo, GivesTheLoadedConfigAndTheBytesOfEachFormat) {
     EXPECT_EQ(sum, info.weight_bytes) << c.path;
     EXPECT_EQ(info.file_context, static_cast<std::uint64_t>(info.config.max_seq_len)) << c.path;
   }
+}
+
+// Page faults of this process so far (first touches of mapped or allocated pages).
+long page_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt + u.ru_majflt;
+}
+
+TEST(ReadModelInfo, ReadsNoTensorData) {
+  // rand256-F32.gguf holds 7.1 MB of tensors: reading them faults in about 110 pages
+  // (the kernel maps 64 KB per fault); read_model_info parses the header only.
+  const std::string path = kModels + "gguf/rand256-F32.gguf";
+  SKIP_IF_MISSING(path);
+  read_model_info(path);  // the heap's first pages, once
+  const long f0 = page_faults();
+  const ModelInfo info = read_model_info(path);
+  const long info_faults = page_faults() - f0;
+  const detail::MappedFile file = detail::MappedFile::open(path);
+  unsigned sum = 0;
+  const long f1 = page_faults();
+  for (std::uint64_t i = 0; i < file.size(); i += 64) sum += file.data()[i];
+  const long read_faults = page_faults() - f1;
+  EXPECT_GT(info.weight_bytes, std::uint64_t{6} << 20);
+  EXPECT_LT(info_faults * 2, read_faults) << "read_model_info faulted " << info_faults << " pages, reading the file "
+                                          << read_faults << " (checksum " << sum << ")";
 }
 
 TEST(OpenModel, HfStopIdsAddGenerationConfigEos) {
