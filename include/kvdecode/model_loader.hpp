@@ -59,39 +59,25 @@ struct LoadedModel {
 };
 
 /// The tokenizer `options` ask for (see LoadOptions::tokenizer) for a model whose
-/// ModelInfo is `info`; null when the model has none. Throws FileError naming the
-/// tokenizer when it holds more tokens than the model's vocab_size, and what
-/// load_tokenizer() throws.
+/// ModelInfo is `info`; null when the model has none. Throws as
+/// load_tokenizer(path, vocab_size) does (FileError naming the tokenizer when it holds
+/// more tokens than the model's vocab_size).
 inline std::unique_ptr<TextTokenizer> open_model_tokenizer(const ModelInfo& info, const LoadOptions& options) {
   namespace fs = std::filesystem;
-  using detail::msg;
-  const int vocab = info.config.vocab_size;
-  std::string path = options.tokenizer;
-  std::unique_ptr<TextTokenizer> tok;
-  if (path.empty()) {
-    std::error_code ec;
-    if (info.format == ModelFormat::kGguf) {
-      const GGUFFile f = GGUFFile::open(info.path);
-      if (!f.find("tokenizer.ggml.tokens")) return nullptr;
-      tok = load_tokenizer_gguf(f);
-      path = info.path;
-    } else if (info.format == ModelFormat::kHfFolder &&
-               fs::is_regular_file(fs::path(info.path) / "tokenizer.json", ec)) {
-      path = (fs::path(info.path) / "tokenizer.json").string();
-    } else {
-      return nullptr;
-    }
+  std::error_code ec;
+  if (!options.tokenizer.empty()) return load_tokenizer(options.tokenizer, info.config.vocab_size);
+  if (info.format == ModelFormat::kGguf) {
+    const GGUFFile f = GGUFFile::open(info.path);
+    if (!f.find("tokenizer.ggml.tokens")) return nullptr;  // a file without a vocabulary
+    std::unique_ptr<TextTokenizer> tok = load_tokenizer_gguf(f);
+    // (gguf_model_info already refused a vocabulary shorter than the embedding.)
+    detail::require_tokenizer_fits(*tok, info.path, info.config.vocab_size);
+    return tok;
   }
-  if (!tok) {
-    if (detect_tokenizer_format(path) == TokenizerFormat::kLlama2c)
-      tok = std::make_unique<Llama2cTextTokenizer>(Llama2cTokenizer::load(path, vocab), path);
-    else
-      tok = load_tokenizer(path);
-  }
-  if (tok->vocab_size() > vocab)
-    throw FileError(msg(path, ": the tokenizer has ", tok->vocab_size(), " tokens, more than the model's vocab_size ",
-                        vocab));
-  return tok;
+  const fs::path json = fs::path(info.path) / "tokenizer.json";
+  if (info.format == ModelFormat::kHfFolder && fs::is_regular_file(json, ec))
+    return load_tokenizer(json.string(), info.config.vocab_size);
+  return nullptr;  // a llama2.c checkpoint keeps its vocabulary apart
 }
 
 /// Opens the model at `path` in any format (detect_model_format()): its weights,
