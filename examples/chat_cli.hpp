@@ -78,7 +78,8 @@ inline std::vector<std::string> read_conversation_file(const std::string& path) 
   return out;
 }
 
-/// Stop tokens of a run: the vocabulary's end-of-generation ids and a model folder's EOS ids.
+/// Stop tokens of a run: the vocabulary's end-of-generation ids and the model's stop ids
+/// (kvd::LoadedModel::stop_ids: those ids and a folder's generation_config.json EOS ids).
 inline std::vector<int> stop_tokens_of(const Params& o, const TextTokenizer* tok) {
   std::vector<int> stop;
   if (o.ignore_eos) return stop;

@@ -125,7 +125,7 @@ struct Params {
   SamplerConfig sampler;
   std::uint64_t seed = 0;                  ///< --seed
   bool ignore_eos = false;                 ///< --ignore-eos
-  std::vector<int> model_eos_ids;          ///< set by the program: a model folder's generation_config.json EOS ids
+  std::vector<int> model_eos_ids;          ///< set by the program: the model's stop ids (kvd::LoadedModel::stop_ids)
   // Speculative decoding (generate)
   std::optional<std::string> draft_model;  ///< --draft-model: a model of the same vocabulary that proposes tokens
   int draft_tokens = 4;                    ///< --draft-tokens: most tokens proposed per verification
