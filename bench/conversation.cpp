@@ -111,12 +111,7 @@ int real_main(int argc, char** argv) {
   const int V = model.config().vocab_size;
 
   std::unique_ptr<kvd::TextTokenizer> tok;
-  if (!o.tokenizer.empty()) {
-    if (kvd::detect_tokenizer_format(o.tokenizer) == kvd::TokenizerFormat::kLlama2c)
-      tok = std::make_unique<kvd::Llama2cTextTokenizer>(kvd::Tokenizer::load(o.tokenizer, V), o.tokenizer);
-    else
-      tok = kvd::load_tokenizer(o.tokenizer);
-  }
+  if (!o.tokenizer.empty()) tok = kvd::load_tokenizer(o.tokenizer, V);
   kvd::Chat<float, Cache, Message>::Encoder enc = [&](const std::string& s) {
     if (tok) return tok->encode(s, true, true);
     std::vector<int> ids;

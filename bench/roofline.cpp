@@ -76,8 +76,8 @@
 #include "svg_chart.hpp"
 #include "kvdecode/detail/simd.hpp"
 #include "kvdecode/kernels.hpp"
-#include "kvdecode/checkpoint.hpp"
 #include "kvdecode/gguf_model.hpp"
+#include "kvdecode/model_format.hpp"
 #include "kvdecode/kv_cache.hpp"
 #include "kvdecode/quantize.hpp"
 #include "kvdecode/transformer.hpp"
@@ -778,7 +778,7 @@ std::vector<int> sampled_text(Model& m, int n) {
   return text;
 }
 
-/// Quantizes `path` (an F32 GGUF) with `scheme` through kvd::quantize_model into a scratch
+/// Quantizes `path` (an F32 model in any format kvd::quantize_model reads) with `scheme` through kvd::quantize_model into a scratch
 /// file, loads it, and rates its next-token distributions over `text` against `ref`
 /// (the F32 model's logits, one row per position): mean KL(F32 || scheme), top-1 agreement,
 /// perplexity of the text.
@@ -997,6 +997,14 @@ void print_prefill_sweeps(const std::vector<std::string>& schemes, const std::ve
 
 int roofline_main(int argc, char** argv) {
   const Options opt = parse_options(argc, argv);
+  // --quality-model in any format kvd::read_model_info reads, checked before minutes of measuring.
+  if (!opt.quality_model.empty()) {
+    const kvd::ModelInfo q = kvd::read_model_info(opt.quality_model);  // FileError/FormatError -> exit 1
+    if (q.config.max_seq_len < kQualityTokens)
+      throw kvd::ArgumentError(kvd::detail::msg("--quality-model ", opt.quality_model, " (", q.description, ") holds ",
+                                                q.config.max_seq_len, " positions; the quality figures need ",
+                                                kQualityTokens, " (stories260K.bin holds 512, its GGUF 128)"));
+  }
   std::error_code ec;
   fs::create_directories(opt.out_dir, ec);
   if (ec) {
@@ -1069,13 +1077,7 @@ int roofline_main(int argc, char** argv) {
     std::vector<int> qtext;
     kvd::RowMatrix<float> qlogits;  // (n, V) the F32 model's logits over its own text
     if (!opt.quality_model.empty()) {
-      qref = std::make_unique<Model>(kvd::is_gguf_file(opt.quality_model)
-                                         ? kvd::load_gguf_model<float>(opt.quality_model)
-                                         : kvd::load_checkpoint<float>(opt.quality_model));
-      if (qref->config().max_seq_len < kQualityTokens)
-        throw kvd::ArgumentError(kvd::detail::msg("--quality-model ", opt.quality_model, " holds ",
-                                                  qref->config().max_seq_len, " positions; the quality figures need ",
-                                                  kQualityTokens, " (stories260K.bin holds 512, its GGUF 128)"));
+      qref = std::make_unique<Model>(kvd::load_model_weights<float>(opt.quality_model));  // any format
       qtext = sampled_text(*qref, kQualityTokens);
       qlogits = qref->forward_reference(qtext, /*all_logits=*/true);
       progress("quality: %s sampled %d tokens of its own text (temperature 1)", opt.quality_model.c_str(), kQualityTokens);

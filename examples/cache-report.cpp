@@ -63,8 +63,8 @@ Options parse_args(int argc, char** argv, std::string& help) {
   o.tokens = 200;
   o.seed = 1;
   kvd::cli::OptionTable table(kvd::cli::kCacheReport, o, kIntro, kOutro);
-  table.set_help("--model", "llama2.c checkpoint (default: stories260K.bin in the shared models folder; skipped "
-                            "with a message when that default is absent)", "Models");
+  table.set_help("--model", "GGUF file, Hugging Face folder or llama2.c checkpoint (default: stories260K.bin in "
+                            "the shared models folder; skipped with a message when that default is absent)", "Models");
   help = table.help();
   table.parse(argc, argv);
   if (o.model && o.no_model) throw ArgumentError("--model cannot be combined with --no-model");
@@ -278,16 +278,19 @@ int run(const Options& o) {
       std::cerr << "kvdecode-cache-report: skipping the checkpoint: " << path
                 << " not found (give --model PATH, or --no-model)\n";
     } else {
-      kvd::ModelWeights<float> w = kvd::load_checkpoint<float>(path);  // FileError -> exit 1
+      kvd::LoadOptions lo;
+      lo.chat_template = false;
+      kvd::LoadedModel m = kvd::open_model(path, lo);  // FileError/FormatError -> exit 1
+      const kvd::ModelConfig& c = m.model.config();
       const int positions = static_cast<int>(*o.tokens);
-      if (positions > w.config.max_seq_len)
-        throw ArgumentError(msg("--tokens ", positions, " exceeds the model's max_seq_len ", w.config.max_seq_len));
+      if (positions > c.max_seq_len)
+        throw ArgumentError(msg("--tokens ", positions, " exceeds the model's max_seq_len ", c.max_seq_len));
       std::string name = path.substr(path.find_last_of('/') + 1);
       if (name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0) name.resize(name.size() - 4);
-      if (!o.quiet) std::cerr << "kvdecode-cache-report: " << name << " (" << w.config.summary() << ")\n";
-      kvd::Transformer<float> model(std::move(w));
-      constexpr int kBos = 1;  // llama2.c vocabularies: 1 = <s>
-      ModelReport r = compare_caches(model, kBos, positions, nullptr, name, o.quiet);
+      if (!o.quiet) std::cerr << "kvdecode-cache-report: " << name << " (" << c.summary() << ")\n";
+      // The vocabulary's BOS; llama2.c vocabularies (a checkpoint has none of its own): 1 = <s>.
+      const int bos = m.tokenizer && m.tokenizer->bos_id() >= 0 ? m.tokenizer->bos_id() : 1;
+      ModelReport r = compare_caches(m.model, bos, positions, nullptr, name, o.quiet);
       r.description = msg(positions, " tokens generated greedily from BOS with the f32 cache, teacher-forced into bf16/f16");
       reports.push_back(r);
     }

@@ -3,8 +3,9 @@
 // --prompt-cache FILE, on kvd::Conversation / kvd::Chat (conversation.hpp) and
 // the prompt cache files of prompt_cache.hpp.
 //
-// Rendering: the model's own chat template (kvd::ChatTemplate, chat_template.hpp:
-// a GGUF's tokenizer.chat_template, a tokenizer.json's tokenizer_config.json), or
+// Rendering: the model's own chat template (kvd::ChatTemplate, chat_template.hpp, as
+// kvd::open_model loads it: a GGUF's tokenizer.chat_template, a tokenizer.json's
+// tokenizer_config.json), or
 // the built-in --chat-template NAME; a model without one (a llama2.c tokenizer.bin)
 // falls back to the built-in ChatML, with a note. Prompts are encoded with
 // kvd::encode_chat (one BOS, even if the template wrote it).
@@ -31,11 +32,10 @@ namespace kvd::cli {
 using Message = ChatMessage;
 
 /// The chat template a conversation is rendered with: --chat-template NAME (a
-/// built-in, with the vocabulary's BOS/EOS text), else the model's own (from
-/// `source`, the tokenizer's file), else the built-in ChatML with a note on stderr.
-/// Throws ArgumentError for an unknown NAME; TemplateError / FormatError for a model
-/// template that does not parse.
-inline ChatTemplate chat_template_for(const Params& o, const std::string& source, const TextTokenizer& tok) {
+/// built-in, with the vocabulary's BOS/EOS text), else the model's own (`m`, as
+/// open_model() loaded it), else the built-in ChatML with a note on stderr saying why.
+/// Throws ArgumentError for an unknown NAME.
+inline ChatTemplate chat_template_for(const Params& o, const LoadedModel& m, const TextTokenizer& tok) {
   auto builtin = [&](const std::string& name) {
     ChatTemplate t = [&] {
       try {
@@ -49,12 +49,9 @@ inline ChatTemplate chat_template_for(const Params& o, const std::string& source
     return t;
   };
   if (!o.chat_template.empty()) return builtin(o.chat_template);
-  try {
-    return load_chat_template(source);
-  } catch (const ConfigError& e) {
-    if (!o.quiet) std::cerr << "note: " << e.what() << "; using the built-in chatml\n";
-    return builtin("chatml");
-  }
+  if (m.chat_template) return *m.chat_template;
+  if (!o.quiet) std::cerr << "note: " << m.no_chat_template << "; using the built-in chatml\n";
+  return builtin("chatml");
 }
 
 /// The user messages of a --conversation file: a JSON array of strings.
@@ -81,7 +78,8 @@ inline std::vector<std::string> read_conversation_file(const std::string& path) 
   return out;
 }
 
-/// Stop tokens of a run: the vocabulary's end-of-generation ids and a model folder's EOS ids.
+/// Stop tokens of a run: the vocabulary's end-of-generation ids and the model's stop ids
+/// (kvd::LoadedModel::stop_ids: those ids and a folder's generation_config.json EOS ids).
 inline std::vector<int> stop_tokens_of(const Params& o, const TextTokenizer* tok) {
   std::vector<int> stop;
   if (o.ignore_eos) return stop;
@@ -91,14 +89,16 @@ inline std::vector<int> stop_tokens_of(const Params& o, const TextTokenizer* tok
   return stop;
 }
 
-/// --conversation / --chat. Turn by turn: render every message with the generation
-/// prompt, encode, Conversation::turn (reusing the cache unless --no-cache-reuse),
+/// --conversation / --chat on an open model with a tokenizer (m.tokenizer not null).
+/// Turn by turn: render every message with the generation prompt, encode, Conversation::turn (reusing the cache unless --no-cache-reuse),
 /// decode the reply into an assistant message. Writes --dump-logits rows (each turn's
 /// new positions), --ids (one line of generated ids per turn) and the --json object.
 /// With --prompt-cache, the opening messages' rendering comes from / goes to the file.
 /// Returns the exit status. Throws what the tokenizer, the model or the files throw.
 template <class S>
-int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const Params& o) {
+int run_conversation(LoadedModel& m, const Params& o) {
+  Transformer<float>& model = m.model;
+  const TextTokenizer& tok = *m.tokenizer;
   const ModelConfig& c = model.config();
   const bool progress = !o.quiet;
   ConversationOptions copt;
@@ -106,7 +106,7 @@ int run_conversation(Transformer<float>& model, const TextTokenizer& tok, const 
   Conversation<float, KVCache<float, S>> conv(model, KVCache<float, S>(c), copt);
   std::vector<Message> opening;
   if (o.system) opening.push_back({"system", *o.system});
-  const ChatTemplate tmpl = chat_template_for(o, o.tokenizer, tok);
+  const ChatTemplate tmpl = chat_template_for(o, m, tok);
   auto render = [&tmpl](const std::vector<Message>& m, bool gen) { return tmpl.render(m, gen); };
   Chat<float, KVCache<float, S>, Message> chat(
       conv, render, [&](const std::string& text) { return encode_chat(tok, text); },

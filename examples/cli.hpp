@@ -125,7 +125,7 @@ struct Params {
   SamplerConfig sampler;
   std::uint64_t seed = 0;                  ///< --seed
   bool ignore_eos = false;                 ///< --ignore-eos
-  std::vector<int> model_eos_ids;          ///< set by the program: a model folder's generation_config.json EOS ids
+  std::vector<int> model_eos_ids;          ///< set by the program: the model's stop ids (kvd::LoadedModel::stop_ids)
   // Speculative decoding (generate)
   std::optional<std::string> draft_model;  ///< --draft-model: a model of the same vocabulary that proposes tokens
   int draft_tokens = 4;                    ///< --draft-tokens: most tokens proposed per verification
@@ -209,8 +209,8 @@ inline std::vector<Option> all_options(Params& p) {
 
   // ---- model and input
   add({{"--model", "-m"}, "PATH", "model file, told apart by content: GGUF (architectures llama, qwen2, qwen3; tensors in f32, f16, bf16, "
-       "q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K; its own vocabulary) or a llama2.c checkpoint (legacy or "
-       "version-1 float32)", in,
+       "q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K; its own vocabulary), a Hugging Face folder (config.json + "
+       "safetensors; its tokenizer.json) or a llama2.c checkpoint (legacy or version-1 float32)", in,
        kGenerate | kCacheReport | kPlan | kTokenize, none, [&p](const S&, const S& v) { p.model = v; }});
   add({{"--tokenizer"}, "PATH", "tokenizer for --prompt and text output: GGUF, tokenizer.json (any name) or its "
        "folder, or llama2.c tokenizer.bin", in, kGenerate | kQuantize | kConversation, none,
@@ -368,7 +368,7 @@ inline std::vector<Option> all_options(Params& p) {
        "writes weight_types.csv, weight_types_speed.svg and weight_types_kl.svg", meas, kRoofline,
        [&p] { return p.weight_types.empty() ? S("none") : p.weight_types; },
        [&p](const S&, const S& v) { p.weight_types = v; }});
-  add({{"--quality-model"}, "FILE", "with --weight-types: an F32 model, GGUF or llama2.c (e.g. stories260K.bin, 320 "
+  add({{"--quality-model"}, "PATH", "with --weight-types: an F32 model, GGUF, Hugging Face folder or llama2.c (e.g. stories260K.bin, 320 "
        "positions or more); each scheme's copy of it is rated on the F32 model's own sampled text (KL, top-1 agreement, perplexity)", meas, kRoofline,
        none, [&p](const S&, const S& v) { p.quality_model = v; }});
   add({{"--prefill-lengths"}, "LIST", "with --weight-types: also time a prefill of each prompt length in LIST "

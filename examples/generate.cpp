@@ -4,9 +4,9 @@
 // stories15M's shape generates with and without the KV cache, checks that the
 // tokens and every logit are identical, and reports what the cache saved
 // (time per token and counted multiply-adds per step, both ways).
-// With --model it runs a GGUF file (its own vocabulary) or a llama2.c checkpoint; --tokenizer
-// takes any format kvd::load_tokenizer reads (GGUF, tokenizer.json, tokenizer.bin).
-// --model FOLDER (a directory holding config.json) runs a Hugging Face folder.
+// With --model it runs any model kvd::open_model reads: a GGUF file (its own
+// vocabulary), a Hugging Face folder (its tokenizer.json) or a llama2.c checkpoint;
+// --tokenizer takes any format kvd::load_tokenizer reads (GGUF, tokenizer.json, tokenizer.bin).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,8 +25,6 @@
 #include "cli.hpp"
 #include "kvdecode/kvdecode.hpp"
 #include "kvdecode/sampler.hpp"
-#include "kvdecode/tokenizer.hpp"
-#include "kvdecode/tokenizer_loader.hpp"
 
 namespace {
 
@@ -55,37 +53,25 @@ using Options = kvd::cli::Params;
 /// Context planned for a GGUF model without --ctx-size (files declare up to 128k).
 constexpr int kDefaultGGUFContext = 4096;
 
-// Loads a GGUF file, a Hugging Face folder or a llama2.c checkpoint, planning for at
-// most `ctx` positions. With allow_unused, tensors the model does not use are
-// listed in a warning instead of refusing the file.
-kvd::ModelWeights<float> load_model(const std::string& path, int ctx, bool allow_unused) {
-  std::vector<std::string> unused;
-  kvd::ModelWeights<float> w;
-  if (kvd::is_gguf_file(path)) {
-    // A GGUF file: config, weights (kept in their stored types, in place) and vocabulary.
-    kvd::GGUFLoadOptions lo;
-    lo.max_seq_len = ctx;
-    lo.allow_unused_tensors = allow_unused;
-    lo.unused_tensors = &unused;
-    w = kvd::load_gguf_model<float>(path, lo);
-  } else if (kvd::is_hf_folder(path)) {
-    kvd::HFLoadOptions lo;
-    lo.max_seq_len = ctx;
-    lo.allow_unused_tensors = allow_unused;
-    lo.unused_tensors = &unused;
-    w = kvd::load_hf_model<float>(path, lo);
-  } else {
-    kvd::CheckpointLoadOptions lo;
-    lo.max_seq_len = ctx;
-    w = kvd::load_checkpoint<float>(path, lo);
-  }
+// Opens a model of any format (kvd::open_model) for at most `ctx` positions, with
+// `tokenizer` ("" = the model's own) and, if asked, its chat template; tensors the
+// model does not use (--allow-unused-tensors) are listed in a warning.
+kvd::LoadedModel open_model(const std::string& path, int ctx, bool allow_unused, const std::string& tokenizer,
+                            bool chat_template) {
+  kvd::LoadOptions lo;
+  lo.max_seq_len = ctx;
+  lo.allow_unused_tensors = allow_unused;
+  lo.tokenizer = tokenizer;
+  lo.chat_template = chat_template;
+  kvd::LoadedModel m = kvd::open_model(path, lo);
+  const std::vector<std::string>& unused = m.info.unused_tensors;
   if (!unused.empty()) {
     std::cerr << "warning: " << path << ": " << unused.size() << " tensor(s) not used by the model, loaded anyway "
               << "(--allow-unused-tensors):";
     for (std::size_t k = 0; k < unused.size() && k < 8; ++k) std::cerr << (k ? ", " : " ") << unused[k];
     std::cerr << (unused.size() > 8 ? ", ...\n" : "\n");
   }
-  return w;
+  return m;
 }
 
 [[noreturn]] void usage_error(const std::string& message) { throw kvd::ArgumentError(message); }
@@ -104,13 +90,6 @@ Options parse(int argc, char** argv) {
   if (o.no_cache && o.compare) usage_error("--compare already runs without the cache; drop --no-cache");
   if (o.demo && o.model) usage_error("--demo uses a built-in model; drop --model");
   if (!o.demo && !o.model) usage_error("--model PATH is required (or run with no arguments for the demo)");
-  // A GGUF model carries its vocabulary; other models need --tokenizer for text.
-  if (o.model && o.tokenizer.empty() && kvd::is_gguf_file(*o.model)) o.tokenizer = *o.model;
-  // A Hugging Face folder (config.json + safetensors) uses its tokenizer.json when it has one.
-  if (o.model && o.tokenizer.empty() && kvd::is_hf_folder(*o.model) &&
-      std::ifstream(*o.model + "/tokenizer.json").good())
-    o.tokenizer = *o.model + "/tokenizer.json";
-  if (o.prompt && o.tokenizer.empty()) usage_error("--prompt needs --tokenizer to encode the text");
   if (o.draft_model && o.lookup > 0) usage_error("give either --draft-model or --lookup, not both");
   if ((o.draft_model || o.lookup > 0) && o.no_cache)
     usage_error("speculative decoding (--draft-model, --lookup) verifies against the KV cache; drop --no-cache");
@@ -121,7 +100,6 @@ Options parse(int argc, char** argv) {
   if (conversing && (o.prompt || o.prompt_ids)) usage_error("--conversation / --chat take their prompts as messages; drop --prompt");
   if (conversing && (o.no_cache || o.compare || o.demo))
     usage_error("--conversation / --chat run with the cache; compare with --no-cache-reuse instead");
-  if (conversing && o.tokenizer.empty()) usage_error("--conversation / --chat need a tokenizer (--tokenizer, or a GGUF model)");
   if (!conversing && (o.no_cache_reuse || o.system || !o.chat_template.empty()))
     usage_error("--no-cache-reuse, --system and --chat-template go with --conversation or --chat");
   if (!o.prompt_cache.empty() && (o.no_cache || o.no_cache_reuse || o.compare || o.demo || !o.dump_logits.empty()))
@@ -338,65 +316,55 @@ int real_main(int argc, char** argv) {
   if (o.threads > 0) kvd::set_num_threads(o.threads);
   const bool progress = !o.quiet;
 
-  // The model.
-  std::optional<kvd::Transformer<float>> model;
+  // The model with its tokenizer, chat template and stop ids (kvd::open_model).
+  const bool conversing = o.conversation || o.chat;
+  std::optional<kvd::LoadedModel> loaded;
+  kvd::Transformer<float>* model = nullptr;
   const auto load0 = Clock::now();
   if (o.demo) {
     const kvd::ModelConfig c = kvd::stories15m_config();
     std::cout << "kvdecode " << kvd::kVersion << " demo: random-weight model of stories15M's shape ("
                             << c.summary() << "), float32, " << kvd::num_threads() << " thread(s), " << kvd::build_info().summary() << "\n";
-    model.emplace(kvd::ModelWeights<float>::random(c, 42));
+    model = &loaded.emplace(kvd::Transformer<float>(kvd::ModelWeights<float>::random(c, 42))).model;
   } else {
     // Every format plans for -c positions, by default the model's context capped at
     // kDefaultGGUFContext.
-    model.emplace(load_model(*o.model, o.ctx_size > 0 ? o.ctx_size : kDefaultGGUFContext, o.allow_unused_tensors));
-    if (kvd::is_hf_folder(*o.model)) o.model_eos_ids = kvd::hf_generation_eos_ids(*o.model);
+    model = &loaded.emplace(open_model(*o.model, o.ctx_size > 0 ? o.ctx_size : kDefaultGGUFContext,
+                                       o.allow_unused_tensors, o.tokenizer, conversing && o.chat_template.empty())).model;
     if (progress) std::cerr << "loaded " << *o.model << " (" << model->config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
                             << kvd::num_threads() << " thread(s), kernels " << kvd::build_info().summary() << "\n";
   }
   model->set_fast_matmul(o.fast_matmul);
   const kvd::ModelConfig& c = model->config();
+  const kvd::TextTokenizer* tok = loaded->tokenizer.get();
+  if (o.prompt && !tok) usage_error("--prompt needs --tokenizer to encode the text");
+  if (conversing && !tok) usage_error("--conversation / --chat need a tokenizer (--tokenizer, or a GGUF model)");
+  o.model_eos_ids = loaded->stop_ids;
 
-  // A draft model: loaded like the target (same planned context).
-  std::optional<kvd::Transformer<float>> draft;
+  // A draft model: loaded like the target (same planned context), with its own vocabulary.
+  std::optional<kvd::LoadedModel> draft;
   if (o.draft_model) {
     const auto d0 = Clock::now();
-    draft.emplace(load_model(*o.draft_model, c.max_seq_len, o.allow_unused_tensors));
-    if (draft->config().vocab_size != c.vocab_size)
-      throw kvd::ConfigError(kvd::detail::msg(*o.draft_model, ": the draft model's vocab_size ", draft->config().vocab_size,
-                                              " differs from the target's ", c.vocab_size,
-                                              " (a draft model must share the target's vocabulary)"));
+    draft.emplace(open_model(*o.draft_model, c.max_seq_len, o.allow_unused_tensors, "", false));
+    if (draft->model.config().vocab_size != c.vocab_size)
+      throw kvd::ConfigError(kvd::detail::msg(*o.draft_model, ": the draft model's vocab_size ",
+                                              draft->model.config().vocab_size, " differs from the target's ",
+                                              c.vocab_size, " (a draft model must share the target's vocabulary)"));
     // The draft only chooses proposals, which the target verifies: its fast mode can
     // change how many are accepted, never the output.
-    draft->set_fast_matmul(true);
-    if (progress) std::cerr << "loaded draft " << *o.draft_model << " (" << draft->config().summary() << ") in "
+    draft->model.set_fast_matmul(true);
+    if (progress) std::cerr << "loaded draft " << *o.draft_model << " (" << draft->model.config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - d0).count() << " s\n";
-  }
-
-  // Any tokenizer format (by default a GGUF model's own vocabulary); a llama2.c
-  // tokenizer.bin must hold exactly the model's vocab_size pieces.
-  std::unique_ptr<kvd::TextTokenizer> tok;
-  if (!o.tokenizer.empty()) {
-    if (kvd::detect_tokenizer_format(o.tokenizer) == kvd::TokenizerFormat::kLlama2c)
-      tok = std::make_unique<kvd::Llama2cTextTokenizer>(kvd::Tokenizer::load(o.tokenizer, c.vocab_size), o.tokenizer);
-    else
-      tok = kvd::load_tokenizer(o.tokenizer);
-    if (tok->vocab_size() > c.vocab_size)
-      throw kvd::FileError(kvd::detail::msg(o.tokenizer, ": the tokenizer has ", tok->vocab_size(),
-                                            " tokens, more than the model's vocab_size ", c.vocab_size));
-  }
-
-  // A GGUF draft carries its vocabulary: every token's text and type must be the target's.
-  if (draft && tok && kvd::is_gguf_file(*o.draft_model)) {
-    const auto draft_tok = kvd::load_tokenizer(*o.draft_model);
-    kvd::check_same_vocabulary(*tok, *draft_tok);
+    // A GGUF draft carries its vocabulary: every token's text and type must be the target's.
+    if (tok && draft->info.format == kvd::ModelFormat::kGguf && draft->tokenizer)
+      kvd::check_same_vocabulary(*tok, *draft->tokenizer);
   }
 
   if (o.conversation || o.chat) {  // chat_cli.hpp
-    if (o.cache_dtype == "bf16") return kvd::cli::run_conversation<Eigen::bfloat16>(*model, *tok, o);
-    if (o.cache_dtype == "f16") return kvd::cli::run_conversation<Eigen::half>(*model, *tok, o);
-    return kvd::cli::run_conversation<float>(*model, *tok, o);
+    if (o.cache_dtype == "bf16") return kvd::cli::run_conversation<Eigen::bfloat16>(*loaded, o);
+    if (o.cache_dtype == "f16") return kvd::cli::run_conversation<Eigen::half>(*loaded, o);
+    return kvd::cli::run_conversation<float>(*loaded, o);
   }
 
   // The prompt.
@@ -430,13 +398,13 @@ int real_main(int argc, char** argv) {
   if (progress && compare)
     std::cerr << "generating " << o.steps << " tokens after a " << prompt.size() << "-token prompt, with the KV cache...\n";
   DraftSetup ds;
-  ds.draft_model = draft ? &*draft : nullptr;
+  ds.draft_model = draft ? &draft->model : nullptr;
   ds.lookup = o.lookup;
-  Run run = run_dtype(*model, prompt, o, !o.no_cache, keep_logits, tok.get(), stream_text, progress && compare, ds);
+  Run run = run_dtype(*model, prompt, o, !o.no_cache, keep_logits, tok, stream_text, progress && compare, ds);
   std::optional<bool> identical;
   if (compare) {
     if (progress) std::cerr << "...and again without it (every step recomputes the whole sequence)\n";
-    Run ref = run_dtype(*model, prompt, o, false, true, tok.get(), false, progress);
+    Run ref = run_dtype(*model, prompt, o, false, true, tok, false, progress);
     identical = report_comparison(c, run, ref, prompt.size());
   }
 

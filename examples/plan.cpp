@@ -1,6 +1,7 @@
 // kvdecode-plan: how many sequences' KV caches fit on a card, and how fast
 // decode can go at best. Takes a cache shape (--layers/--kv-heads/--head-dim,
-// or --model to read it from a GGUF file or a llama2.c checkpoint), a cache dtype, a context
+// or --model to read it from any model kvd::read_model_info reads: a GGUF file, a Hugging
+// Face folder or a llama2.c checkpoint), a cache dtype, a context
 // length and a card (--memory-gb, or --gpu from the built-in table), and prints
 // the plan from kvd::plan_memory() plus the same plan for each cache dtype.
 //
@@ -8,6 +9,7 @@
 //   kvdecode-plan --model ../shared/models/stories260K.bin --gpu l4 --json
 //
 // Exit status: 0 on success, 1 if the model file cannot be used, 2 on a bad argument.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -21,9 +23,7 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "kvdecode/checkpoint.hpp"
-#include "kvdecode/gguf.hpp"
-#include "kvdecode/gguf_model.hpp"
+#include "kvdecode/model_format.hpp"
 #include "kvdecode/planner.hpp"
 #include "kvdecode/quantize.hpp"
 
@@ -57,8 +57,9 @@ using Options = kvd::cli::Params;
 Options parse_args(int argc, char** argv, std::string& help) {
   Options o;
   kvd::cli::OptionTable table(kvd::cli::kPlan, o, kIntro, kOutro);
-  table.set_help("--model", "GGUF file (llama, qwen2, qwen3; any weight types) or llama2.c checkpoint: shape, "
-                            "context length and the exact bytes of the weights as stored", "Cache shape");
+  table.set_help("--model", "GGUF file (llama, qwen2, qwen3; any weight types), Hugging Face folder or llama2.c "
+                            "checkpoint: shape, context length and the exact bytes of the weights as stored",
+                 "Cache shape");
   help = table.help();
   table.parse(argc, argv);
   return o;
@@ -95,51 +96,35 @@ void row(std::ostream& os, const std::string& label, const std::string& text) {
   os << "  " << label << std::string(label.size() < 26 ? 26 - label.size() : 1, ' ') << text << '\n';
 }
 
-/// What a model file says about the plan: its shape, its context and the exact bytes
-/// of its weights as stored.
-struct ModelFile {
-  std::string format;              ///< "llama2.c legacy", "GGUF llama 'name'", ...
-  kvd::ModelConfig config;
-  std::uint64_t context = 0;       ///< positions the model was made for, as the file says
-  std::uint64_t weight_bytes = 0;  ///< every weight tensor the model uses, as stored
-  std::string stored_as;           ///< "f32", or "F16 2.20 GB + F32 184.32 kB" for a GGUF file
-};
-
-/// Reads a GGUF file (recognised by its magic, whatever its name) or a llama2.c
-/// checkpoint; a GGUF file whose tensors are not all used is refused unless
-/// allow_unused_tensors. Throws FileError/FormatError/ConfigError naming what is wrong.
-ModelFile read_model_file(const std::string& path, bool allow_unused_tensors) {
-  ModelFile m;
-  if (kvd::is_gguf_file(path)) {
-    const kvd::GGUFFile f = kvd::GGUFFile::open(path);
-    // A context beyond the reader's limit is capped rather than refused: the plan only
-    // needs the shape, and --tokens says how many positions to plan for.
-    kvd::GGUFLoadOptions load;
-    load.max_seq_len = 1 << 20;
-    load.allow_unused_tensors = allow_unused_tensors;
-    const kvd::GGUFModelInfo g = kvd::gguf_model_info(f, load);
-    m.format = msg("GGUF ", g.architecture, g.name.empty() ? std::string() : msg(" '", g.name, "'"));
-    m.config = g.config;
-    m.context = g.file_context;
-    m.weight_bytes = g.weight_bytes;
-    for (const auto& [type, bytes] : g.bytes_by_type)
-      m.stored_as += msg(m.stored_as.empty() ? "" : " + ", kvd::weight_type_name(type), " ", kvd::format_bytes(bytes));
-    return m;
-  }
-  const kvd::CheckpointInfo c = kvd::read_checkpoint_info(path);
-  m.format = kvd::checkpoint_format_name(c.format);
-  m.config = c.config;
-  m.context = static_cast<std::uint64_t>(c.config.max_seq_len);
-  m.weight_bytes = c.weight_bytes;
-  m.stored_as = "f32";
+/// The model at `path` in any format kvd::read_model_info reads (GGUF file, Hugging
+/// Face folder, llama2.c checkpoint), without its weight data. A context beyond
+/// kvdecode's limit (2^20 positions) is capped rather than refused: the plan only
+/// needs the shape, and --tokens says how many positions to plan for. So the file is
+/// read for one position (no reader's memory-demand check applies) and the config
+/// then gets the file's context, capped. A model whose tensors are not all used is
+/// refused unless allow_unused_tensors. Throws FileError/FormatError/ConfigError.
+kvd::ModelInfo read_model(const std::string& path, bool allow_unused_tensors) {
+  kvd::WeightLoadOptions load;
+  load.max_seq_len = 1;
+  load.allow_unused_tensors = allow_unused_tensors;
+  kvd::ModelInfo m = kvd::read_model_info(path, load);
+  m.config.max_seq_len = static_cast<int>(std::min<std::uint64_t>(m.file_context, kvd::kMaxModelContext));
   return m;
+}
+
+/// "f16 584.19 kB + f32 2.82 kB": the bytes of the weights by storage type.
+std::string stored_as(const kvd::ModelInfo& m) {
+  std::string s;
+  for (const auto& [type, bytes] : m.bytes_by_type)
+    s += msg(s.empty() ? "" : " + ", kvd::weight_type_name(type), " ", kvd::format_bytes(bytes));
+  return s;
 }
 
 int run(const Options& o) {
   // Resolve the cache shape, the weights and the card into one PlanInput.
   kvd::PlanInput in;
   in.dtype = o.dtype;
-  std::optional<ModelFile> info;
+  std::optional<kvd::ModelInfo> info;
   bool estimated = false;  // weight bytes of --weight-dtype's scheme rather than of the file
   std::string scheme_as;   // "Q4_K_M: q4_K 3.2 GB + q6_K ..." with --weight-dtype
   if (o.model) {
@@ -150,7 +135,7 @@ int run(const Options& o) {
     reject(o.kv_heads.has_value(), "--kv-heads");
     reject(o.head_dim.has_value(), "--head-dim");
     reject(o.weights_gb.has_value(), "--weights-gb");
-    info = read_model_file(*o.model, o.allow_unused_tensors);  // FileError/FormatError -> exit 1
+    info = read_model(*o.model, o.allow_unused_tensors);  // FileError/FormatError -> exit 1
     in = kvd::plan_input_for(info->config, o.dtype);
     // Without --weight-dtype: the exact bytes of the tensors as the file stores them.
     // With it, the bytes kvdecode-quantize would write with that scheme, tensor by tensor.
@@ -179,7 +164,7 @@ int run(const Options& o) {
   // A context longer than kvdecode's limit (2^20 positions) was capped when the file was
   // read; without --tokens the plan is for the cap, which is said, never left silent.
   const bool context_capped =
-      info && !o.tokens && static_cast<std::uint64_t>(info->config.max_seq_len) < info->context;
+      info && !o.tokens && static_cast<std::uint64_t>(info->config.max_seq_len) < info->file_context;
   if (o.tokens) in.tokens_per_sequence = *o.tokens;
   if (in.tokens_per_sequence == 0) throw ArgumentError("missing --tokens N (positions per sequence)");
 
@@ -212,11 +197,11 @@ int run(const Options& o) {
   os << "KV cache plan: L=" << in.n_layers << " Hk=" << in.n_kv_heads << " Dh=" << in.head_dim << ", cache "
      << kvd::dtype_name(in.dtype) << ", " << kvd::format_count(in.tokens_per_sequence) << " tokens per sequence\n";
   if (info) {
-    row(os, "model", msg(*o.model, " (", info->format, ", ", info->config.summary(), ")"));
-    if (in.tokens_per_sequence > info->context)
-      row(os, "note", msg("--tokens exceeds the model's context of ", info->context, " positions"));
+    row(os, "model", msg(*o.model, " (", info->description, ", ", info->config.summary(), ")"));
+    if (in.tokens_per_sequence > info->file_context)
+      row(os, "note", msg("--tokens exceeds the model's context of ", info->file_context, " positions"));
     if (context_capped)
-      row(os, "note", msg("the model's context of ", info->context, " positions is capped at kvdecode's limit of ",
+      row(os, "note", msg("the model's context of ", info->file_context, " positions is capped at kvdecode's limit of ",
                           info->config.max_seq_len, " (planned for the cap; --tokens N plans another length)"));
   }
   if (gpu) row(os, "gpu", msg(gpu->name, " (nominal ", gpu->memory_gb, " GB, ", gpu->bandwidth_gb_s, " GB/s)"));
@@ -224,7 +209,7 @@ int run(const Options& o) {
   row(os, "bytes per sequence", bytes_both(p.bytes_per_sequence));
   if (info)
     row(os, "weights", msg(bytes_both(p.weight_bytes), ", ", kvd::format_count(info->config.n_params()),
-                           " parameters as ", estimated ? scheme_as : info->stored_as,
+                           " parameters as ", estimated ? scheme_as : stored_as(*info),
                            estimated ? " (as kvdecode-quantize would store them)" : ""));
   else if (o.weights_gb)
     row(os, "weights", bytes_both(p.weight_bytes));
@@ -265,8 +250,8 @@ int run(const Options& o) {
     j << "{\"n_layers\":" << in.n_layers << ",\"n_kv_heads\":" << in.n_kv_heads << ",\"head_dim\":" << in.head_dim
       << ",\"dtype\":" << json_string(kvd::dtype_name(in.dtype)) << ",\"tokens_per_sequence\":" << in.tokens_per_sequence
       << ",\"model\":" << (o.model ? json_string(*o.model) : "null")
-      << ",\"model_format\":" << (info ? json_string(info->format) : "null")
-      << ",\"model_context\":" << (info ? std::to_string(info->context) : std::string("null"))
+      << ",\"model_format\":" << (info ? json_string(info->description) : "null")
+      << ",\"model_context\":" << (info ? std::to_string(info->file_context) : std::string("null"))
       << ",\"context_capped\":" << (context_capped ? "true" : "false")
       << ",\"gpu\":" << (gpu ? json_string(gpu->name) : "null") << ",\"memory_gb\":" << json_number(in.memory_gb)
       << ",\"bandwidth_gb_s\":" << json_number(in.bandwidth_gb_s) << ",\"bytes_per_token\":" << p.bytes_per_token

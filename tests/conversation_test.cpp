@@ -301,7 +301,7 @@ TEST(ConversationChat, Stories260KWithTok512) {
   const std::string shared = kvd_test::shared_dir();
   if (shared.empty()) GTEST_SKIP() << "../shared is absent: no stories260K.bin / tok512.bin";
   Transformer<float> model(load_checkpoint<float>(shared + "/models/stories260K.bin"));
-  const Tokenizer tok = Tokenizer::load(shared + "/models/tok512.bin", model.config().vocab_size);
+  const Llama2cTokenizer tok = Llama2cTokenizer::load(shared + "/models/tok512.bin", model.config().vocab_size);
   Conversation conv(model, KVCache<float>(model.config()));
   Chat<float, KVCache<float>, Msg> chat(
       conv, qwen3_like_render, [&](const std::string& s) { return tok.encode(s, true, false); },

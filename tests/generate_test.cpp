@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "json_reader.hpp"
+#include "kvdecode/model_loader.hpp"
 #include "kvdecode/sampler.hpp"
 #include "kvdecode/tokenizer.hpp"
 #include "test_util.hpp"
@@ -61,7 +62,7 @@ TEST(Stories260K, GreedyTextMatchesLlama2cReference) {
   const std::string want = ref.at("text").string;
   ASSERT_FALSE(want.empty());
   ASSERT_EQ(want.back(), '\n');
-  const Tokenizer tok = Tokenizer::load(kvd_test::shared_dir() + "/models/tok512.bin", 512);
+  const Llama2cTokenizer tok = Llama2cTokenizer::load(kvd_test::shared_dir() + "/models/tok512.bin", 512);
   EXPECT_EQ(tok.decode_all(ids) + "\n", want);
   // streaming gives the same text
   StreamDecoder stream(tok, 1);
@@ -74,7 +75,7 @@ TEST(Stories260K, GreedyTextMatchesLlama2cReference) {
 TEST(Stories260K, CachedAndCacheFreeIdenticalOnRealModel) {
   REQUIRE_SHARED();
   Transformer<float> model(load_checkpoint<float>(model_path()));
-  const Tokenizer tok = Tokenizer::load(kvd_test::shared_dir() + "/models/tok512.bin", 512);
+  const Llama2cTokenizer tok = Llama2cTokenizer::load(kvd_test::shared_dir() + "/models/tok512.bin", 512);
   const auto prompt = tok.encode("Once upon a time", true, false);
   EXPECT_EQ(prompt, (std::vector<int>{1, 403, 407, 261, 378}));
   const auto ref = model.forward_reference(prompt);
@@ -189,11 +190,14 @@ TEST(Argmax, FirstOfEqualMaximaAndTheSameAsGreedySampling) {
 TEST(Readme, UsageExampleRuns) {
   REQUIRE_SHARED();
   const std::string dir = kvd_test::shared_dir() + "/models/";
-  kvd::Transformer<float> model(kvd::load_checkpoint<float>(dir + "stories260K.bin"));
-  kvd::Tokenizer tok = kvd::Tokenizer::load(dir + "tok512.bin", model.config().vocab_size);
+  kvd::LoadOptions opts;
+  opts.tokenizer = dir + "tok512.bin";  // a llama2.c checkpoint keeps its vocabulary apart
+  kvd::LoadedModel m = kvd::open_model(dir + "stories260K.bin", opts);  // or a GGUF file, or an HF folder
+  kvd::Transformer<float>& model = m.model;
+  const kvd::TextTokenizer& tok = *m.tokenizer;
   kvd::KVCache<float> cache(model.config());  // capacity: max_seq_len positions
 
-  std::vector<int> prompt = tok.encode("Once upon a time", /*bos=*/true, /*eos=*/false);
+  std::vector<int> prompt = tok.encode("Once upon a time");  // BOS first
   auto logits = model.prefill(prompt, cache);  // (1, vocab): the last position
   kvd::Sampler sampler({/*temperature=*/0.8, /*top_k=*/40, /*top_p=*/0.95});
   std::vector<int> seq = prompt;
@@ -203,7 +207,7 @@ TEST(Readme, UsageExampleRuns) {
     auto row = model.decode_step(token, cache);  // appends K,V; attends over the whole cache
     token = sampler.sample(row.data(), model.config().vocab_size, seq);
   }
-  const std::string text = tok.decode_all(seq);
+  const std::string text = tok.decode(seq);
   EXPECT_EQ(text.rfind("Once upon a time", 0), 0u) << text;
   EXPECT_GT(text.size(), 100u);
   EXPECT_EQ(cache.length(), static_cast<int>(seq.size()));  // every token in seq has been fed

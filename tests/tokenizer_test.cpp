@@ -1,4 +1,4 @@
-// Tokenizer tests: golden encodings from the shared reference files (both
+// Llama2cTokenizer tests: golden encodings from the shared reference files (both
 // vocabularies), the fast merge against a literal transcription of llama2.c's
 // O(n^2) loop, decoding, streaming UTF-8 reassembly, and one test per kind of
 // malformed tokenizer file.
@@ -54,7 +54,7 @@ TEST(JsonParserSelfTest, DecodesEscapesAndSurrogatePairs) {
 // llama2.c's encode(), transcribed literally (rescan all pairs after each merge,
 // strict '>' so the leftmost best pair wins), with its own ordered-map lookup. The
 // fast encoder must agree with it on every input.
-std::vector<int> reference_encode(const kvd::Tokenizer& tok, const std::string& text, bool bos, bool eos) {
+std::vector<int> reference_encode(const kvd::Llama2cTokenizer& tok, const std::string& text, bool bos, bool eos) {
   std::map<std::string, int> lookup;
   for (int i = tok.vocab_size() - 1; i >= 0; --i) lookup[tok.piece(i)] = i;  // lowest id wins
   auto find = [&](const std::string& s) {
@@ -104,7 +104,7 @@ std::string ids_str(const std::vector<int>& ids) {
 }
 
 void check_reference_cases(const std::string& model_path, const std::string& cases_path) {
-  const kvd::Tokenizer tok = kvd::Tokenizer::load(model_path);
+  const kvd::Llama2cTokenizer tok = kvd::Llama2cTokenizer::load(model_path);
   const Json doc = read_json(cases_path);
   const auto& cases = doc.at("cases").array;
   ASSERT_FALSE(cases.empty());
@@ -151,7 +151,7 @@ std::vector<std::string> random_texts(int count, std::size_t max_parts, std::uin
 
 TEST(TokenizerReference, FastMergeMatchesLlama2cLoopTok512) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512, 512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512, 512);
   for (const std::string& text : random_texts(300, 60, 1)) {
     ASSERT_EQ(tok.encode(text, true, false), reference_encode(tok, text, true, false)) << "text: \"" << text << "\"";
     ASSERT_EQ(tok.encode(text, false, true), reference_encode(tok, text, false, true)) << "text: \"" << text << "\"";
@@ -160,7 +160,7 @@ TEST(TokenizerReference, FastMergeMatchesLlama2cLoopTok512) {
 
 TEST(TokenizerReference, FastMergeMatchesLlama2cLoopLlama2) {
   SKIP_IF_MISSING(kLlama2);
-  const auto tok = kvd::Tokenizer::load(kLlama2, 32000);
+  const auto tok = kvd::Llama2cTokenizer::load(kLlama2, 32000);
   for (const std::string& text : random_texts(60, 60, 2))
     ASSERT_EQ(tok.encode(text, true, false), reference_encode(tok, text, true, false)) << "text: \"" << text << "\"";
   // Runs of spaces exercise Llama 2's whitespace pieces scored -1e9 (still > -1e10).
@@ -170,7 +170,7 @@ TEST(TokenizerReference, FastMergeMatchesLlama2cLoopLlama2) {
 
 TEST(TokenizerReference, LongTextMatchesLlama2cLoop) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   std::string text;
   for (const std::string& t : random_texts(40, 60, 3)) text += t;
   ASSERT_GT(text.size(), 1000u);
@@ -179,7 +179,7 @@ TEST(TokenizerReference, LongTextMatchesLlama2cLoop) {
 
 TEST(TokenizerReference, VeryLongTextEncodesAndRoundTrips) {
   SKIP_IF_MISSING(kLlama2);
-  const auto tok = kvd::Tokenizer::load(kLlama2);
+  const auto tok = kvd::Llama2cTokenizer::load(kLlama2);
   std::string text;
   for (const std::string& t : random_texts(400, 60, 5)) text += t;  // ~100 KB; O(n^2) would take far longer
   std::string valid;  // keep it valid UTF-8 so the round trip is exact
@@ -199,8 +199,8 @@ TEST(TokenizerReference, VeryLongTextEncodesAndRoundTrips) {
 TEST(Tokenizer, RoundTripsTextsIncludingNonAscii) {
   SKIP_IF_MISSING(kTok512);
   SKIP_IF_MISSING(kLlama2);
-  const auto small = kvd::Tokenizer::load(kTok512);
-  const auto llama = kvd::Tokenizer::load(kLlama2);
+  const auto small = kvd::Llama2cTokenizer::load(kTok512);
+  const auto llama = kvd::Llama2cTokenizer::load(kLlama2);
   const std::vector<std::string> texts = {"Once upon a time, there was a little girl.",
                                           "  leading spaces and trailing  ",
                                           "line one\nline two\n\n\ttabbed",
@@ -220,7 +220,7 @@ TEST(Tokenizer, RoundTripsTextsIncludingNonAscii) {
 
 TEST(Tokenizer, ByteFallbackForCharacterNotInVocab) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   ASSERT_EQ(tok.find("\xE4\xB8\xAD"), -1);  // 中 is not a tok512 piece
   const int space = tok.find(" ");
   ASSERT_GE(space, 0);
@@ -232,7 +232,7 @@ TEST(Tokenizer, ByteFallbackForCharacterNotInVocab) {
 
 TEST(Tokenizer, InvalidUtf8AndNulBytesEncodeBytewise) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   const std::string text("a\xFF\x80" "b\0c", 6);
   const auto ids = tok.encode(text, true, false);
   EXPECT_EQ(ids, reference_encode(tok, text, true, false));
@@ -243,7 +243,7 @@ TEST(Tokenizer, InvalidUtf8AndNulBytesEncodeBytewise) {
 
 TEST(Tokenizer, EmptyText) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   EXPECT_EQ(tok.encode("", true, false), std::vector<int>{1});  // no dummy prefix for empty text
   EXPECT_EQ(tok.encode("", false, false), std::vector<int>{});
   EXPECT_EQ(tok.encode("", true, true), (std::vector<int>{1, 2}));
@@ -252,7 +252,7 @@ TEST(Tokenizer, EmptyText) {
 
 TEST(Tokenizer, EosFlagAppendsEosAfterMerging) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   const auto without = tok.encode("Once upon a time", true, false);
   auto with = tok.encode("Once upon a time", true, true);
   ASSERT_EQ(with.back(), tok.eos_id());
@@ -263,7 +263,7 @@ TEST(Tokenizer, EosFlagAppendsEosAfterMerging) {
 
 TEST(Tokenizer, DecodeStripsLeadingSpaceOnlyAfterBos) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   const int once = tok.find(" Once");
   ASSERT_GE(once, 0);
   EXPECT_EQ(tok.decode(tok.bos_id(), once), "Once");
@@ -274,7 +274,7 @@ TEST(Tokenizer, DecodeStripsLeadingSpaceOnlyAfterBos) {
 
 TEST(Tokenizer, DecodeOutOfRangeThrowsNamingIdAndVocab) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   for (int bad : {-1, 512, 1 << 30}) {
     try {
       tok.decode(1, bad);
@@ -291,7 +291,7 @@ TEST(Tokenizer, DecodeOutOfRangeThrowsNamingIdAndVocab) {
 
 TEST(Tokenizer, DecodeAppendLeavesOutputUnchangedOnError) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   std::string out = "kept";
   EXPECT_THROW(tok.decode_append(1, 512, out), kvd::TokenError);
   EXPECT_EQ(out, "kept");
@@ -299,7 +299,7 @@ TEST(Tokenizer, DecodeAppendLeavesOutputUnchangedOnError) {
 
 TEST(Tokenizer, AccessorsOnTok512) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   EXPECT_EQ(tok.vocab_size(), 512);
   EXPECT_EQ(tok.bos_id(), 1);
   EXPECT_EQ(tok.eos_id(), 2);
@@ -309,22 +309,22 @@ TEST(Tokenizer, AccessorsOnTok512) {
   EXPECT_EQ(tok.piece(258), "<0xFF>");
   EXPECT_EQ(tok.score(259), 0.0f);
   EXPECT_EQ(tok.score(260), -1.0f);
-  EXPECT_EQ(kvd::Tokenizer::byte_value("<0x0a>"), 10);
-  EXPECT_EQ(kvd::Tokenizer::byte_value("<0xZZ>"), -1);
-  EXPECT_EQ(kvd::Tokenizer::byte_value(" the"), -1);
+  EXPECT_EQ(kvd::Llama2cTokenizer::byte_value("<0x0a>"), 10);
+  EXPECT_EQ(kvd::Llama2cTokenizer::byte_value("<0xZZ>"), -1);
+  EXPECT_EQ(kvd::Llama2cTokenizer::byte_value(" the"), -1);
 }
 
 TEST(Tokenizer, CopyIsIndependentDeepCopy) {
   SKIP_IF_MISSING(kTok512);
-  auto tok = kvd::Tokenizer::load(kTok512);
+  auto tok = kvd::Llama2cTokenizer::load(kTok512);
   const auto copy = tok.copy();
-  tok = kvd::Tokenizer({"<unk>", "<s>", "</s>"}, {0, 0, 0});
+  tok = kvd::Llama2cTokenizer({"<unk>", "<s>", "</s>"}, {0, 0, 0});
   EXPECT_EQ(copy.vocab_size(), 512);
   EXPECT_EQ(copy.encode("Once upon a time", true, false), (std::vector<int>{1, 403, 407, 261, 378}));
 }
 
 // In-memory vocabularies pin the merge rule on hand-made cases.
-kvd::Tokenizer tiny(std::vector<std::string> extra, std::vector<float> extra_scores) {
+kvd::Llama2cTokenizer tiny(std::vector<std::string> extra, std::vector<float> extra_scores) {
   std::vector<std::string> pieces = {"<unk>", "<s>", "</s>"};
   std::vector<float> scores = {0, 0, 0};
   for (int b = 0; b < 256; ++b) {
@@ -335,7 +335,7 @@ kvd::Tokenizer tiny(std::vector<std::string> extra, std::vector<float> extra_sco
   }
   pieces.insert(pieces.end(), extra.begin(), extra.end());
   scores.insert(scores.end(), extra_scores.begin(), extra_scores.end());
-  return kvd::Tokenizer(std::move(pieces), std::move(scores));
+  return kvd::Llama2cTokenizer(std::move(pieces), std::move(scores));
 }
 
 TEST(Tokenizer, MergeTiesGoToLeftmostPair) {
@@ -360,7 +360,7 @@ TEST(Tokenizer, MissingSpacePieceFallsBackToSpaceByte) {
 }
 
 TEST(Tokenizer, ByteFallbackBeyondSmallVocabThrows) {
-  const kvd::Tokenizer tok({"<unk>", "<s>", "</s>", " "}, {0, 0, 0, 0});
+  const kvd::Llama2cTokenizer tok({"<unk>", "<s>", "</s>", " "}, {0, 0, 0, 0});
   try {
     tok.encode("z", true, false);
     FAIL() << "expected TokenError";
@@ -370,18 +370,18 @@ TEST(Tokenizer, ByteFallbackBeyondSmallVocabThrows) {
 }
 
 TEST(Tokenizer, InMemoryConstructorRejectsBadInput) {
-  EXPECT_THROW(kvd::Tokenizer({"<unk>", "<s>", "</s>"}, {0, 0}), kvd::ArgumentError);
-  EXPECT_THROW(kvd::Tokenizer({"<unk>", "<s>"}, {0, 0}), kvd::ArgumentError);
-  EXPECT_THROW(kvd::Tokenizer({"<unk>", "<s>", "</s>"}, {0, std::numeric_limits<float>::quiet_NaN(), 0}),
+  EXPECT_THROW(kvd::Llama2cTokenizer({"<unk>", "<s>", "</s>"}, {0, 0}), kvd::ArgumentError);
+  EXPECT_THROW(kvd::Llama2cTokenizer({"<unk>", "<s>"}, {0, 0}), kvd::ArgumentError);
+  EXPECT_THROW(kvd::Llama2cTokenizer({"<unk>", "<s>", "</s>"}, {0, std::numeric_limits<float>::quiet_NaN(), 0}),
                kvd::ArgumentError);
-  EXPECT_THROW(kvd::Tokenizer({"<unk>", "<s>", "</s>"}, {0, 0, 0}, 3), kvd::ArgumentError);  // "</s>" is 4 bytes
-  EXPECT_EQ(kvd::Tokenizer({"<unk>", "<s>", "</s>"}, {0, 0, 0}).max_token_length(), 5);
+  EXPECT_THROW(kvd::Llama2cTokenizer({"<unk>", "<s>", "</s>"}, {0, 0, 0}, 3), kvd::ArgumentError);  // "</s>" is 4 bytes
+  EXPECT_EQ(kvd::Llama2cTokenizer({"<unk>", "<s>", "</s>"}, {0, 0, 0}).max_token_length(), 5);
 }
 
 // ---------------------------------------------------------------------------
 // StreamDecoder.
 
-std::string stream_all(const kvd::Tokenizer& tok, const std::vector<int>& ids, std::vector<std::string>* chunks = nullptr) {
+std::string stream_all(const kvd::Llama2cTokenizer& tok, const std::vector<int>& ids, std::vector<std::string>* chunks = nullptr) {
   kvd::StreamDecoder dec(tok);
   std::string out;
   for (int id : ids) {
@@ -394,7 +394,7 @@ std::string stream_all(const kvd::Tokenizer& tok, const std::vector<int>& ids, s
 
 TEST(StreamDecoder, HoldsBackCharacterSplitOverBytePieces) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   const std::string text = "a 中😀!";
   const auto ids = tok.encode(text, true, false);
   std::vector<std::string> chunks;
@@ -422,7 +422,7 @@ TEST(StreamDecoder, HoldsBackCharacterSplitOverBytePieces) {
 
 TEST(StreamDecoder, MatchesDecodeAllForValidText) {
   SKIP_IF_MISSING(kLlama2);
-  const auto tok = kvd::Tokenizer::load(kLlama2);
+  const auto tok = kvd::Llama2cTokenizer::load(kLlama2);
   for (const std::string text : {"Hello, 世界! 🚀 naïve", "Once upon a time", "\n\n  x"}) {
     const auto ids = tok.encode(text, true, true);
     EXPECT_EQ(stream_all(tok, ids), tok.decode_all(ids));
@@ -432,7 +432,7 @@ TEST(StreamDecoder, MatchesDecodeAllForValidText) {
 
 TEST(StreamDecoder, InvalidBytesBecomeOneReplacementPerMaximalSubpart) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   const std::string fffd = "\xEF\xBF\xBD";
   kvd::StreamDecoder dec(tok);
   EXPECT_EQ(dec.push(0xFF + 3), fffd);               // never valid
@@ -446,7 +446,7 @@ TEST(StreamDecoder, InvalidBytesBecomeOneReplacementPerMaximalSubpart) {
 
 TEST(StreamDecoder, FlushReplacesIncompleteTail) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   kvd::StreamDecoder dec(tok);
   EXPECT_EQ(dec.push(0xE4 + 3), "");
   EXPECT_EQ(dec.flush(), "\xEF\xBF\xBD");
@@ -459,7 +459,7 @@ TEST(StreamDecoder, FlushReplacesIncompleteTail) {
 
 TEST(StreamDecoder, OutOfRangeTokenLeavesDecoderUnchanged) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   kvd::StreamDecoder dec(tok, tok.bos_id());
   EXPECT_EQ(dec.push(0xE4 + 3), "");
   EXPECT_THROW(dec.push(512), kvd::TokenError);
@@ -470,7 +470,7 @@ TEST(StreamDecoder, OutOfRangeTokenLeavesDecoderUnchanged) {
 
 TEST(StreamDecoder, StripsLeadingSpaceAfterBos) {
   SKIP_IF_MISSING(kTok512);
-  const auto tok = kvd::Tokenizer::load(kTok512);
+  const auto tok = kvd::Llama2cTokenizer::load(kTok512);
   kvd::StreamDecoder dec(tok);
   EXPECT_EQ(dec.push(tok.bos_id()), "");
   EXPECT_EQ(dec.push(tok.find(" Once")), "Once");
@@ -540,8 +540,8 @@ class TokenizerFile : public ::testing::Test {
 
 TEST_F(TokenizerFile, ValidSmallFileLoads) {
   const std::string path = write(valid3());
-  const auto a = kvd::Tokenizer::load(path);
-  const auto b = kvd::Tokenizer::load(path, 3);
+  const auto a = kvd::Llama2cTokenizer::load(path);
+  const auto b = kvd::Llama2cTokenizer::load(path, 3);
   EXPECT_EQ(a.vocab_size(), 3);
   EXPECT_EQ(b.piece(2), "</s>");
   EXPECT_EQ(b.max_token_length(), 8);
@@ -549,23 +549,23 @@ TEST_F(TokenizerFile, ValidSmallFileLoads) {
 
 TEST_F(TokenizerFile, MissingFile) {
   const std::string path = (dir_ / "nope.bin").string();
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "does not exist");
-  expect_file_error([&] { kvd::Tokenizer::load(path, 512); }, path, "does not exist");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "does not exist");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path, 512); }, path, "does not exist");
 }
 
 TEST_F(TokenizerFile, Directory) {
   const std::string path = dir_.string();
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "is a directory");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "is a directory");
 }
 
 TEST_F(TokenizerFile, EmptyFile) {
   const std::string path = write("");
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "is empty");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "is empty");
 }
 
 TEST_F(TokenizerFile, ShorterThanHeader) {
   const std::string path = write(std::string("\x08\x00", 2));
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "2 bytes");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "2 bytes");
 }
 
 TEST_F(TokenizerFile, NonPositiveMaxTokenLength) {
@@ -573,14 +573,14 @@ TEST_F(TokenizerFile, NonPositiveMaxTokenLength) {
   put_i32(b, -4);
   put_piece(b, 0, "x");
   const std::string path = write(b);
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "max_token_length = -4");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "max_token_length = -4");
 }
 
 TEST_F(TokenizerFile, TruncatedPieceHeader) {
   std::string b = valid3();
   b += std::string("\x00\x00\x80", 3);  // 3 of the 8 bytes of a 4th piece's score+length
   const std::string path = write(b);
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "truncated: piece 3");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "truncated: piece 3");
 }
 
 TEST_F(TokenizerFile, TruncatedPieceText) {
@@ -589,7 +589,7 @@ TEST_F(TokenizerFile, TruncatedPieceText) {
   put_i32(b, 6);
   b += "abc";  // 3 of 6 bytes
   const std::string path = write(b);
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "piece 3 has length 6 but only 3 bytes remain");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "piece 3 has length 6 but only 3 bytes remain");
 }
 
 TEST_F(TokenizerFile, NegativePieceLength) {
@@ -597,14 +597,14 @@ TEST_F(TokenizerFile, NegativePieceLength) {
   put_f32(b, 0);
   put_i32(b, -7);
   const std::string path = write(b);
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "negative length -7");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "negative length -7");
 }
 
 TEST_F(TokenizerFile, PieceLongerThanMaxTokenLength) {
   std::string b = valid3();
   put_piece(b, 0, "123456789");  // 9 > 8
   const std::string path = write(b);
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "length 9 > max_token_length = 8");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "length 9 > max_token_length = 8");
 }
 
 TEST_F(TokenizerFile, AbsurdLengthDoesNotAllocate) {
@@ -613,25 +613,25 @@ TEST_F(TokenizerFile, AbsurdLengthDoesNotAllocate) {
   put_f32(b, 0);
   put_i32(b, std::numeric_limits<std::int32_t>::max());  // 2 GB piece in a 12-byte file
   const std::string path = write(b);
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "only 0 bytes remain");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "only 0 bytes remain");
 }
 
 TEST_F(TokenizerFile, FewerPiecesThanVocabSize) {
   const std::string path = write(valid3());
-  expect_file_error([&] { kvd::Tokenizer::load(path, 5); }, path, "only 3 pieces, expected vocab_size = 5");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path, 5); }, path, "only 3 pieces, expected vocab_size = 5");
 }
 
 TEST_F(TokenizerFile, HugeVocabSizeWithSmallFile) {
   const std::string path = write(valid3());
-  expect_file_error([&] { kvd::Tokenizer::load(path, std::numeric_limits<int>::max()); }, path, "only 3 pieces");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path, std::numeric_limits<int>::max()); }, path, "only 3 pieces");
 }
 
 TEST_F(TokenizerFile, BytesLeftAfterVocabSize) {
   std::string b = valid3();
   put_piece(b, 0, "x");
   const std::string path = write(b);
-  expect_file_error([&] { kvd::Tokenizer::load(path, 3); }, path, "9 bytes left after vocab_size = 3");
-  EXPECT_EQ(kvd::Tokenizer::load(path).vocab_size(), 4);
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path, 3); }, path, "9 bytes left after vocab_size = 3");
+  EXPECT_EQ(kvd::Llama2cTokenizer::load(path).vocab_size(), 4);
 }
 
 TEST_F(TokenizerFile, TooFewPiecesInferred) {
@@ -640,29 +640,29 @@ TEST_F(TokenizerFile, TooFewPiecesInferred) {
   put_piece(b, 0, "<unk>");
   put_piece(b, 0, "<s>");
   const std::string path = write(b);
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "only 2 pieces");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "only 2 pieces");
 }
 
 TEST_F(TokenizerFile, NanScore) {
   std::string b = valid3();
   put_piece(b, std::numeric_limits<float>::quiet_NaN(), "x");
   const std::string path = write(b);
-  expect_file_error([&] { kvd::Tokenizer::load(path); }, path, "piece 3 has a NaN score");
+  expect_file_error([&] { kvd::Llama2cTokenizer::load(path); }, path, "piece 3 has a NaN score");
 }
 
 TEST_F(TokenizerFile, VocabSizeArgumentTooSmall) {
   const std::string path = write(valid3());
-  EXPECT_THROW(kvd::Tokenizer::load(path, 0), kvd::ArgumentError);
-  EXPECT_THROW(kvd::Tokenizer::load(path, -1), kvd::ArgumentError);
+  EXPECT_THROW(kvd::Llama2cTokenizer::load(path, 0), kvd::ArgumentError);
+  EXPECT_THROW(kvd::Llama2cTokenizer::load(path, -1), kvd::ArgumentError);
 }
 
 TEST(TokenizerLoad, SharedVocabSizesAreInferred) {
   SKIP_IF_MISSING(kTok512);
   SKIP_IF_MISSING(kLlama2);
-  EXPECT_EQ(kvd::Tokenizer::load(kTok512).vocab_size(), 512);
-  EXPECT_EQ(kvd::Tokenizer::load(kLlama2).vocab_size(), 32000);
-  EXPECT_EQ(kvd::Tokenizer::load(kLlama2).max_token_length(), 27);
-  EXPECT_THROW(kvd::Tokenizer::load(kLlama2, 512), kvd::FileError);  // wrong model's vocab
+  EXPECT_EQ(kvd::Llama2cTokenizer::load(kTok512).vocab_size(), 512);
+  EXPECT_EQ(kvd::Llama2cTokenizer::load(kLlama2).vocab_size(), 32000);
+  EXPECT_EQ(kvd::Llama2cTokenizer::load(kLlama2).max_token_length(), 27);
+  EXPECT_THROW(kvd::Llama2cTokenizer::load(kLlama2, 512), kvd::FileError);  // wrong model's vocab
 }
 
 }  // namespace

@@ -445,14 +445,14 @@ TEST(VocabConvert, LlamaWithoutEosSaysNone) {
 // tok512.bin as the tokenizer.json Hugging Face's converter (SpmConverter) makes of
 // a SentencePiece BPE model: "▁" pieces, byte fallback, and every split of every
 // piece into two pieces as a merge, ranked by the piece's score (ties by id).
-std::string tok512_as_tokenizer_json(const Tokenizer& t) {
+std::string tok512_as_tokenizer_json(const Llama2cTokenizer& t) {
   nlohmann::json vocab = nlohmann::json::object();
   std::vector<std::string> pieces;
   for (int i = 0; i < t.vocab_size(); ++i) {
     std::string p;
-    if (i == Tokenizer::kUnkId) p = "<unk>";
-    else if (i == Tokenizer::kBosId) p = "<s>";
-    else if (i == Tokenizer::kEosId) p = "</s>";
+    if (i == Llama2cTokenizer::kUnkId) p = "<unk>";
+    else if (i == Llama2cTokenizer::kBosId) p = "<s>";
+    else if (i == Llama2cTokenizer::kEosId) p = "</s>";
     else for (char ch : t.piece(i)) p += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
     vocab[p] = i;
     pieces.push_back(p);
@@ -490,7 +490,7 @@ TEST(VocabConvert, QuantizeHfFolderWithTok512TokenizerJsonEncodesAsLlama2c) {
   const std::string hf = kShared + "/models/hf/stories260K";
   SKIP_IF_MISSING(hf + "/config.json");
   SKIP_IF_MISSING(kShared + "/models/tok512.bin");
-  const Tokenizer t = Tokenizer::load(kShared + "/models/tok512.bin");
+  const Llama2cTokenizer t = Llama2cTokenizer::load(kShared + "/models/tok512.bin");
   TempDir d;
   const fs::path folder = d.path / "model";
   fs::create_directories(folder);

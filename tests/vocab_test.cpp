@@ -308,7 +308,7 @@ TEST(LoadTokenizer, TellsFormatsApartByContentNotName) {
     const auto l2 = kvd::load_tokenizer(kShared + "/models/tokenizer.bin");
     EXPECT_EQ(kvd::detect_tokenizer_format(kShared + "/models/tokenizer.bin"), kvd::TokenizerFormat::kLlama2c);
     EXPECT_EQ(l2->vocab_size(), 32000);
-    const kvd::Tokenizer direct = kvd::Tokenizer::load(kShared + "/models/tokenizer.bin");
+    const kvd::Llama2cTokenizer direct = kvd::Llama2cTokenizer::load(kShared + "/models/tokenizer.bin");
     EXPECT_EQ(l2->encode("Hello world"), direct.encode("Hello world", true, false));
     EXPECT_EQ(l2->decode(l2->encode("Hello world")), "Hello world");
   }

@@ -42,16 +42,14 @@
 #include "kvdecode/detail/file.hpp"
 #include "kvdecode/config.hpp"
 #include "kvdecode/error.hpp"
+#include "kvdecode/load_options.hpp"
 #include "kvdecode/weights.hpp"
 
 namespace kvd {
 
-/// Options for loading a checkpoint.
-struct CheckpointLoadOptions {
-  /// Longest sequence to plan for: caps the header's seq_len (RoPE table, default
-  /// cache capacity, and the memory demand checked at load). 0 = seq_len.
-  int max_seq_len = 0;
-};
+/// Options for loading a checkpoint (load_options.hpp; the old name is kept). Only
+/// max_seq_len applies: a checkpoint's tensors have no names, so none is unused.
+using CheckpointLoadOptions = WeightLoadOptions;
 
 /// The on-disk layouts load_checkpoint() and save_checkpoint() understand.
 enum class CheckpointFormat {

@@ -27,22 +27,14 @@
 #include "kvdecode/config.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/gguf.hpp"
+#include "kvdecode/load_options.hpp"
 #include "kvdecode/tensor.hpp"
 #include "kvdecode/weights.hpp"
 
 namespace kvd {
 
-/// Options for reading a GGUF model.
-struct GGUFLoadOptions {
-  /// Longest sequence to plan for: caps the file's context_length (RoPE table,
-  /// default cache capacity). 0 = the file's context_length.
-  int max_seq_len = 0;
-  /// Load a file holding tensors the model does not use (refused by default,
-  /// naming the first); their names go to `unused_tensors`, for a warning.
-  bool allow_unused_tensors = false;
-  /// With allow_unused_tensors: receives the unused tensors' names, in file order (may be null).
-  std::vector<std::string>* unused_tensors = nullptr;
-};
+/// Options for reading a GGUF model (load_options.hpp; the old name is kept).
+using GGUFLoadOptions = WeightLoadOptions;
 
 /// What a GGUF file's metadata says about its model.
 struct GGUFModelInfo {

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,22 +35,15 @@
 #include "kvdecode/detail/file.hpp"
 #include "kvdecode/detail/json.hpp"
 #include "kvdecode/error.hpp"
+#include "kvdecode/load_options.hpp"
 #include "kvdecode/safetensors.hpp"
 #include "kvdecode/tensor.hpp"
 #include "kvdecode/weights.hpp"
 
 namespace kvd {
 
-/// Options for reading a Hugging Face model folder.
-struct HFLoadOptions {
-  /// Longest sequence to plan for: caps max_position_embeddings. 0 = the config's value.
-  int max_seq_len = 0;
-  /// Load a folder holding tensors the model does not use (refused by default,
-  /// naming the first); their names go to `unused_tensors`, for a warning.
-  bool allow_unused_tensors = false;
-  /// With allow_unused_tensors: receives the unused tensors' names, by name order (may be null).
-  std::vector<std::string>* unused_tensors = nullptr;
-};
+/// Options for reading a Hugging Face model folder (load_options.hpp; the old name is kept).
+using HFLoadOptions = WeightLoadOptions;
 
 /// The planned context may demand (RoPE tables + a float32 KV cache) at most this
 /// many times the bytes of the folder's .safetensors files, or kHFSeqBytesFloor if
@@ -67,6 +61,12 @@ struct HFModelInfo {
   bool tied = false;                      ///< tie_word_embeddings
   bool vocab_in_config = false;           ///< config.json gives vocab_size (else the embedding's rows do)
   std::vector<double> rope_freq_factors;  ///< (rotary_dim/2) each frequency is divided by its factor; empty = none
+  // Filled by hf_model_weights_info() (from the safetensors headers); hf_model_info() leaves them empty.
+  std::uint64_t weight_bytes = 0;  ///< bytes of every tensor the model uses, as stored
+  /// (type, bytes) of the tensors the model uses, one entry per storage type present.
+  std::vector<std::pair<WeightType, std::uint64_t>> bytes_by_type;
+  /// Tensors of the folder the model does not use, by name order (only with allow_unused_tensors).
+  std::vector<std::string> unused_tensors;
 };
 
 namespace detail {
@@ -346,18 +346,54 @@ inline ModelConfig hf_model_config(const std::string& folder, const HFLoadOption
   return hf_model_info(folder, options).config;
 }
 
-/// Loads a Hugging Face model folder (config.json + safetensors, single or sharded).
-/// Throws FileError (missing config or weights), FormatError (a malformed file, an
-/// unsupported architecture, a missing or misshapen tensor, an unsupported dtype;
-/// the message names it) or ConfigError.
-template <class T>
-ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& options = {}) {
-  using detail::msg;
-  HFModelInfo info = hf_model_info(folder, options);
-  auto owner = std::make_shared<const detail::HFOwner>(SafetensorsModel::open(folder));
-  const SafetensorsModel& m = owner->model;
-  ModelConfig& c = info.config;
+namespace detail {
 
+/// One tensor a model of a given config reads from a folder: its name and shape
+/// [rows, cols] (rows = 0: a vector of cols).
+struct HFTensorSpec {
+  std::string name;
+  std::uint64_t rows, cols;
+};
+
+/// Every tensor a model of config `c` reads, in the order the loader checks them:
+/// the one list load_hf_model() and hf_model_weights_info() walk.
+inline std::vector<HFTensorSpec> hf_tensor_specs(const ModelConfig& c) {
+  const std::uint64_t D = c.d_model, V = c.vocab_size, F = c.hidden_dim, Q = c.q_dim(), KV = c.kv_dim(),
+                      Dh = c.head_dim;
+  std::vector<HFTensorSpec> s{{"model.embed_tokens.weight", V, D}, {"model.norm.weight", 0, D}};
+  if (!c.shared_classifier) s.push_back({"lm_head.weight", V, D});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = msg("model.layers.", l, ".");
+    s.push_back({p + "input_layernorm.weight", 0, D});
+    s.push_back({p + "self_attn.q_proj.weight", Q, D});   // (Q x D)
+    s.push_back({p + "self_attn.k_proj.weight", KV, D});  // (KV x D)
+    s.push_back({p + "self_attn.v_proj.weight", KV, D});  // (KV x D)
+    s.push_back({p + "self_attn.o_proj.weight", D, Q});   // (D x Q)
+    s.push_back({p + "post_attention_layernorm.weight", 0, D});
+    s.push_back({p + "mlp.gate_proj.weight", F, D});  // (F x D)
+    s.push_back({p + "mlp.down_proj.weight", D, F});  // (D x F)
+    s.push_back({p + "mlp.up_proj.weight", F, D});    // (F x D)
+    if (c.qkv_bias) {
+      s.push_back({p + "self_attn.q_proj.bias", 0, Q});
+      s.push_back({p + "self_attn.k_proj.bias", 0, KV});
+      s.push_back({p + "self_attn.v_proj.bias", 0, KV});
+    }
+    if (c.qk_norm) {
+      s.push_back({p + "self_attn.q_norm.weight", 0, Dh});
+      s.push_back({p + "self_attn.k_norm.weight", 0, Dh});
+    }
+  }
+  return s;
+}
+
+/// Completes `info` from the folder's tensors without reading their data: vocab_size
+/// from the embedding when config.json omits it, shared_classifier when lm_head.weight
+/// is absent, the bytes of every tensor the model reads (by storage type), and the
+/// unused tensors (refused unless options.allow_unused_tensors). Throws FormatError
+/// naming the tensor for an absent or misshapen one, or the first unused one.
+inline void hf_check_tensors(const std::string& folder, const SafetensorsModel& m, HFModelInfo& info,
+                             const HFLoadOptions& options) {
+  ModelConfig& c = info.config;
   const SafetensorsTensor& emb = m.get("model.embed_tokens.weight");
   if (!info.vocab_in_config && emb.shape.size() == 2 && emb.shape[0] > 0 && emb.shape[0] <= (1u << 20))
     c.vocab_size = static_cast<int>(emb.shape[0]);
@@ -365,72 +401,29 @@ ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& op
       emb.shape[0] != static_cast<std::uint64_t>(c.vocab_size))
     throw FormatError(msg(folder, ": tensor 'model.embed_tokens.weight' has shape ", emb.shape_string(), ", expected [",
                           c.vocab_size, ",", c.d_model, "] (vocab_size, hidden_size)"));
-  const SafetensorsTensor* head = m.find("lm_head.weight");
-  c.shared_classifier = info.tied || head == nullptr;
+  c.shared_classifier = info.tied || m.find("lm_head.weight") == nullptr;
   c.validate();
 
-  // The tensor `name` with shape [rows, cols] (rows = 0: a vector of cols).
-  std::unordered_set<std::string> used{"model.embed_tokens.weight"};
-  auto tensor = [&](const std::string& name, std::uint64_t rows, std::uint64_t cols) -> const SafetensorsTensor& {
-    used.insert(name);
-    const SafetensorsTensor& t = m.get(name);
-    const bool ok = rows == 0 ? (t.shape.size() == 1 && t.shape[0] == cols)
-                              : (t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols);
+  std::unordered_set<std::string> used;
+  info.weight_bytes = 0;
+  info.bytes_by_type.clear();
+  info.unused_tensors.clear();
+  for (const HFTensorSpec& s : hf_tensor_specs(c)) {
+    used.insert(s.name);
+    const SafetensorsTensor& t = m.get(s.name);
+    const bool ok = s.rows == 0 ? (t.shape.size() == 1 && t.shape[0] == s.cols)
+                                : (t.shape.size() == 2 && t.shape[0] == s.rows && t.shape[1] == s.cols);
     if (!ok)
-      throw FormatError(msg(folder, ": tensor '", name, "' (in ", t.file, ") has shape ", t.shape_string(),
-                            ", expected [", rows ? msg(rows, ",") : std::string(), cols, "] for this model's config"));
-    return t;
-  };
-  auto matrix = [&](const std::string& name, std::uint64_t rows, std::uint64_t cols) {
-    const SafetensorsTensor& t = tensor(name, rows, cols);
-    const std::uint64_t elem = t.type == WeightType::kF32 ? 4 : 2;
-    if (reinterpret_cast<std::uintptr_t>(t.data) % elem != 0)
-      return WeightMatrix::copy_of(t.type, static_cast<long>(rows), static_cast<long>(cols), t.data, t.n_bytes);
-    return WeightMatrix::view(t.type, static_cast<long>(rows), static_cast<long>(cols), t.data, owner);
-  };
-  auto vec = [&](const std::string& name, std::uint64_t n) {
-    const SafetensorsTensor& t = tensor(name, 0, n);
-    // copy_of: a vector is one row; copying sidesteps alignment.
-    const WeightMatrix row = WeightMatrix::copy_of(t.type, 1, static_cast<long>(n), t.data, t.n_bytes);
-    Vector<T> v(static_cast<long>(n));
-    row.dequantize_row(0, v.data());
-    return v;
-  };
-
-  const std::uint64_t D = c.d_model, V = c.vocab_size, F = c.hidden_dim, Q = c.q_dim(), KV = c.kv_dim(),
-                      Dh = c.head_dim;
-  ModelWeights<T> w;
-  w.config = c;
-  w.token_embedding = matrix("model.embed_tokens.weight", V, D);
-  w.final_norm = vec("model.norm.weight", D);
-  if (!c.shared_classifier) w.classifier = matrix("lm_head.weight", V, D);
-  if (!info.rope_freq_factors.empty()) {
-    w.rope_freq_factors = Vector<T>(static_cast<long>(info.rope_freq_factors.size()));
-    for (std::size_t i = 0; i < info.rope_freq_factors.size(); ++i)
-      w.rope_freq_factors[static_cast<long>(i)] = static_cast<T>(info.rope_freq_factors[i]);
-  }
-  w.layers.resize(static_cast<std::size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = msg("model.layers.", l, ".");
-    auto& L = w.layers[static_cast<std::size_t>(l)];
-    L.attn_norm = vec(p + "input_layernorm.weight", D);
-    L.wq = matrix(p + "self_attn.q_proj.weight", Q, D);    // (Q x D)
-    L.wk = matrix(p + "self_attn.k_proj.weight", KV, D);   // (KV x D)
-    L.wv = matrix(p + "self_attn.v_proj.weight", KV, D);   // (KV x D)
-    L.wo = matrix(p + "self_attn.o_proj.weight", D, Q);    // (D x Q)
-    L.ffn_norm = vec(p + "post_attention_layernorm.weight", D);
-    L.w1 = matrix(p + "mlp.gate_proj.weight", F, D);       // (F x D)
-    L.w2 = matrix(p + "mlp.down_proj.weight", D, F);       // (D x F)
-    L.w3 = matrix(p + "mlp.up_proj.weight", F, D);         // (F x D)
-    if (c.qkv_bias) {
-      L.bq = vec(p + "self_attn.q_proj.bias", Q);
-      L.bk = vec(p + "self_attn.k_proj.bias", KV);
-      L.bv = vec(p + "self_attn.v_proj.bias", KV);
-    }
-    if (c.qk_norm) {
-      L.q_norm = vec(p + "self_attn.q_norm.weight", Dh);
-      L.k_norm = vec(p + "self_attn.k_norm.weight", Dh);
-    }
+      throw FormatError(msg(folder, ": tensor '", s.name, "' (in ", t.file, ") has shape ", t.shape_string(),
+                            ", expected [", s.rows ? msg(s.rows, ",") : std::string(), s.cols,
+                            "] for this model's config"));
+    info.weight_bytes += t.n_bytes;
+    auto it = info.bytes_by_type.begin();
+    while (it != info.bytes_by_type.end() && it->first != t.type) ++it;
+    if (it == info.bytes_by_type.end())
+      info.bytes_by_type.emplace_back(t.type, t.n_bytes);
+    else
+      it->second += t.n_bytes;
   }
   // Every tensor must be used: what kvdecode would ignore (o_proj's bias, a layer
   // beyond num_hidden_layers, an unknown tensor) means another model than it runs.
@@ -442,7 +435,88 @@ ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& op
                             " of ", c.n_layers, " layers (num_hidden_layers); ", all.size() - used.size(), " of the ",
                             all.size(), " tensors are unused, the limit is 0 (pass allow_unused_tensors / "
                             "--allow-unused-tensors to load it anyway)"));
-    if (options.unused_tensors) options.unused_tensors->push_back(t->name);
+    info.unused_tensors.push_back(t->name);
+  }
+}
+
+}  // namespace detail
+
+/// What `folder` says about its model, tensors included but not their data: as
+/// hf_model_info(), then vocab_size, the classifier, weight_bytes, bytes_by_type and
+/// unused_tensors from the safetensors headers (the files are mapped, their data
+/// pages never touched). The config is the one load_hf_model() gives. Throws as
+/// load_hf_model() does, before any tensor is read.
+inline HFModelInfo hf_model_weights_info(const std::string& folder, const HFLoadOptions& options = {}) {
+  HFModelInfo info = hf_model_info(folder, options);
+  const SafetensorsModel m = SafetensorsModel::open(folder);
+  detail::hf_check_tensors(folder, m, info, options);
+  return info;
+}
+
+/// Loads a Hugging Face model folder (config.json + safetensors, single or sharded).
+/// Throws FileError (missing config or weights), FormatError (a malformed file, an
+/// unsupported architecture, a missing or misshapen tensor, an unsupported dtype;
+/// the message names it) or ConfigError.
+template <class T>
+ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& options = {}) {
+  HFModelInfo info = hf_model_info(folder, options);
+  auto owner = std::make_shared<const detail::HFOwner>(SafetensorsModel::open(folder));
+  const SafetensorsModel& m = owner->model;
+  detail::hf_check_tensors(folder, m, info, options);  // every shape checked before any data is read
+  if (options.unused_tensors)
+    options.unused_tensors->insert(options.unused_tensors->end(), info.unused_tensors.begin(), info.unused_tensors.end());
+  const ModelConfig& c = info.config;
+
+  auto matrix = [&](const std::string& name) {
+    const SafetensorsTensor& t = m.get(name);
+    const long rows = static_cast<long>(t.shape[0]), cols = static_cast<long>(t.shape[1]);
+    const std::uint64_t elem = t.type == WeightType::kF32 ? 4 : 2;
+    if (reinterpret_cast<std::uintptr_t>(t.data) % elem != 0)
+      return WeightMatrix::copy_of(t.type, rows, cols, t.data, t.n_bytes);
+    return WeightMatrix::view(t.type, rows, cols, t.data, owner);
+  };
+  auto vec = [&](const std::string& name) {
+    const SafetensorsTensor& t = m.get(name);
+    const long n = static_cast<long>(t.shape[0]);
+    // copy_of: a vector is one row; copying sidesteps alignment.
+    const WeightMatrix row = WeightMatrix::copy_of(t.type, 1, n, t.data, t.n_bytes);
+    Vector<T> v(n);
+    row.dequantize_row(0, v.data());
+    return v;
+  };
+
+  ModelWeights<T> w;
+  w.config = c;
+  w.token_embedding = matrix("model.embed_tokens.weight");
+  w.final_norm = vec("model.norm.weight");
+  if (!c.shared_classifier) w.classifier = matrix("lm_head.weight");
+  if (!info.rope_freq_factors.empty()) {
+    w.rope_freq_factors = Vector<T>(static_cast<long>(info.rope_freq_factors.size()));
+    for (std::size_t i = 0; i < info.rope_freq_factors.size(); ++i)
+      w.rope_freq_factors[static_cast<long>(i)] = static_cast<T>(info.rope_freq_factors[i]);
+  }
+  w.layers.resize(static_cast<std::size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = detail::msg("model.layers.", l, ".");
+    auto& L = w.layers[static_cast<std::size_t>(l)];
+    L.attn_norm = vec(p + "input_layernorm.weight");
+    L.wq = matrix(p + "self_attn.q_proj.weight");
+    L.wk = matrix(p + "self_attn.k_proj.weight");
+    L.wv = matrix(p + "self_attn.v_proj.weight");
+    L.wo = matrix(p + "self_attn.o_proj.weight");
+    L.ffn_norm = vec(p + "post_attention_layernorm.weight");
+    L.w1 = matrix(p + "mlp.gate_proj.weight");
+    L.w2 = matrix(p + "mlp.down_proj.weight");
+    L.w3 = matrix(p + "mlp.up_proj.weight");
+    if (c.qkv_bias) {
+      L.bq = vec(p + "self_attn.q_proj.bias");
+      L.bk = vec(p + "self_attn.k_proj.bias");
+      L.bv = vec(p + "self_attn.v_proj.bias");
+    }
+    if (c.qk_norm) {
+      L.q_norm = vec(p + "self_attn.q_norm.weight");
+      L.k_norm = vec(p + "self_attn.k_norm.weight");
+    }
   }
   w.validate();
   return w;

@@ -47,6 +47,7 @@
 #include "kvdecode/gguf.hpp"
 #include "kvdecode/gguf_model.hpp"
 #include "kvdecode/hf_model.hpp"
+#include "kvdecode/model_format.hpp"
 #include "kvdecode/tokenizer.hpp"
 #include "kvdecode/tokenizer_loader.hpp"
 #include "kvdecode/vocab_writer.hpp"
@@ -438,7 +439,7 @@ inline void write_model_keys(GGUFWriter& g, const ModelConfig& c, const std::str
 
 /// tokenizer.ggml.* from a llama2.c tokenizer.bin, as llama.cpp's converter stores it.
 inline void write_llama2c_vocab(GGUFWriter& g, const std::string& path, int vocab_size) {
-  const Tokenizer tok = Tokenizer::load(path, vocab_size);
+  const Llama2cTokenizer tok = Llama2cTokenizer::load(path, vocab_size);
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<std::int32_t> types;
@@ -446,28 +447,28 @@ inline void write_llama2c_vocab(GGUFWriter& g, const std::string& path, int voca
     std::string p;
     // llama2.c writes the control pieces as "\n<s>\n" / "\n</s>\n"; SentencePiece (and
     // llama.cpp's converter) name them <unk>, <s>, </s>.
-    if (i == Tokenizer::kUnkId || i == Tokenizer::kBosId || i == Tokenizer::kEosId) {
-      tokens.push_back(i == Tokenizer::kUnkId ? "<unk>" : i == Tokenizer::kBosId ? "<s>" : "</s>");
+    if (i == Llama2cTokenizer::kUnkId || i == Llama2cTokenizer::kBosId || i == Llama2cTokenizer::kEosId) {
+      tokens.push_back(i == Llama2cTokenizer::kUnkId ? "<unk>" : i == Llama2cTokenizer::kBosId ? "<s>" : "</s>");
       scores.push_back(tok.score(i));
-      types.push_back(i == Tokenizer::kUnkId ? 2 : 3);
+      types.push_back(i == Llama2cTokenizer::kUnkId ? 2 : 3);
       continue;
     }
     for (char ch : tok.piece(i)) p += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
     tokens.push_back(std::move(p));
     scores.push_back(tok.score(i));
     std::int32_t t = 1;  // normal
-    if (i == Tokenizer::kUnkId) t = 2;
-    else if (i == Tokenizer::kBosId || i == Tokenizer::kEosId) t = 3;
-    else if (i >= Tokenizer::kByteOffset && i < Tokenizer::kByteOffset + 256) t = 6;
+    if (i == Llama2cTokenizer::kUnkId) t = 2;
+    else if (i == Llama2cTokenizer::kBosId || i == Llama2cTokenizer::kEosId) t = 3;
+    else if (i >= Llama2cTokenizer::kByteOffset && i < Llama2cTokenizer::kByteOffset + 256) t = 6;
     types.push_back(t);
   }
   g.set_string("tokenizer.ggml.model", "llama");
   g.set_string_array("tokenizer.ggml.tokens", std::move(tokens));
   g.set_f32_array("tokenizer.ggml.scores", scores);
   g.set_i32_array("tokenizer.ggml.token_type", types);
-  g.set_u32("tokenizer.ggml.unknown_token_id", Tokenizer::kUnkId);
-  g.set_u32("tokenizer.ggml.bos_token_id", Tokenizer::kBosId);
-  g.set_u32("tokenizer.ggml.eos_token_id", Tokenizer::kEosId);
+  g.set_u32("tokenizer.ggml.unknown_token_id", Llama2cTokenizer::kUnkId);
+  g.set_u32("tokenizer.ggml.bos_token_id", Llama2cTokenizer::kBosId);
+  g.set_u32("tokenizer.ggml.eos_token_id", Llama2cTokenizer::kEosId);
 }
 
 /// The vocabulary of the tokenizer at `path` (any format load_tokenizer reads) as
@@ -550,7 +551,8 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
   if (const auto dot = name.rfind('.'); dot != std::string::npos && dot > 0 && !fs::is_directory(in, ec))
     name = name.substr(0, dot);
 
-  if (is_gguf_file(in)) {
+  const ModelFormat format = detect_model_format(in);  // FormatError for none of the formats
+  if (format == ModelFormat::kGguf) {
     result.input_format = "gguf";
     gguf = std::make_shared<const GGUFFile>(GGUFFile::open(in));
     for (const auto& [k, v] : gguf->metadata()) {
@@ -579,31 +581,25 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
       }
     }
   } else {
-    ModelWeights<float> w;
-    if (is_hf_folder(in)) {
-      result.input_format = "hf";
-      // No context is planned here: the smallest one passes the context demand check,
-      // and the file's max_position_embeddings is what the output records.
-      HFLoadOptions lo;
-      lo.max_seq_len = 1;
-      lo.allow_unused_tensors = options.allow_unused_tensors;
-      lo.unused_tensors = &result.unused_tensors;
-      const std::uint64_t context = hf_model_info(in, lo).file_context;
-      w = load_hf_model<float>(in, lo);
-      w.config.max_seq_len = static_cast<int>(std::min<std::uint64_t>(context, kHFMaxContext));
-    } else if (fs::is_directory(in, ec)) {
-      throw FormatError(detail::msg("'", in, "' is a folder without config.json: not a Hugging Face model folder"));
-    } else {
-      CheckpointInfo info;
-      try {
-        info = read_checkpoint_info(in);
-      } catch (const FileError& e) {
-        throw FormatError(detail::msg("'", in, "' is neither a GGUF file, a Hugging Face folder nor a llama2.c checkpoint (",
-                                      e.what(), ")"));
-      }
-      result.input_format = checkpoint_format_name(info.format);
-      w = load_checkpoint<float>(in);
+    // A Hugging Face folder or a llama2.c checkpoint. No context is planned here: a
+    // folder is read for one position, which passes the context demand check (a
+    // checkpoint keeps its own, as load_checkpoint applies it), and the model's own
+    // context is what the output records.
+    WeightLoadOptions lo;
+    lo.max_seq_len = format == ModelFormat::kHfFolder ? 1 : 0;
+    lo.allow_unused_tensors = options.allow_unused_tensors;
+    lo.unused_tensors = &result.unused_tensors;
+    ModelInfo info;
+    try {
+      info = read_model_info(in, lo);
+    } catch (const FileError& e) {
+      if (format != ModelFormat::kLlama2c) throw;
+      throw FormatError(detail::msg("'", in, "' is neither a GGUF file, a Hugging Face folder nor a llama2.c checkpoint (",
+                                    e.what(), ")"));
     }
+    result.input_format = format == ModelFormat::kHfFolder ? "hf" : info.description;
+    ModelWeights<float> w = load_model_weights<float>(in, lo);
+    w.config.max_seq_len = static_cast<int>(std::min<std::uint64_t>(info.file_context, kMaxModelContext));
     const ModelConfig c = w.config;
     weights = std::make_shared<const ModelWeights<float>>(std::move(w));
     sources = detail::sources_from_weights(weights);

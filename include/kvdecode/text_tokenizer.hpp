@@ -5,7 +5,7 @@
 //
 // Implementations: BpeTokenizer (bpe_tokenizer.hpp: SentencePiece-style and
 // byte-level BPE, from GGUF metadata or Hugging Face tokenizer.json) and
-// Llama2cTextTokenizer below (llama2.c's tokenizer.bin, through kvd::Tokenizer).
+// Llama2cTextTokenizer below (llama2.c's tokenizer.bin, through kvd::Llama2cTokenizer).
 // load_tokenizer() (tokenizer_loader.hpp) picks one by looking at a file's bytes.
 #pragma once
 
@@ -168,15 +168,15 @@ inline std::string TextTokenizer::decode(const std::vector<int>& ids, bool skip_
 }
 
 /// llama2.c's tokenizer.bin behind the common interface: encoding is exactly
-/// Tokenizer::encode (llama2.c's algorithm), ids 1 and 2 are BOS and EOS.
+/// Llama2cTokenizer::encode (llama2.c's algorithm), ids 1 and 2 are BOS and EOS.
 class Llama2cTextTokenizer : public TextTokenizer {
  public:
   /// Takes the tokenizer over. add_bos() is true, as llama2.c's run.c encodes prompts.
-  explicit Llama2cTextTokenizer(Tokenizer tok, std::string path = "")
+  explicit Llama2cTextTokenizer(Llama2cTokenizer tok, std::string path = "")
       : tok_(std::move(tok)), path_(std::move(path)) {
-    bos_ = Tokenizer::kBosId;
-    eos_ = Tokenizer::kEosId;
-    unk_ = Tokenizer::kUnkId;
+    bos_ = Llama2cTokenizer::kBosId;
+    eos_ = Llama2cTokenizer::kEosId;
+    unk_ = Llama2cTokenizer::kUnkId;
     add_bos_ = true;
     strip_leading_space_ = true;
     // llama2.c's models end a story by starting the next with BOS; run.c stops there.
@@ -199,16 +199,16 @@ class Llama2cTextTokenizer : public TextTokenizer {
     check_id(id, "token_type");
     if (id == unk_) return TokenType::kUnknown;
     if (id == bos_ || id == eos_) return TokenType::kControl;
-    if (id >= Tokenizer::kByteOffset && id < Tokenizer::kByteOffset + 256) return TokenType::kByte;
+    if (id >= Llama2cTokenizer::kByteOffset && id < Llama2cTokenizer::kByteOffset + 256) return TokenType::kByte;
     return TokenType::kNormal;
   }
   std::string describe() const override {
     return detail::msg("llama2.c tokenizer.bin ", path_, ": SentencePiece BPE, ", vocab_size(), " tokens");
   }
-  const Tokenizer& tokenizer() const { return tok_; }
+  const Llama2cTokenizer& tokenizer() const { return tok_; }
 
  private:
-  Tokenizer tok_;
+  Llama2cTokenizer tok_;
   std::string path_;
 };
 

@@ -1,4 +1,5 @@
-// Tokenizer: the SentencePiece-BPE vocabulary of a Llama-style model, read from
+// Llama2cTokenizer (formerly kvd::Tokenizer; the old name is a deprecated alias for
+// one version): the SentencePiece-BPE vocabulary of a Llama-style model, read from
 // llama2.c's tokenizer.bin format, with an encoder that reproduces llama2.c's
 // encode() token for token, a per-token decoder with llama2.c's decode()
 // semantics, and a StreamDecoder that turns a token stream into complete UTF-8
@@ -85,7 +86,7 @@ inline std::uint32_t load_le32(const unsigned char* p) {
 
 }  // namespace detail
 
-class Tokenizer {
+class Llama2cTokenizer {
  public:
   static constexpr int kUnkId = 0;
   static constexpr int kBosId = 1;
@@ -98,23 +99,23 @@ class Tokenizer {
   /// NaN. max_token_length < 0 means "the longest piece"; otherwise it must be >= the
   /// longest piece. If a piece occurs twice, lookups find its lowest id.
   /// Throws ArgumentError naming the bad size, score or length.
-  Tokenizer(std::vector<std::string> pieces, std::vector<float> scores, int max_token_length = -1) {
+  Llama2cTokenizer(std::vector<std::string> pieces, std::vector<float> scores, int max_token_length = -1) {
     if (pieces.size() != scores.size())
-      throw ArgumentError(detail::msg("Tokenizer: ", pieces.size(), " pieces but ", scores.size(),
+      throw ArgumentError(detail::msg("Llama2cTokenizer: ", pieces.size(), " pieces but ", scores.size(),
                                       " scores; need one score per piece"));
     if (pieces.size() < static_cast<std::size_t>(kMinVocab) ||
         pieces.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
-      throw ArgumentError(detail::msg("Tokenizer: vocab_size = ", pieces.size(), " must be in [", kMinVocab, ", ",
+      throw ArgumentError(detail::msg("Llama2cTokenizer: vocab_size = ", pieces.size(), " must be in [", kMinVocab, ", ",
                                       std::numeric_limits<int>::max(), "] (ids 0..2 are <unk>, BOS, EOS)"));
     std::size_t longest = 0;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
       longest = std::max(longest, pieces[i].size());
-      if (scores[i] != scores[i]) throw ArgumentError(detail::msg("Tokenizer: score of piece ", i, " is NaN"));
+      if (scores[i] != scores[i]) throw ArgumentError(detail::msg("Llama2cTokenizer: score of piece ", i, " is NaN"));
     }
     if (longest > static_cast<std::size_t>(std::numeric_limits<int>::max()))
-      throw ArgumentError(detail::msg("Tokenizer: a piece of ", longest, " bytes is longer than any int can say"));
+      throw ArgumentError(detail::msg("Llama2cTokenizer: a piece of ", longest, " bytes is longer than any int can say"));
     if (max_token_length >= 0 && static_cast<std::size_t>(max_token_length) < longest)
-      throw ArgumentError(detail::msg("Tokenizer: max_token_length = ", max_token_length,
+      throw ArgumentError(detail::msg("Llama2cTokenizer: max_token_length = ", max_token_length,
                                       " is shorter than the longest piece (", longest, " bytes)"));
     max_token_length_ = max_token_length >= 0 ? max_token_length : static_cast<int>(longest);
     pieces_ = std::move(pieces);
@@ -129,9 +130,9 @@ class Tokenizer {
   /// unreadable, truncated, holds a negative or oversized length, holds fewer than
   /// vocab_size pieces, or has bytes left over after them (then the tokenizer does
   /// not belong to the model; load(path) would read them all).
-  static Tokenizer load(const std::string& path, int vocab_size) {
+  static Llama2cTokenizer load(const std::string& path, int vocab_size) {
     if (vocab_size < kMinVocab)
-      throw ArgumentError(detail::msg("Tokenizer::load('", path, "'): vocab_size = ", vocab_size, " must be >= ",
+      throw ArgumentError(detail::msg("Llama2cTokenizer::load('", path, "'): vocab_size = ", vocab_size, " must be >= ",
                                       kMinVocab, " (ids 0..2 are <unk>, BOS, EOS)"));
     return load_impl(path, vocab_size);
   }
@@ -139,17 +140,17 @@ class Tokenizer {
   /// Loads every piece of a llama2.c tokenizer.bin, up to the end of the file; the
   /// vocab size is the number of pieces read. Throws FileError as load(path, n) does,
   /// and also when the file holds fewer than kMinVocab pieces.
-  static Tokenizer load(const std::string& path) { return load_impl(path, -1); }
+  static Llama2cTokenizer load(const std::string& path) { return load_impl(path, -1); }
 
   // A vocabulary with its hash index is a few MB for 32000 pieces: moves are free,
   // deep copies must be asked for by name.
-  Tokenizer(Tokenizer&&) noexcept = default;
-  Tokenizer& operator=(Tokenizer&&) noexcept = default;
-  Tokenizer(const Tokenizer&) = delete;
-  Tokenizer& operator=(const Tokenizer&) = delete;
+  Llama2cTokenizer(Llama2cTokenizer&&) noexcept = default;
+  Llama2cTokenizer& operator=(Llama2cTokenizer&&) noexcept = default;
+  Llama2cTokenizer(const Llama2cTokenizer&) = delete;
+  Llama2cTokenizer& operator=(const Llama2cTokenizer&) = delete;
 
   /// Returns an independent deep copy. Never throws except std::bad_alloc.
-  Tokenizer copy() const { return Tokenizer(*this, CopyTag{}); }
+  Llama2cTokenizer copy() const { return Llama2cTokenizer(*this, CopyTag{}); }
 
   int vocab_size() const { return static_cast<int>(pieces_.size()); }
   int bos_id() const { return kBosId; }
@@ -348,7 +349,7 @@ class Tokenizer {
 
  private:
   struct CopyTag {};
-  Tokenizer(const Tokenizer& other, CopyTag)
+  Llama2cTokenizer(const Llama2cTokenizer& other, CopyTag)
       : pieces_(other.pieces_), scores_(other.scores_), ids_(other.ids_), max_token_length_(other.max_token_length_) {}
 
   void check_id(int id, const char* what) const {
@@ -357,7 +358,7 @@ class Tokenizer {
   }
 
   // expected_vocab < 0: read pieces until the end of the file.
-  static Tokenizer load_impl(const std::string& path, int expected_vocab) {
+  static Llama2cTokenizer load_impl(const std::string& path, int expected_vocab) {
     const std::string where = detail::msg("tokenizer file '", path, "'");
     std::error_code ec;
     const auto status = std::filesystem::status(path, ec);
@@ -435,7 +436,7 @@ class Tokenizer {
     if (pieces.size() < static_cast<std::size_t>(kMinVocab))
       throw FileError(detail::msg(where, " holds only ", pieces.size(), " pieces, need at least ", kMinVocab,
                                   " (<unk>, BOS, EOS)"));
-    return Tokenizer(std::move(pieces), std::move(scores), max_len);
+    return Llama2cTokenizer(std::move(pieces), std::move(scores), max_len);
   }
 
   std::vector<std::string> pieces_;            // (vocab_size) piece text by id
@@ -443,6 +444,11 @@ class Tokenizer {
   std::unordered_map<std::string, int> ids_;   // piece text -> lowest id with that text
   int max_token_length_ = 0;
 };
+
+/// The old name of Llama2cTokenizer (llama2.c's tokenizer.bin reader), kept for one
+/// version: it reads only that format, while TextTokenizer (text_tokenizer.hpp) is
+/// the interface every tokenizer format presents.
+using Tokenizer [[deprecated("kvd::Tokenizer is now kvd::Llama2cTokenizer")]] = Llama2cTokenizer;
 
 /// Turns a stream of token ids into valid UTF-8 text, one token at a time, as a
 /// generation loop produces them. Byte-fallback pieces can split one character
@@ -456,7 +462,7 @@ class StreamDecoder {
  public:
   /// `prev_token` is the token before the first one pushed (e.g. BOS or the last
   /// prompt token), which decides whether a leading space is stripped; -1 for none.
-  explicit StreamDecoder(const Tokenizer& tokenizer, int prev_token = -1) : tokenizer_(&tokenizer), prev_(prev_token) {}
+  explicit StreamDecoder(const Llama2cTokenizer& tokenizer, int prev_token = -1) : tokenizer_(&tokenizer), prev_(prev_token) {}
 
   /// Feeds one token; returns the text that is now complete (possibly empty).
   /// Throws TokenError if token is outside [0, vocab_size); the decoder is unchanged.
@@ -464,7 +470,7 @@ class StreamDecoder {
     std::string text = pending_;
     // BOS and EOS are always valid ids (vocab_size >= 3); any other id is checked
     // here, before the decoder changes.
-    if (token != Tokenizer::kBosId && token != Tokenizer::kEosId) tokenizer_->decode_append(prev_, token, text);
+    if (token != Llama2cTokenizer::kBosId && token != Llama2cTokenizer::kEosId) tokenizer_->decode_append(prev_, token, text);
     prev_ = token;
     pending_.clear();
     std::string out;
@@ -503,7 +509,7 @@ class StreamDecoder {
  private:
   static constexpr const char* kReplacement = "\xEF\xBF\xBD";  // U+FFFD in UTF-8
 
-  const Tokenizer* tokenizer_;
+  const Llama2cTokenizer* tokenizer_;
   int prev_;
   std::string pending_;  // an incomplete but so far valid UTF-8 sequence
 };

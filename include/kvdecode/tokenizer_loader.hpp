@@ -62,7 +62,34 @@ inline std::unique_ptr<TextTokenizer> load_tokenizer(const std::string& path) {
     case TokenizerFormat::kTokenizerJson: return load_tokenizer_json(file);
     case TokenizerFormat::kLlama2c: break;
   }
-  return std::make_unique<Llama2cTextTokenizer>(Tokenizer::load(file), file);
+  return std::make_unique<Llama2cTextTokenizer>(Llama2cTokenizer::load(file), file);
+}
+
+namespace detail {
+
+/// Refuses a tokenizer (read from `path`) that holds more tokens than a model's
+/// vocab_size: it could produce ids the model has no row for. FileError naming both counts.
+inline void require_tokenizer_fits(const TextTokenizer& tok, const std::string& path, int vocab_size) {
+  if (tok.vocab_size() > vocab_size)
+    throw FileError(msg(path, ": the tokenizer has ", tok.vocab_size(), " tokens, more than the model's vocab_size ",
+                        vocab_size));
+}
+
+}  // namespace detail
+
+/// Loads the tokenizer at `path` for a model of `vocab_size` ids: as load_tokenizer(),
+/// except that a llama2.c tokenizer.bin (which does not say its own size) is read for
+/// exactly vocab_size pieces. Throws what load_tokenizer() throws, and FileError naming
+/// the file and both counts when the tokenizer holds more tokens than vocab_size.
+inline std::unique_ptr<TextTokenizer> load_tokenizer(const std::string& path, int vocab_size) {
+  std::string file;
+  std::unique_ptr<TextTokenizer> tok;
+  if (detect_tokenizer_format(path, &file) == TokenizerFormat::kLlama2c)
+    tok = std::make_unique<Llama2cTextTokenizer>(Llama2cTokenizer::load(file, vocab_size), file);
+  else
+    tok = load_tokenizer(path);
+  detail::require_tokenizer_fits(*tok, path, vocab_size);
+  return tok;
 }
 
 }  // namespace kvd

@@ -1,4 +1,5 @@
-# kvdecode-plan reading model files: the shape and the exact weight bytes of GGUF files.
+# kvdecode-plan reading model files: the shape and the exact weight bytes of GGUF files
+# and Hugging Face folders.
 #   -DEXE=path/to/kvdecode-plan -DSHARED=path/to/shared -DWORK_DIR=scratch
 file(MAKE_DIRECTORY ${WORK_DIR})
 function(expect_rc want)
@@ -93,6 +94,23 @@ if(q4 LESS 1 OR NOT q4 LESS quarter)
   message(FATAL_ERROR "Q4_K_M weight bytes ${q4} should be in (0, ${quarter})")
 endif()
 
+# Hugging Face folders are read through kvd::read_model_info like every format: the
+# tied stories260K has 260,032 parameters, f32 in one file, bf16 over two shards.
+set(HF ${SHARED}/models/hf)
+if(EXISTS ${HF}/stories260K/config.json)
+  expect_rc(0 -m ${HF}/stories260K --memory-gb 1 --json)
+  expect_json(n_layers 5 n_kv_heads 4 head_dim 8 tokens_per_sequence 512 model_format "\"Hugging Face LlamaForCausalLM\""
+              weight_bytes 1040128)
+  expect_rc(0 -m ${HF}/stories260K-bf16-sharded --memory-gb 1 --json)
+  expect_json(weight_bytes 520064)
+  # A folder without config.json is exit status 1, naming it.
+  file(MAKE_DIRECTORY ${WORK_DIR}/empty-folder)
+  expect_rc(1 -m ${WORK_DIR}/empty-folder --memory-gb 1)
+  string(FIND "${ERR}" "empty-folder' is a folder without config.json" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "an empty folder: the error does not name it: ${ERR}")
+  endif()
+endif()
 # Shape options cannot be combined with a model; a damaged GGUF file is exit status 1.
 expect_rc(2 -m ${G}/stories260K-F32.gguf --layers 3 --memory-gb 1)
 # GGUF magic followed by a truncated header: refused by the reader, not a crash.

@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     kvd::Transformer<float> model(std::move(w));
     kvd::KVCache<float> cache(model.config(), std::min(c.max_seq_len, 4));
-    const auto logits = model.decode_step(kvd::Tokenizer::kBosId % c.vocab_size, cache);
+    const auto logits = model.decode_step(kvd::Llama2cTokenizer::kBosId % c.vocab_size, cache);
     (void)logits;
   });
   return 0;

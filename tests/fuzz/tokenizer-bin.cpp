@@ -1,5 +1,5 @@
 // Fuzz target: llama2.c tokenizer.bin.
-// Tokenizer::load, then encode a short text, decode it back with decode_all and
+// Llama2cTokenizer::load, then encode a short text, decode it back with decode_all and
 // with a StreamDecoder, whose output must always be valid UTF-8.
 #include "fuzz_util.hpp"
 #include "kvdecode/kvdecode.hpp"
@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   kvd_fuzz::run([&] {
     const std::string& path = kvd_fuzz::write_scratch("tokenizer.bin", data, size);
-    const kvd::Tokenizer tok = kvd::Tokenizer::load(path);
+    const kvd::Llama2cTokenizer tok = kvd::Llama2cTokenizer::load(path);
     for (int id = 0; id < tok.vocab_size(); ++id) (void)tok.find(tok.piece(id));
     const std::vector<int> ids = tok.encode(kvd_fuzz::kSampleText, true, true);
     const std::string text = tok.decode_all(ids);
