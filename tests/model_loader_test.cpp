@@ -83,8 +83,7 @@ std::string error_of(F&& f) {
 
 // A copy of the first `n` bytes of `src` at `dst`.
 void copy_prefix(const std::string& src, const std::string& dst, std::size_t n) {
-  std::ifstream in(src, std::ios::binary);
-  std::string bytes(std::istreambuf_iterator<char>(in), {});
+  const std::string bytes = kvd_test::read_all(src);
   std::ofstream(dst, std::ios::binary) << bytes.substr(0, std::min(n, bytes.size()));
 }
 

@@ -144,7 +144,10 @@ inline DispatchChoice pick_dispatch_level(std::uint64_t layout) {
   if (!cap_name.empty() && cap_name != "x86-64") {
     bool known = false;
     std::string names = "x86-64";
-    for (const Row& r : kRows) known |= cap_name == r.name, names += std::string(", ") + r.name;
+    for (const Row& r : kRows) {
+      known |= cap_name == r.name;
+      names += std::string(", ") + r.name;
+    }
     if (!known) throw ConfigError(msg("KVDECODE_MAX_ISA='", cap_name, "' names no dispatch level (", names, ")"));
   }
   const std::uint32_t have = cpu_feature_bits(read_cpu_features());
@@ -158,7 +161,10 @@ inline DispatchChoice pick_dispatch_level(std::uint64_t layout) {
     else if ((k->needs & have) != k->needs) why = "not on this CPU";
     else if (!k->sums_keep_order()) why = "compiled with flags that reorder float sums";
     c.levels += (c.levels.empty() ? "" : ", ") + std::string(r.name) + (why.empty() ? "" : " (" + why + ")");
-    if (why.empty()) c.kernels = k, c.name = r.name;
+    if (why.empty()) {
+      c.kernels = k;
+      c.name = r.name;
+    }
     if (cap_name == r.name) capped = true;
   }
   return c;
