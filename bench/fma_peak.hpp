@@ -8,7 +8,7 @@
 
 #include <chrono>
 
-#include "kvdecode/kernels.hpp"
+#include "kvdecode/matmul/matmul.hpp"
 
 namespace kvd_bench {
 

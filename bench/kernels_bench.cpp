@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "fma_peak.hpp"
-#include "kvdecode/kernels.hpp"
+#include "kvdecode/matmul/matmul.hpp"
 
 namespace {
 

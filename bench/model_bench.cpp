@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "model_shapes.hpp"
-#include "kvdecode/kernels.hpp"
-#include "kvdecode/kv_cache.hpp"
-#include "kvdecode/transformer.hpp"
+#include "kvdecode/matmul/matmul.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
+#include "kvdecode/model/transformer.hpp"
 
 namespace {
 

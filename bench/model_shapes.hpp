@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/detail/quant.hpp"
-#include "kvdecode/kv_cache.hpp"
-#include "kvdecode/quantize.hpp"
-#include "kvdecode/transformer.hpp"
+#include "kvdecode/weights/blocks.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
+#include "kvdecode/convert/quantize.hpp"
+#include "kvdecode/model/transformer.hpp"
 
 namespace kvd_bench {
 

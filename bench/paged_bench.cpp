@@ -38,10 +38,10 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/kernels.hpp"
-#include "kvdecode/kv_cache.hpp"
-#include "kvdecode/paged_cache.hpp"
-#include "kvdecode/transformer.hpp"
+#include "kvdecode/matmul/matmul.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
+#include "kvdecode/cache/paged_cache.hpp"
+#include "kvdecode/model/transformer.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 //   BM_PrefillKvd/<shape>/tokens:N     Transformer::prefill; counters: GFLOP/s
 //       (2 x last_macs() / time), of_peak (against BM_PrefillFmaPeak's figure,
 //       measured in the same process), and ms_<phase> = the wall time of each
-//       kernel per call from the opt-in profile (kvdecode/detail/profile.hpp),
+//       kernel per call from the opt-in profile (kvdecode/core/profile.hpp),
 //       measured in separate calls so the timed ones run without it. The
 //       blocks' residual adds, RMSNorms and SwiGLU run inside the products that
 //       read their rows (RowPrologue), so they count in QKV, gate/up and down and
@@ -36,9 +36,9 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/detail/profile.hpp"
-#include "kvdecode/kv_cache.hpp"
-#include "kvdecode/transformer.hpp"
+#include "kvdecode/core/profile.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
+#include "kvdecode/model/transformer.hpp"
 #include "fma_peak.hpp"
 #include "model_shapes.hpp"
 

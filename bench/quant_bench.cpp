@@ -11,7 +11,7 @@
 // scales: the kernels' speed does not depend on the values.
 // BM_QuantMatmulInCache: the same kernels on one matrix held in L2, one
 // thread, CPU time (the compute rate apart from memory).
-// fast = 1: the fast mode (fast_matmul.hpp, int8-rounded activations) on the
+// fast = 1: the fast mode (fast_int8.hpp, int8-rounded activations) on the
 // block types, beside the default mode in the same run.
 // BM_Matmul16InCache: f16 and bf16 weights the same way (192 x 2048, 768 KiB),
 // default mode against the fast mode's bf16 dot products (fast_bf16.hpp).
@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/kernels.hpp"
-#include "kvdecode/quant_matrix.hpp"
-#include "kvdecode/fast_bf16.hpp"
-#include "kvdecode/fast_matmul.hpp"
+#include "kvdecode/matmul/matmul.hpp"
+#include "kvdecode/matmul/quant_kernels.hpp"
+#include "kvdecode/matmul/fast_bf16.hpp"
+#include "kvdecode/matmul/fast_int8.hpp"
 
 namespace {
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/tokenizer_loader.hpp"
+#include "kvdecode/text/tokenizer_loader.hpp"
 
 namespace {
 

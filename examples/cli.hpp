@@ -30,11 +30,11 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/detail/unicode.hpp"
-#include "kvdecode/dtype.hpp"
+#include "kvdecode/text/unicode.hpp"
+#include "kvdecode/core/dtype.hpp"
 #include "kvdecode/error.hpp"
-#include "kvdecode/planner.hpp"
-#include "kvdecode/sampler.hpp"
+#include "kvdecode/cache/planner.hpp"
+#include "kvdecode/generate/sampler.hpp"
 
 namespace kvd::cli {
 

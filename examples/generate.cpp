@@ -24,7 +24,7 @@
 #include "chat_cli.hpp"
 #include "cli.hpp"
 #include "kvdecode/kvdecode.hpp"
-#include "kvdecode/sampler.hpp"
+#include "kvdecode/generate/sampler.hpp"
 
 namespace {
 

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "kvdecode/model_format.hpp"
-#include "kvdecode/planner.hpp"
-#include "kvdecode/quantize.hpp"
+#include "kvdecode/io/model_format.hpp"
+#include "kvdecode/cache/planner.hpp"
+#include "kvdecode/convert/quantize.hpp"
 
 namespace {
 

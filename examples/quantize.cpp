@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "kvdecode/quantize.hpp"
+#include "kvdecode/convert/quantize.hpp"
 
 namespace {
 

@@ -20,8 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
-#include "kvdecode/chat_template.hpp"
-#include "kvdecode/tokenizer_loader.hpp"
+#include "kvdecode/chat/chat_template.hpp"
+#include "kvdecode/text/tokenizer_loader.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 
 #include <map>
 
-#include "kvdecode/batcher.hpp"
+#include "kvdecode/generate/batcher.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "kvdecode/cache_io.hpp"
+#include "kvdecode/cache/cache_io.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

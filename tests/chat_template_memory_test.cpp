@@ -12,7 +12,7 @@
 #include <new>
 #include <string>
 
-#include "kvdecode/chat_template.hpp"
+#include "kvdecode/chat/chat_template.hpp"
 
 namespace {
 std::atomic<long long> g_live{0}, g_peak{0};

@@ -3,7 +3,7 @@
 // byte; Mistral's config (which has no template) and Phi-3's GGUF template; every
 // built-in; each Jinja construct the engine implements; one error test per
 // unsupported construct; hostile templates hitting each limit; BOS not doubled.
-#include "kvdecode/chat_template.hpp"
+#include "kvdecode/chat/chat_template.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvdecode/tokenizer_loader.hpp"
+#include "kvdecode/text/tokenizer_loader.hpp"
 
 namespace {
 

@@ -1,8 +1,8 @@
-// Tests for kvdecode/checkpoint.hpp: the real stories260K file, round trips in
+// Tests for kvdecode/io/checkpoint.hpp: the real stories260K file, round trips in
 // both formats and scalar types, byte layouts checked against offsets computed
 // here (independently of the library's tensor order), and one test per kind of
 // malformed file. Every rejection must be a FileError naming the path and the problem.
-#include "kvdecode/checkpoint.hpp"
+#include "kvdecode/io/checkpoint.hpp"
 
 #include <gtest/gtest.h>
 

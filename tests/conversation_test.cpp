@@ -11,9 +11,9 @@
 #include <map>
 #include <memory>
 
-#include "kvdecode/chat_template.hpp"
-#include "kvdecode/conversation.hpp"
-#include "kvdecode/paged_cache.hpp"
+#include "kvdecode/chat/chat_template.hpp"
+#include "kvdecode/generate/conversation.hpp"
+#include "kvdecode/cache/paged_cache.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

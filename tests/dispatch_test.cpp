@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/build_info.hpp"
-#include "kvdecode/dispatch.hpp"
-#include "kvdecode/kernels.hpp"
+#include "kvdecode/matmul/build_info.hpp"
+#include "kvdecode/matmul/dispatch.hpp"
+#include "kvdecode/matmul/matmul.hpp"
 #include "quant_rows.hpp"
 #include "test_util.hpp"
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "kvdecode/error.hpp"
-#include "kvdecode/hf_model.hpp"
+#include "kvdecode/io/hf_model.hpp"
 
 using namespace kvd;
 namespace fs = std::filesystem;

@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "kvdecode/fast_bf16.hpp"
-#include "kvdecode/kernels.hpp"
+#include "kvdecode/matmul/fast_bf16.hpp"
+#include "kvdecode/matmul/matmul.hpp"
 #include "quant_rows.hpp"
 #include "test_util.hpp"
 

@@ -1,6 +1,6 @@
-// The fast mode (fast_matmul.hpp): activations rounded to int8 blocks of 32 and
+// The fast mode (fast_int8.hpp): activations rounded to int8 blocks of 32 and
 // integer dot products. The rounding and the product equal, bit for bit, the
-// definition at the top of fast_matmul.hpp written out here from ggml's bytes, on
+// definition at the top of fast_int8.hpp written out here from ggml's bytes, on
 // every path (AVX2 and scalar), every M from 1 to 40 and 1 or 2 threads; a row's
 // result never depends on the rows beside it; the float steps are accurate (a
 // float64 product of the same rounded activations); and the rounding's own error
@@ -14,8 +14,8 @@
 #include <random>
 #include <vector>
 
-#include "kvdecode/kernels.hpp"
-#include "kvdecode/fast_matmul.hpp"
+#include "kvdecode/matmul/matmul.hpp"
+#include "kvdecode/matmul/fast_int8.hpp"
 #include "quant_rows.hpp"
 #include "test_util.hpp"
 
@@ -29,7 +29,7 @@ using kvd_test::activations;
 using kvd_test::make_rows;
 using Rows = kvd_test::QuantRows;
 
-/// The rounding of one block, as fast_matmul.hpp's comment defines it.
+/// The rounding of one block, as fast_int8.hpp's comment defines it.
 float spec_round(const float* x, int* q, int* qsum) {
   float amax = 0.f;
   for (int k = 0; k < 32; ++k)
@@ -44,7 +44,7 @@ float spec_round(const float* x, int* q, int* qsum) {
   return d;
 }
 
-/// The fast product, as fast_matmul.hpp's comment defines it (y: M x ldy).
+/// The fast product, as fast_int8.hpp's comment defines it (y: M x ldy).
 std::vector<float> spec_product(const std::vector<float>& x, long M, const Rows& w, WeightType t, long N, long K, long ldy) {
   const bool has_min = detail::quant_factoring(t).has_min;
   const long sub = detail::quant_factoring(t).sub;

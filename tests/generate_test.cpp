@@ -9,9 +9,9 @@
 #include <limits>
 
 #include "json_reader.hpp"
-#include "kvdecode/model_loader.hpp"
-#include "kvdecode/sampler.hpp"
-#include "kvdecode/tokenizer.hpp"
+#include "kvdecode/load/model_loader.hpp"
+#include "kvdecode/generate/sampler.hpp"
+#include "kvdecode/text/llama2c_tokenizer.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

@@ -12,8 +12,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "kvdecode/checkpoint.hpp"
-#include "kvdecode/gguf_model.hpp"
+#include "kvdecode/io/checkpoint.hpp"
+#include "kvdecode/io/gguf_model.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;
@@ -178,7 +178,7 @@ TEST(GGUFModel, ConfigFromMetadata) {
 class GGUFExactness : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
 // reference == prefill == prefill + decode == chunked == batched == paged, bit for
-// bit, with `threads` threads, in the default mode or the fast mode (fast_matmul.hpp).
+// bit, with `threads` threads, in the default mode or the fast mode (fast_int8.hpp).
 void check_every_path(const std::string& name, int threads, bool fast) {
   const int saved = num_threads();
   set_num_threads(threads);

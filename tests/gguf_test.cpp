@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/detail/file.hpp"
-#include "kvdecode/gguf.hpp"
+#include "kvdecode/io/file.hpp"
+#include "kvdecode/io/gguf.hpp"
 
 // Largest single heap allocation, to show that a hostile count allocates nothing
 // in proportion to it (replacing global operator new in this test program).

@@ -11,9 +11,9 @@
 #include <fstream>
 
 #include "json_reader.hpp"
-#include "kvdecode/generate.hpp"
-#include "kvdecode/hf_model.hpp"
-#include "kvdecode/transformer.hpp"
+#include "kvdecode/generate/generate.hpp"
+#include "kvdecode/io/hf_model.hpp"
+#include "kvdecode/model/transformer.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

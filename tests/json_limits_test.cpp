@@ -1,4 +1,4 @@
-// The one JSON entry point (detail/json.hpp) and its limits. Every document kind
+// The one JSON entry point (io/json.hpp) and its limits. Every document kind
 // kvdecode reads (config.json, generation_config.json, tokenizer.json,
 // tokenizer_config.json, a safetensors header, a shard index, a chat template
 // variable) is made here from a valid shared file with one change: a value nested
@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/chat_template.hpp"
-#include "kvdecode/detail/bytes.hpp"
-#include "kvdecode/detail/json.hpp"
-#include "kvdecode/hf_model.hpp"
-#include "kvdecode/safetensors.hpp"
-#include "kvdecode/tokenizer_json.hpp"
+#include "kvdecode/chat/chat_template.hpp"
+#include "kvdecode/io/bytes.hpp"
+#include "kvdecode/io/json.hpp"
+#include "kvdecode/io/hf_model.hpp"
+#include "kvdecode/io/safetensors.hpp"
+#include "kvdecode/text/tokenizer_json.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

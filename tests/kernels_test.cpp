@@ -1,6 +1,6 @@
 // The matmul kernels against a plain scalar reference, bit for bit.
 //
-// The reference is the reduction-order rule of kernels.hpp written as the
+// The reference is the reduction-order rule of dense_kernels.hpp written as the
 // simplest loop: acc = +0; for k ascending: acc = std::fma(x[m][k], W[n][k], acc).
 // Every vector implementation this compiler can build (PortableVec16 always,
 // Avx2Vec16 and Avx512Vec16 when enabled) runs the same shapes and must match
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/kernels.hpp"
+#include "kvdecode/matmul/matmul.hpp"
 
 namespace {
 

@@ -17,13 +17,13 @@
 #include <typeinfo>
 #include <vector>
 
-#include "kvdecode/checkpoint.hpp"
-#include "kvdecode/detail/file.hpp"
-#include "kvdecode/gguf_model.hpp"
-#include "kvdecode/hf_model.hpp"
-#include "kvdecode/model_format.hpp"
-#include "kvdecode/model_loader.hpp"
-#include "kvdecode/transformer.hpp"
+#include "kvdecode/io/checkpoint.hpp"
+#include "kvdecode/io/file.hpp"
+#include "kvdecode/io/gguf_model.hpp"
+#include "kvdecode/io/hf_model.hpp"
+#include "kvdecode/io/model_format.hpp"
+#include "kvdecode/load/model_loader.hpp"
+#include "kvdecode/model/transformer.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "kvdecode/gguf_model.hpp"
-#include "kvdecode/kv_cache.hpp"
-#include "kvdecode/transformer.hpp"
+#include "kvdecode/io/gguf_model.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
+#include "kvdecode/model/transformer.hpp"
 #include "test_util.hpp"
 
 namespace {

@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/cache_io.hpp"
-#include "kvdecode/checkpoint.hpp"
-#include "kvdecode/kv_cache.hpp"
-#include "kvdecode/prompt_cache.hpp"
-#include "kvdecode/quantize.hpp"
-#include "kvdecode/transformer.hpp"
+#include "kvdecode/cache/cache_io.hpp"
+#include "kvdecode/io/checkpoint.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
+#include "kvdecode/generate/prompt_cache.hpp"
+#include "kvdecode/convert/quantize.hpp"
+#include "kvdecode/model/transformer.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/paged_cache.hpp"
+#include "kvdecode/cache/paged_cache.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

@@ -1,11 +1,11 @@
-// Tests for kvdecode/planner.hpp: exact byte counts for the KV cache, the
+// Tests for kvdecode/cache/planner.hpp: exact byte counts for the KV cache, the
 // sequences that fit, the bandwidth bound, GPU lookup, formatting, and one
 // test per rejected input.
-#include "kvdecode/planner.hpp"
+#include "kvdecode/cache/planner.hpp"
 
 #include <gtest/gtest.h>
 
-#include "kvdecode/checkpoint.hpp"
+#include "kvdecode/io/checkpoint.hpp"
 
 #include <cmath>
 #include <cstdint>

@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/checkpoint.hpp"
-#include "kvdecode/detail/bytes.hpp"
-#include "kvdecode/gguf.hpp"
+#include "kvdecode/io/checkpoint.hpp"
+#include "kvdecode/io/bytes.hpp"
+#include "kvdecode/io/gguf.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

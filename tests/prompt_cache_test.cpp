@@ -11,8 +11,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "kvdecode/conversation.hpp"
-#include "kvdecode/prompt_cache.hpp"
+#include "kvdecode/generate/conversation.hpp"
+#include "kvdecode/generate/prompt_cache.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

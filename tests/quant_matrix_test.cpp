@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "kvdecode/kernels.hpp"
-#include "kvdecode/quant_matrix.hpp"
+#include "kvdecode/matmul/matmul.hpp"
+#include "kvdecode/matmul/quant_kernels.hpp"
 #include "quant_rows.hpp"
 
 namespace {
@@ -39,7 +39,7 @@ std::vector<T> scalar_product(const std::vector<T>& x, long M, const std::vector
   return y;
 }
 
-/// The factored order of quant_matrix.hpp, written out: per sub-block j of `sub`
+/// The factored order of quant_kernels.hpp, written out: per sub-block j of `sub`
 /// values, t = one fma per k from +0 over the codes, then acc = fma(t, D, acc) and,
 /// for a type with a min, acc = fma(xs, N, acc) with xs the sub-block's values
 /// added in increasing k from +0.

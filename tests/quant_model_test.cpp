@@ -2,7 +2,7 @@
 // model is packed with the file's own bytes (plus zero rows padding the last
 // panel), never expanded to floats, and a PackedMatrix of block-type parts
 // computes what the scalar loop in the factored order over ggml's blocks
-// computes (kvdecode/quant_matrix.hpp).
+// computes (kvdecode/matmul/quant_kernels.hpp).
 // (Reference logits and the exactness suites on these files are in
 // gguf_model_test.cpp.)
 #include <gtest/gtest.h>
@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <random>
 
-#include "kvdecode/gguf_model.hpp"
-#include "kvdecode/kernels.hpp"
-#include "kvdecode/transformer.hpp"
+#include "kvdecode/io/gguf_model.hpp"
+#include "kvdecode/matmul/matmul.hpp"
+#include "kvdecode/model/transformer.hpp"
 
 namespace {
 using namespace kvd;
@@ -89,7 +89,7 @@ TEST(QuantModel, MixedBlockTypesStackedComputeTheScalarLoop) {
             float acc = 0;
             if (f.sub == 0) {  // f32: one fma per k
               for (long k = 0; k < K; ++k) acc = std::fma(x[m * K + k], row[k], acc);
-            } else {  // block types: the factored order (quant_matrix.hpp)
+            } else {  // block types: the factored order (quant_kernels.hpp)
               for (long j = 0; j < K / f.sub; ++j) {
                 float part = 0, xs = 0;
                 for (long k = j * f.sub; k < (j + 1) * f.sub; ++k) {

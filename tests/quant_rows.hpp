@@ -6,14 +6,14 @@
 #include <random>
 #include <vector>
 
-#include "kvdecode/quant_matrix.hpp"
+#include "kvdecode/matmul/quant_kernels.hpp"
 
 namespace kvd_test {
 using kvd::WeightType;
 namespace detail = kvd::detail;
 
 /// n_out rows of n_in values quantized to t (ggml bytes, rows consecutive), their
-/// dequantized floats and their factored form (detail/quant.hpp).
+/// dequantized floats and their factored form (weights/blocks.hpp).
 struct QuantRows {
   std::vector<unsigned char> bytes;
   std::vector<float> w;     // (n_out, n_in)

@@ -16,8 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "kvdecode/detail/quant.hpp"
-#include "kvdecode/gguf.hpp"
+#include "kvdecode/weights/blocks.hpp"
+#include "kvdecode/io/gguf.hpp"
 #include "sha256.hpp"
 
 namespace {

@@ -15,7 +15,7 @@
 
 // kv_cache.hpp first: on this base cache_interface.hpp names CacheShape, which the
 // umbrella header reaches only later (see the report to the integrator).
-#include "kvdecode/kv_cache.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
 #include "kvdecode/kvdecode.hpp"
 #include "test_util.hpp"
 

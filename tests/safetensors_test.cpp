@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/gguf.hpp"
-#include "kvdecode/safetensors.hpp"
+#include "kvdecode/io/gguf.hpp"
+#include "kvdecode/io/safetensors.hpp"
 
 using namespace kvd;
 namespace fs = std::filesystem;

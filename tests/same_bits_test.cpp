@@ -27,11 +27,11 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/build_info.hpp"
-#include "kvdecode/checkpoint.hpp"
-#include "kvdecode/gguf_model.hpp"
-#include "kvdecode/kv_cache.hpp"
-#include "kvdecode/transformer.hpp"
+#include "kvdecode/matmul/build_info.hpp"
+#include "kvdecode/io/checkpoint.hpp"
+#include "kvdecode/io/gguf_model.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
+#include "kvdecode/model/transformer.hpp"
 #include "sha256.hpp"
 #include "test_util.hpp"
 

@@ -4,7 +4,7 @@
 // empirical frequencies against softmax, determinism, the repetition penalty,
 // bad inputs (one test each), config validation (one test per field), and
 // "no allocation after the first call" measured with a counting operator new.
-#include "kvdecode/sampler.hpp"
+#include "kvdecode/generate/sampler.hpp"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/speculative.hpp"
+#include "kvdecode/generate/speculative.hpp"
 #include "test_util.hpp"
 
 using namespace kvd;

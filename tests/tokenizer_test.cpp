@@ -2,7 +2,7 @@
 // vocabularies), the fast merge against a literal transcription of llama2.c's
 // O(n^2) loop, decoding, streaming UTF-8 reassembly, and one test per kind of
 // malformed tokenizer file.
-#include "kvdecode/tokenizer.hpp"
+#include "kvdecode/text/llama2c_tokenizer.hpp"
 
 #include "json_reader.hpp"
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/kv_cache.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
 #include "kvdecode/kvdecode.hpp"
 
 #include <nlohmann/json.hpp>

@@ -2,11 +2,11 @@
 // (../shared/reference/vocab: texts and the ids the Hugging Face tokenizers give),
 // decoding round trips, special tokens, invalid UTF-8, streaming, long inputs,
 // and one test per malformed or unsupported tokenizer file.
-#include "kvdecode/bpe_tokenizer.hpp"
-#include "kvdecode/gguf.hpp"
-#include "kvdecode/text_tokenizer.hpp"
-#include "kvdecode/tokenizer_json.hpp"
-#include "kvdecode/tokenizer_loader.hpp"
+#include "kvdecode/text/bpe_tokenizer.hpp"
+#include "kvdecode/io/gguf.hpp"
+#include "kvdecode/text/text_tokenizer.hpp"
+#include "kvdecode/text/tokenizer_json.hpp"
+#include "kvdecode/text/tokenizer_loader.hpp"
 
 #include <gtest/gtest.h>
 

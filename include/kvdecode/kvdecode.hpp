@@ -1,50 +1,66 @@
 // kvdecode: header-only transformer decoding with an exact KV cache.
-// Including this header brings in the whole library.
+// Including this header brings in the whole library. The folders, bottom up
+// (a header includes only its own folder and lower floors; docs/development.md):
+//   core/      configuration, storage types, vectors, threads
+//   weights/   weight types, blocks, weight matrices, a model's tensors
+//   matmul/    the packed matrices and every product kernel;  io/  files and model readers
+//   cache/     KV caches and their files;                     text/  tokenizers
+//   model/     the transformer;  chat/  chat templates;       convert/  quantizer and vocabulary writer
+//   generate/  sampling, generation, conversations;           load/  open_model
 #pragma once
 
 #include "kvdecode/version.hpp"
 #include "kvdecode/error.hpp"
-#include "kvdecode/dtype.hpp"
-#include "kvdecode/weight_type.hpp"
-#include "kvdecode/config.hpp"
-#include "kvdecode/weights.hpp"
-#include "kvdecode/kernels.hpp"
-#include "kvdecode/quant_matrix.hpp"
-#include "kvdecode/fast_bf16.hpp"
-#include "kvdecode/fast_matmul.hpp"
-#include "kvdecode/build_info.hpp"
-#include "kvdecode/ops.hpp"
-#include "kvdecode/cache_interface.hpp"
-#include "kvdecode/kv_cache.hpp"
-#include "kvdecode/paged_cache.hpp"
-#include "kvdecode/cache_io.hpp"
-#include "kvdecode/prompt_cache.hpp"
-#include "kvdecode/workspace.hpp"
-#include "kvdecode/attention.hpp"
-#include "kvdecode/mlp.hpp"
-#include "kvdecode/block.hpp"
-#include "kvdecode/model.hpp"
-#include "kvdecode/transformer.hpp"
-#include "kvdecode/generate.hpp"
-#include "kvdecode/conversation.hpp"
-#include "kvdecode/load_options.hpp"
-#include "kvdecode/checkpoint.hpp"
-#include "kvdecode/gguf.hpp"
-#include "kvdecode/gguf_model.hpp"
-#include "kvdecode/safetensors.hpp"
-#include "kvdecode/hf_model.hpp"
-#include "kvdecode/model_format.hpp"
-#include "kvdecode/tokenizer.hpp"
-#include "kvdecode/text_tokenizer.hpp"
-#include "kvdecode/bpe_tokenizer.hpp"
-#include "kvdecode/tokenizer_json.hpp"
-#include "kvdecode/tokenizer_gguf.hpp"
-#include "kvdecode/tokenizer_loader.hpp"
-#include "kvdecode/vocab_writer.hpp"
-#include "kvdecode/chat_template.hpp"
-#include "kvdecode/model_loader.hpp"
-#include "kvdecode/sampler.hpp"
-#include "kvdecode/batcher.hpp"
-#include "kvdecode/speculative.hpp"
-#include "kvdecode/planner.hpp"
-#include "kvdecode/quantize.hpp"
+
+#include "kvdecode/core/config.hpp"
+#include "kvdecode/core/dtype.hpp"
+#include "kvdecode/core/parallel.hpp"
+
+#include "kvdecode/weights/weight_type.hpp"
+#include "kvdecode/weights/model_weights.hpp"
+
+#include "kvdecode/matmul/matmul.hpp"
+#include "kvdecode/matmul/build_info.hpp"
+
+#include "kvdecode/io/load_options.hpp"
+#include "kvdecode/io/checkpoint.hpp"
+#include "kvdecode/io/gguf.hpp"
+#include "kvdecode/io/gguf_model.hpp"
+#include "kvdecode/io/safetensors.hpp"
+#include "kvdecode/io/hf_model.hpp"
+#include "kvdecode/io/model_format.hpp"
+
+#include "kvdecode/cache/cache_interface.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
+#include "kvdecode/cache/paged_cache.hpp"
+#include "kvdecode/cache/cache_io.hpp"
+#include "kvdecode/cache/planner.hpp"
+
+#include "kvdecode/text/llama2c_tokenizer.hpp"
+#include "kvdecode/text/text_tokenizer.hpp"
+#include "kvdecode/text/bpe_tokenizer.hpp"
+#include "kvdecode/text/tokenizer_json.hpp"
+#include "kvdecode/text/tokenizer_gguf.hpp"
+#include "kvdecode/text/tokenizer_loader.hpp"
+
+#include "kvdecode/model/ops.hpp"
+#include "kvdecode/model/workspace.hpp"
+#include "kvdecode/model/attention.hpp"
+#include "kvdecode/model/mlp.hpp"
+#include "kvdecode/model/block.hpp"
+#include "kvdecode/model/model.hpp"
+#include "kvdecode/model/transformer.hpp"
+
+#include "kvdecode/chat/chat_template.hpp"
+
+#include "kvdecode/convert/vocab_writer.hpp"
+#include "kvdecode/convert/quantize.hpp"
+
+#include "kvdecode/generate/sampler.hpp"
+#include "kvdecode/generate/generate.hpp"
+#include "kvdecode/generate/conversation.hpp"
+#include "kvdecode/generate/prompt_cache.hpp"
+#include "kvdecode/generate/batcher.hpp"
+#include "kvdecode/generate/speculative.hpp"
+
+#include "kvdecode/load/model_loader.hpp"

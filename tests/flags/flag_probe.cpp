@@ -1,7 +1,7 @@
 // A program that only includes kvdecode: tests/flags/refuse_flags_test.cmake
 // compiles it with floating-point flags that break the exactness contract and
 // expects the build to fail (#error) or the program to stop before main (the
-// run-time probe in detail/simd.hpp); compiled without them it must run.
+// run-time probe in core/simd.hpp); compiled without them it must run.
 #include <cstdio>
 
 #include "kvdecode/kvdecode.hpp"

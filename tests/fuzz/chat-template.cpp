@@ -1,4 +1,4 @@
-// Fuzz target: chat templates (chat_template.hpp, detail/jinja.hpp), which come from
+// Fuzz target: chat templates (chat_template.hpp, chat/jinja.hpp), which come from
 // downloaded files (tokenizer_config.json, GGUF tokenizer.chat_template). The input is
 // a template source, optionally followed by a NUL byte and a JSON list of
 // {"role", "content"} messages (a fixed conversation otherwise). Parse, then render
@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fuzz_util.hpp"
-#include "kvdecode/chat_template.hpp"
+#include "kvdecode/chat/chat_template.hpp"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fuzz_util.hpp"
-#include "kvdecode/detail/quant.hpp"
+#include "kvdecode/weights/blocks.hpp"
 #include "kvdecode/kvdecode.hpp"
 
 namespace {

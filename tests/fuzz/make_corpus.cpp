@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kvdecode/detail/quant.hpp"
+#include "kvdecode/weights/blocks.hpp"
 #include "kvdecode/kvdecode.hpp"
 
 namespace fs = std::filesystem;

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "fuzz_util.hpp"
-#include "kvdecode/detail/quant.hpp"
+#include "kvdecode/weights/blocks.hpp"
 #include "kvdecode/kvdecode.hpp"
-#include "kvdecode/safetensors.hpp"
+#include "kvdecode/io/safetensors.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   kvd_fuzz::run([&] {

@@ -9,8 +9,8 @@
 
 #include "fuzz_util.hpp"
 #include "kvdecode/kvdecode.hpp"
-#include "kvdecode/tokenizer_json.hpp"
-#include "kvdecode/vocab_writer.hpp"
+#include "kvdecode/text/tokenizer_json.hpp"
+#include "kvdecode/convert/vocab_writer.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   kvd_fuzz::run([&] {

@@ -1,8 +1,8 @@
 # Checks that every public header compiles on its own, as the first and only
-# include of a file: a program may include any one of them (kvdecode/gguf.hpp,
-# kvdecode/quant_matrix.hpp, ...) without the umbrella header. The headers of
-# the kernels' include cycle (kernels.hpp -> quant_matrix.hpp -> fast_matmul.hpp
-# -> fast_bf16.hpp -> detail/kernel_instances.hpp) are also compiled with KVDECODE_EXTERN_KERNELS.
+# include of a file: a program may include any one of them (kvdecode/io/gguf.hpp,
+# kvdecode/matmul/quant_kernels.hpp, ...) without the umbrella header, and the
+# forwarding headers at the old flat paths too. The matmul headers that declare or
+# define kernel instances are also compiled with KVDECODE_EXTERN_KERNELS.
 # Variables: CXX, INCLUDES (|-separated; the first is the project's include/),
 # FLAGS (space-separated), WORK_DIR.
 file(MAKE_DIRECTORY "${WORK_DIR}")
@@ -13,20 +13,21 @@ set(_inc)
 foreach(_d ${INCLUDES})
   list(APPEND _inc "-I${_d}")
 endforeach()
-file(GLOB _headers RELATIVE "${_root}" "${_root}/kvdecode/*.hpp")
+file(GLOB_RECURSE _headers RELATIVE "${_root}" "${_root}/kvdecode/*.hpp")
 list(SORT _headers)
 set(_cases)
 foreach(_h ${_headers})
-  if(_h STREQUAL "kvdecode/dispatch_level.hpp")  # a dispatch level's file: needs its id
+  if(_h STREQUAL "kvdecode/matmul/dispatch_level.hpp")  # a dispatch level's file: needs its id
     list(APPEND _cases "${_h}|-DKVDECODE_DISPATCH_LEVEL=x86_64_v3")
   else()
     list(APPEND _cases "${_h}|")
   endif()
 endforeach()
 if(CMAKE_HOST_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")  # a dispatch build's view of the kernels
-  list(APPEND _cases "kvdecode/kernels.hpp|-DKVDECODE_DISPATCH" "kvdecode/build_info.hpp|-DKVDECODE_DISPATCH")
+  list(APPEND _cases "kvdecode/matmul/matmul.hpp|-DKVDECODE_DISPATCH" "kvdecode/matmul/build_info.hpp|-DKVDECODE_DISPATCH")
 endif()
-foreach(_h kvdecode/kernels.hpp kvdecode/quant_matrix.hpp kvdecode/fast_matmul.hpp kvdecode/fast_bf16.hpp kvdecode/detail/kernel_instances.hpp)
+foreach(_h kvdecode/matmul/matmul.hpp kvdecode/matmul/dense_kernels.hpp kvdecode/matmul/quant_kernels.hpp
+           kvdecode/matmul/fast_int8.hpp kvdecode/matmul/fast_bf16.hpp kvdecode/matmul/instances_list.hpp)
   list(APPEND _cases "${_h}|-DKVDECODE_EXTERN_KERNELS")
 endforeach()
 list(LENGTH _cases _n)

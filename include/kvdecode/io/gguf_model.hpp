@@ -1,0 +1,311 @@
+// A model from a GGUF file: the hyperparameters from its metadata, the weights
+// from its tensor table, for the architectures kvdecode runs:
+//   llama  Llama 2/3, TinyLlama, SmolLM, Mistral: RoPE on adjacent pairs (the
+//          converter permutes q/k rows for it), optional rope_freqs (Llama 3.1+)
+//   qwen2  Qwen2/2.5: q/k/v biases, RoPE on halves ("NEOX")
+//   qwen3  Qwen3: as qwen2 without biases, per-head RMSNorm of q and k before
+//          RoPE; head_dim (attention.key_length) may differ from d_model / n_heads
+// Anything else is refused by name.
+//
+// Matrices stay in the file's storage types and in place: each WeightMatrix is a
+// view into the mapped file, kept alive by a shared owner, and Transformer's
+// packing releases each tensor's pages once packed, so loading an F16 model
+// costs about its file size in memory, not twice that. Norms and biases are
+// converted to the compute type.
+//
+// GGUF shapes list ne[0] first, the row length: a matrix W (rows x cols, y = W x)
+// is stored with ne = [cols, rows]. Every tensor's type and shape is checked
+// against the config; a mismatch is a FormatError naming the tensor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "kvdecode/core/config.hpp"
+#include "kvdecode/error.hpp"
+#include "kvdecode/io/gguf.hpp"
+#include "kvdecode/io/load_options.hpp"
+#include "kvdecode/weights/weight_matrix.hpp"
+#include "kvdecode/weights/model_weights.hpp"
+
+namespace kvd {
+
+/// Options for reading a GGUF model (load_options.hpp; the old name is kept).
+using GGUFLoadOptions = WeightLoadOptions;
+
+/// What a GGUF file's metadata says about its model.
+struct GGUFModelInfo {
+  std::string architecture;   ///< general.architecture ("llama", "qwen2", "qwen3")
+  std::string name;           ///< general.name, or empty
+  ModelConfig config;         ///< validated
+  std::uint64_t file_context = 0;   ///< context_length as stored
+  std::uint64_t weight_bytes = 0;   ///< bytes of every tensor the model uses, as stored
+  std::uint64_t file_bytes = 0;     ///< size of the file
+  /// (type, bytes) of the tensors the model uses, one entry per storage type present.
+  std::vector<std::pair<WeightType, std::uint64_t>> bytes_by_type;
+  /// Tensors of the file that the model does not use, in file order (only with
+  /// GGUFLoadOptions::allow_unused_tensors; otherwise the file is refused).
+  std::vector<std::string> unused_tensors;
+};
+
+namespace detail {
+
+/// A parsed GGUF file as the owner of the weight views into its mapping.
+class GGUFOwner : public ByteOwner {
+ public:
+  explicit GGUFOwner(GGUFFile f) : file(std::move(f)) {}
+  void release(const unsigned char* p, std::uint64_t n) const noexcept override {
+    file.file().release(static_cast<std::uint64_t>(p - file.file().data()), n);
+  }
+  GGUFFile file;
+};
+
+[[noreturn]] inline void gguf_model_fail(const GGUFFile& f, const std::string& what) {
+  throw FormatError(msg(f.path(), ": ", what));
+}
+
+/// The architectures kvdecode runs, and what each implies.
+struct GGUFArch {
+  const char* name;
+  RopeStyle rope;
+  bool qkv_bias;
+  bool qk_norm;
+};
+inline const GGUFArch* find_gguf_arch(const std::string& name) {
+  static const GGUFArch kArchs[] = {
+      {"llama", RopeStyle::kAdjacent, false, false},
+      {"qwen2", RopeStyle::kHalves, true, false},
+      {"qwen3", RopeStyle::kHalves, false, true},
+  };
+  for (const auto& a : kArchs)
+    if (name == a.name) return &a;
+  return nullptr;
+}
+
+/// One positive integer hyperparameter, bounded by ModelConfig's limits.
+inline int gguf_dim(const GGUFFile& f, const std::string& key, std::int64_t def = -1) {
+  const std::uint64_t v = def >= 0 ? f.get_u64_or(key, static_cast<std::uint64_t>(def)) : f.get_u64(key);
+  constexpr std::uint64_t kLimit = 1u << 20;
+  if (v == 0 || v > kLimit) gguf_model_fail(f, msg("key '", key, "' = ", v, " must be in [1, ", kLimit, "]"));
+  return static_cast<int>(v);
+}
+
+/// The tensor called `name` with shape ne = [cols, rows] (rows = 0: a vector of
+/// `cols`), or nullptr when absent and optional. FormatError naming the tensor
+/// when its shape differs.
+inline const GGUFTensorInfo* gguf_tensor(const GGUFFile& f, const std::string& name, std::uint64_t cols,
+                                         std::uint64_t rows, bool optional = false) {
+  const GGUFTensorInfo* t = f.find_tensor(name);
+  if (!t) {
+    if (optional) return nullptr;
+    gguf_model_fail(f, msg("tensor '", name, "' is missing"));
+  }
+  const bool vector_ok = rows == 0 && t->ne[0] == cols && t->rows() == 1;
+  const bool matrix_ok = rows > 0 && t->n_dims <= 2 && t->ne[0] == cols && t->rows() == rows;
+  if (!vector_ok && !matrix_ok)
+    gguf_model_fail(f, msg("tensor '", name, "' has shape ", t->shape_string(), ", expected [", cols,
+                           rows ? msg(",", rows) : std::string(), "] for this model's config"));
+  if (!weight_type_traits(t->type).supported)
+    gguf_model_fail(f, msg("tensor '", name, "' has type ", weight_type_name(t->type),
+                           ", which kvdecode does not support (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
+                           "q5_1, q2_K, q3_K, q4_K, q5_K, q6_K)"));
+  return t;
+}
+
+}  // namespace detail
+
+/// Reads the model's hyperparameters from a parsed GGUF file. Throws FormatError
+/// naming the key (or tensor) for a missing or out-of-range value, an
+/// architecture kvdecode does not run (naming it), or a config that fails
+/// ModelConfig::validate() (as ConfigError).
+inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& options = {}) {
+  using detail::gguf_dim;
+  GGUFModelInfo info;
+  info.architecture = f.get_string("general.architecture");
+  info.name = f.get_string_or("general.name", "");
+  info.file_bytes = f.file_size();
+  const detail::GGUFArch* arch = detail::find_gguf_arch(info.architecture);
+  if (!arch)
+    detail::gguf_model_fail(f, detail::msg("architecture '", info.architecture,
+                                           "' is not supported (kvdecode runs llama, qwen2 and qwen3)"));
+  const std::string a = info.architecture + ".";
+  ModelConfig& c = info.config;
+  c.d_model = gguf_dim(f, a + "embedding_length");
+  c.n_layers = gguf_dim(f, a + "block_count");
+  c.hidden_dim = gguf_dim(f, a + "feed_forward_length");
+  c.n_heads = gguf_dim(f, a + "attention.head_count");
+  c.n_kv_heads = gguf_dim(f, a + "attention.head_count_kv", c.n_heads);
+  if (c.d_model % c.n_heads != 0 && !f.find(a + "attention.key_length"))
+    detail::gguf_model_fail(f, detail::msg("embedding_length ", c.d_model, " is not a multiple of head_count ", c.n_heads,
+                                           " and attention.key_length is absent"));
+  c.head_dim = gguf_dim(f, a + "attention.key_length", c.d_model / c.n_heads);
+  if (const auto* v = f.find(a + "attention.value_length"); v && f.get_u64(a + "attention.value_length") != static_cast<std::uint64_t>(c.head_dim))
+    detail::gguf_model_fail(f, detail::msg("attention.value_length ", f.get_u64(a + "attention.value_length"),
+                                           " differs from key_length ", c.head_dim, " (unsupported) at offset ", v->file_offset));
+  info.file_context = f.get_u64(a + "context_length");
+  if (info.file_context == 0)
+    detail::gguf_model_fail(f, detail::msg("key '", a, "context_length' = 0 must be positive"));
+  std::uint64_t ctx = info.file_context;
+  if (options.max_seq_len > 0 && static_cast<std::uint64_t>(options.max_seq_len) < ctx) ctx = options.max_seq_len;
+  if (ctx > (1u << 20))
+    detail::gguf_model_fail(f, detail::msg("context_length ", ctx, " exceeds the limit ", 1u << 20,
+                                           " (pass a smaller max_seq_len / -c)"));
+  c.max_seq_len = static_cast<int>(ctx);
+  c.norm_eps = f.get_f64(a + "attention.layer_norm_rms_epsilon");
+  c.rope_theta = f.get_f64_or(a + "rope.freq_base", 10000.0);
+  const std::uint64_t rot = f.get_u64_or(a + "rope.dimension_count", static_cast<std::uint64_t>(c.head_dim));
+  if (rot == 0 || rot > static_cast<std::uint64_t>(c.head_dim) || rot % 2 != 0)
+    detail::gguf_model_fail(f, detail::msg("rope.dimension_count ", rot, " must be even and in [2, head_dim = ", c.head_dim, "]"));
+  c.rope_dim = rot == static_cast<std::uint64_t>(c.head_dim) ? 0 : static_cast<int>(rot);
+  const std::string scaling = f.get_string_or(a + "rope.scaling.type", "none");
+  if (scaling != "none" && scaling != "linear")
+    detail::gguf_model_fail(f, detail::msg("rope.scaling.type '", scaling, "' is not supported (none or linear)"));
+  c.rope_style = arch->rope;
+  c.qkv_bias = arch->qkv_bias;
+  // llama.cpp's llama applies q/k/v biases when the file has them; so does kvdecode
+  // (all three in every layer, or the load fails naming the missing one).
+  if (!c.qkv_bias && info.architecture == "llama" && f.find_tensor("blk.0.attn_q.bias")) c.qkv_bias = true;
+  c.qk_norm = arch->qk_norm;
+  const GGUFTensorInfo* emb = f.find_tensor("token_embd.weight");
+  if (!emb) detail::gguf_model_fail(f, "tensor 'token_embd.weight' is missing");
+  if (emb->n_dims != 2 || emb->ne[0] != static_cast<std::uint64_t>(c.d_model) || emb->ne[1] == 0 || emb->ne[1] > (1u << 20))
+    detail::gguf_model_fail(f, detail::msg("tensor 'token_embd.weight' has shape ", emb->shape_string(), ", expected [",
+                                           c.d_model, ", vocab_size <= ", 1u << 20, "]"));
+  c.vocab_size = static_cast<int>(emb->ne[1]);
+  // A vocabulary shorter than the embedding would fail mid-generation, after part of the text.
+  if (const auto* tv = f.find("tokenizer.ggml.tokens")) {
+    const std::uint64_t n_tokens = f.get_string_array("tokenizer.ggml.tokens").size();
+    if (n_tokens < emb->ne[1])
+      detail::gguf_model_fail(f, detail::msg("tokenizer.ggml.tokens (at offset ", tv->file_offset, ") holds ", n_tokens,
+                                             " tokens, fewer than token_embd.weight's ", emb->ne[1],
+                                             " rows (vocab_size); the model could produce ids without text"));
+  }
+  if (const auto* v = f.find(a + "vocab_size"); v && f.get_u64(a + "vocab_size") != emb->ne[1])
+    detail::gguf_model_fail(f, detail::msg("key '", a, "vocab_size' = ", f.get_u64(a + "vocab_size"),
+                                           " disagrees with token_embd.weight's ", emb->ne[1], " rows"));
+  c.shared_classifier = f.find_tensor("output.weight") == nullptr;
+  c.validate();
+
+  // Every tensor the model uses, checked for shape and type.
+  const std::uint64_t D = c.d_model, V = c.vocab_size, F = c.hidden_dim, Q = c.q_dim(), KV = c.kv_dim(), Dh = c.head_dim;
+  std::vector<const GGUFTensorInfo*> used;
+  auto need = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows, bool optional = false) {
+    const GGUFTensorInfo* t = detail::gguf_tensor(f, name, cols, rows, optional);
+    if (t) used.push_back(t);
+    return t;
+  };
+  need("token_embd.weight", D, V);
+  need("output_norm.weight", D, 0);
+  if (!c.shared_classifier) need("output.weight", D, V);
+  need("rope_freqs.weight", c.rotary_dim() / 2, 0, true);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = detail::msg("blk.", l, ".");
+    need(p + "attn_norm.weight", D, 0);
+    need(p + "attn_q.weight", D, Q);
+    need(p + "attn_k.weight", D, KV);
+    need(p + "attn_v.weight", D, KV);
+    need(p + "attn_output.weight", Q, D);
+    need(p + "ffn_norm.weight", D, 0);
+    need(p + "ffn_gate.weight", D, F);
+    need(p + "ffn_down.weight", F, D);
+    need(p + "ffn_up.weight", D, F);
+    if (c.qkv_bias) {
+      need(p + "attn_q.bias", Q, 0);
+      need(p + "attn_k.bias", KV, 0);
+      need(p + "attn_v.bias", KV, 0);
+    }
+    if (c.qk_norm) {
+      need(p + "attn_q_norm.weight", Dh, 0);
+      need(p + "attn_k_norm.weight", Dh, 0);
+    }
+  }
+  // Every tensor must be used: llama.cpp refuses or applies what kvdecode would ignore
+  // (a bias, a layer beyond block_count, an unknown tensor).
+  std::unordered_set<const GGUFTensorInfo*> used_set(used.begin(), used.end());
+  for (const GGUFTensorInfo& t : f.tensors()) {
+    if (used_set.count(&t)) continue;
+    if (!options.allow_unused_tensors)
+      detail::gguf_model_fail(f, detail::msg("tensor '", t.name, "' (record at offset ", t.info_offset,
+                                             ") is not used by a ", info.architecture, " model of ", c.n_layers,
+                                             " layers (block_count); ", f.tensors().size() - used.size(), " of the file's ",
+                                             f.tensors().size(), " tensors are unused, the limit is 0 (pass "
+                                             "allow_unused_tensors / --allow-unused-tensors to load it anyway)"));
+    info.unused_tensors.push_back(t.name);
+  }
+  for (const GGUFTensorInfo* t : used) {
+    info.weight_bytes += t->n_bytes;
+    auto it = info.bytes_by_type.begin();
+    while (it != info.bytes_by_type.end() && it->first != t->type) ++it;
+    if (it == info.bytes_by_type.end())
+      info.bytes_by_type.emplace_back(t->type, t->n_bytes);
+    else
+      it->second += t->n_bytes;
+  }
+  return info;
+}
+
+/// Builds the model's weights from a parsed GGUF file, which the returned
+/// matrices keep alive and view in place. Throws as gguf_model_info() does.
+template <class T>
+ModelWeights<T> load_gguf_weights(std::shared_ptr<const detail::GGUFOwner> owner, const GGUFLoadOptions& options = {}) {
+  const GGUFFile& f = owner->file;
+  const GGUFModelInfo info = gguf_model_info(f, options);
+  const ModelConfig& c = info.config;
+  if (options.unused_tensors)
+    options.unused_tensors->insert(options.unused_tensors->end(), info.unused_tensors.begin(), info.unused_tensors.end());
+  ModelWeights<T> w;
+  w.config = c;
+  auto matrix = [&](const std::string& name) {
+    const GGUFTensorInfo* t = f.find_tensor(name);
+    return WeightMatrix::view(t->type, static_cast<long>(t->rows()), static_cast<long>(t->ne[0]), f.tensor_data(*t), owner);
+  };
+  auto vec = [&](const std::string& name) {
+    const GGUFTensorInfo* t = f.find_tensor(name);
+    Vector<T> v(static_cast<long>(t->ne[0]));
+    matrix(name).dequantize_row(0, v.data());
+    return v;
+  };
+  w.token_embedding = matrix("token_embd.weight");
+  w.final_norm = vec("output_norm.weight");
+  if (!c.shared_classifier) w.classifier = matrix("output.weight");
+  if (f.find_tensor("rope_freqs.weight")) w.rope_freq_factors = vec("rope_freqs.weight");
+  w.layers.resize(static_cast<std::size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = detail::msg("blk.", l, ".");
+    auto& L = w.layers[static_cast<std::size_t>(l)];
+    L.attn_norm = vec(p + "attn_norm.weight");
+    L.wq = matrix(p + "attn_q.weight");
+    L.wk = matrix(p + "attn_k.weight");
+    L.wv = matrix(p + "attn_v.weight");
+    L.wo = matrix(p + "attn_output.weight");
+    L.ffn_norm = vec(p + "ffn_norm.weight");
+    L.w1 = matrix(p + "ffn_gate.weight");
+    L.w2 = matrix(p + "ffn_down.weight");
+    L.w3 = matrix(p + "ffn_up.weight");
+    if (c.qkv_bias) {
+      L.bq = vec(p + "attn_q.bias");
+      L.bk = vec(p + "attn_k.bias");
+      L.bv = vec(p + "attn_v.bias");
+    }
+    if (c.qk_norm) {
+      L.q_norm = vec(p + "attn_q_norm.weight");
+      L.k_norm = vec(p + "attn_k_norm.weight");
+    }
+  }
+  w.validate();
+  return w;
+}
+
+/// Opens, parses and loads a GGUF model file. Throws FileError (missing,
+/// unreadable), FormatError (a malformed file, a missing or misshapen tensor,
+/// an unsupported architecture or type; the message names it) or ConfigError.
+template <class T>
+ModelWeights<T> load_gguf_model(const std::string& path, const GGUFLoadOptions& options = {}) {
+  auto owner = std::make_shared<const detail::GGUFOwner>(GGUFFile::open(path));
+  return load_gguf_weights<T>(std::move(owner), options);
+}
+
+}  // namespace kvd

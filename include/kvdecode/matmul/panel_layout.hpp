@@ -1,0 +1,235 @@
+// The panel-block layout of quantized weight matrices (see quant_kernels.hpp):
+// which fields of ggml's blocks go where, the 32-bit code words, packing and
+// unpacking of one row, the QuantPanels view the kernels read, and the portable
+// (scalar) dequantization of a panel block. Kept apart from the kernels so that
+// packed_matrix.hpp's PackedMatrix can hold block-type segments without a cycle.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kvdecode/weights/blocks.hpp"
+#include "kvdecode/core/simd.hpp"
+#include "kvdecode/weights/weight_type.hpp"
+
+namespace kvd::detail {
+
+/// How a field is stored in a panel block.
+enum class QuantFieldKind {
+  kPlain,       ///< element e of the 16 rows side by side: (e, row) -> width bytes
+  kNibbles32,   ///< q4_0/q4_1/q5_x's 16 code bytes: 32 4-bit codes
+  kNibbles256,  ///< q4_K/q5_K's 128 code bytes: 256 4-bit codes
+  kHighBits256, ///< q5_K's qh, q3_K's hmask (32 bytes): 256 1-bit codes (value i: byte i % 32, bit i / 32)
+  kCrumbs256,   ///< q2_K/q3_K's 64 code bytes: 256 2-bit codes
+  kQ6Low256,    ///< q6_K's ql (128 bytes): the low 4 bits of 256 codes
+  kQ6High256    ///< q6_K's qh (64 bytes): the high 2 bits of 256 codes
+};
+
+/// One field of a block: `count` elements of `width` bytes at byte `offset` of
+/// ggml's block. Code fields (every kind but kPlain) are rewritten as 32-bit
+/// code words: word w of a row holds the b-bit codes of values (32/b) w + j at
+/// bits b j (b = 4, 1 or 2), and the 16 rows' words w are side by side. One
+/// 64-byte load then holds the codes of 32/b consecutive k for 16 outputs, and
+/// each code comes out with one shift. The bytes are the same in number.
+struct QuantField {
+  int offset, width, count;
+  QuantFieldKind kind = QuantFieldKind::kPlain;
+};
+
+/// The fields of a block in the order the panel block stores them.
+struct QuantLayout {
+  int n_fields = 0;
+  QuantField fields[5] = {};
+};
+
+/// Panel-block field order per type (offsets are ggml's, see weights/blocks.hpp).
+/// The kernels below read the panel block at the offsets this order implies.
+inline QuantLayout quant_layout(WeightType t) {
+  using K = QuantFieldKind;
+  switch (t) {
+    case WeightType::kQ8_0: return {2, {{0, 2, 1}, {2, 1, 32}}};
+    case WeightType::kQ4_0: return {2, {{0, 2, 1}, {2, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ4_1: return {3, {{0, 2, 1}, {2, 2, 1}, {4, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ5_0: return {3, {{0, 2, 1}, {2, 4, 1}, {6, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ5_1: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 4, 1}, {8, 1, 16, K::kNibbles32}}};
+    case WeightType::kQ2_K: return {4, {{80, 2, 1}, {82, 2, 1}, {0, 1, 16}, {16, 1, 64, K::kCrumbs256}}};
+    case WeightType::kQ3_K:
+      return {4, {{108, 2, 1}, {96, 1, 12}, {0, 1, 32, K::kHighBits256}, {32, 1, 64, K::kCrumbs256}}};
+    case WeightType::kQ4_K: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 128, K::kNibbles256}}};
+    case WeightType::kQ5_K:
+      return {5, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 32, K::kHighBits256}, {48, 1, 128, K::kNibbles256}}};
+    case WeightType::kQ6_K:
+      return {4, {{208, 2, 1}, {192, 1, 16}, {0, 1, 128, K::kQ6Low256}, {128, 1, 64, K::kQ6High256}}};
+    default: return QuantLayout();
+  }
+}
+
+/// True for the block types QuantMatrix holds.
+inline bool is_quant_block_type(WeightType t) { return quant_layout(t).n_fields > 0; }
+
+/// Bits per code of a code field.
+inline int code_bits(QuantFieldKind k) {
+  switch (k) {
+    case QuantFieldKind::kHighBits256: return 1;
+    case QuantFieldKind::kCrumbs256:
+    case QuantFieldKind::kQ6High256: return 2;
+    default: return 4;
+  }
+}
+
+/// Where value i's code sits in ggml's field bytes: byte index and bit shift.
+inline void code_position(QuantFieldKind k, int i, int& byte, int& shift) {
+  switch (k) {
+    case QuantFieldKind::kNibbles32: byte = i % 16, shift = i < 16 ? 0 : 4; return;
+    case QuantFieldKind::kNibbles256: byte = 32 * (i / 64) + i % 32, shift = (i % 64) < 32 ? 0 : 4; return;
+    case QuantFieldKind::kHighBits256: byte = i % 32, shift = i / 32; return;
+    case QuantFieldKind::kCrumbs256: byte = 32 * (i / 128) + i % 32, shift = 2 * ((i % 128) / 32); return;
+    case QuantFieldKind::kQ6Low256: {
+      const int h = i / 128, r = (i % 128) / 32;
+      byte = 64 * h + i % 32 + 32 * (r & 1), shift = r >= 2 ? 4 : 0;
+      return;
+    }
+    case QuantFieldKind::kQ6High256: byte = 32 * (i / 128) + i % 32, shift = 2 * ((i % 128) / 32); return;
+    default: byte = shift = 0;
+  }
+}
+
+/// A code field of ggml's bytes -> its code words (count * 8 / 32 of them), and back.
+inline void field_to_words(const QuantField& q, const unsigned char* field, std::uint32_t* words) {
+  const int b = code_bits(q.kind), n = q.count * 8 / b, per_word = 32 / b;
+  std::fill(words, words + q.count / 4, 0u);
+  for (int i = 0; i < n; ++i) {
+    int byte, shift;
+    code_position(q.kind, i, byte, shift);
+    const std::uint32_t code = (field[byte] >> shift) & ((1u << b) - 1);
+    words[i / per_word] |= code << (b * (i % per_word));
+  }
+}
+inline void words_to_field(const QuantField& q, const std::uint32_t* words, unsigned char* field) {
+  const int b = code_bits(q.kind), n = q.count * 8 / b, per_word = 32 / b;
+  std::memset(field, 0, static_cast<std::size_t>(q.count));
+  for (int i = 0; i < n; ++i) {
+    int byte, shift;
+    code_position(q.kind, i, byte, shift);
+    const std::uint32_t code = (words[i / per_word] >> (b * (i % per_word))) & ((1u << b) - 1);
+    field[byte] = static_cast<unsigned char>(field[byte] | code << shift);
+  }
+}
+
+/// Copies row r's block (ggml bytes) into its place in a panel block.
+inline void scatter_block(WeightType t, const unsigned char* block, int r, unsigned char* pb) {
+  const QuantLayout l = quant_layout(t);
+  long base = 0;
+  for (int f = 0; f < l.n_fields; ++f) {
+    const QuantField& q = l.fields[f];
+    if (q.kind == QuantFieldKind::kPlain) {
+      for (int e = 0; e < q.count; ++e)
+        std::memcpy(pb + base + (e * kLanes + r) * q.width, block + q.offset + e * q.width,
+                    static_cast<std::size_t>(q.width));
+    } else {
+      std::uint32_t words[32];
+      field_to_words(q, block + q.offset, words);
+      for (int w = 0; w < q.count / 4; ++w) std::memcpy(pb + base + (w * kLanes + r) * 4, &words[w], 4);
+    }
+    base += static_cast<long>(kLanes) * q.width * q.count;
+  }
+}
+
+/// The inverse: row r's block (ggml bytes) out of a panel block.
+inline void gather_block(WeightType t, const unsigned char* pb, int r, unsigned char* block) {
+  const QuantLayout l = quant_layout(t);
+  long base = 0;
+  for (int f = 0; f < l.n_fields; ++f) {
+    const QuantField& q = l.fields[f];
+    if (q.kind == QuantFieldKind::kPlain) {
+      for (int e = 0; e < q.count; ++e)
+        std::memcpy(block + q.offset + e * q.width, pb + base + (e * kLanes + r) * q.width,
+                    static_cast<std::size_t>(q.width));
+    } else {
+      std::uint32_t words[32];
+      for (int w = 0; w < q.count / 4; ++w) std::memcpy(&words[w], pb + base + (w * kLanes + r) * 4, 4);
+      words_to_field(q, words, block + q.offset);
+    }
+    base += static_cast<long>(kLanes) * q.width * q.count;
+  }
+}
+
+/// The kernels' view of panel blocks: n_panels panels of n_blocks blocks of
+/// type t over k, panel p's block b at data + (p * n_blocks + b) * 16 * block
+/// bytes. QuantMatrix holds one; a PackedMatrix segment of a block type is one.
+struct QuantPanels {
+  WeightType t = WeightType::kQ8_0;
+  const unsigned char* data = nullptr;
+  long panels = 0, K = 0;
+
+  WeightType type() const { return t; }
+  long n_panels() const { return panels; }
+  long n_in() const { return K; }
+  long n_out_padded() const { return panels * kLanes; }
+  long block_size() const { return weight_type_traits(t).block_size; }
+  long n_blocks() const { return K / block_size(); }
+  std::size_t panel_block_bytes() const { return static_cast<std::size_t>(kLanes) * weight_type_traits(t).block_bytes; }
+  std::size_t panel_bytes() const { return panel_block_bytes() * static_cast<std::size_t>(n_blocks()); }
+  const unsigned char* panel_block(long p, long b) const {
+    return data + (static_cast<std::size_t>(p) * n_blocks() + b) * panel_block_bytes();
+  }
+};
+
+/// Writes one row (ggml bytes, n_in values of type t) as lane j of panel `panel`
+/// (panel_bytes() bytes, n_in / block size panel blocks). The panel's other lanes are untouched.
+inline void pack_quant_row(WeightType t, long n_in, const unsigned char* row, int j, unsigned char* panel) {
+  const auto tr = weight_type_traits(t);
+  const long nb = n_in / tr.block_size;
+  for (long b = 0; b < nb; ++b)
+    scatter_block(t, row + b * tr.block_bytes, j, panel + b * static_cast<std::size_t>(kLanes) * tr.block_bytes);
+}
+
+
+// ---- Portable dequantization of panel blocks -----------------------------------
+
+/// out (block_size x 16, k-major: out[k * 16 + j] = w[16p + j][k0 + k]) = panel
+/// block pb dequantized, through weights/blocks.hpp's scalar code.
+template <class T>
+inline void dequantize_panel_block_portable(WeightType t, const unsigned char* pb, T* out) {
+  const auto tr = weight_type_traits(t);
+  unsigned char block[256];
+  float vals[256];
+  for (int j = 0; j < kLanes; ++j) {
+    gather_block(t, pb, j, block);
+    dequantize_row(t, block, vals, tr.block_size);
+    for (std::uint32_t k = 0; k < tr.block_size; ++k) out[k * kLanes + j] = static_cast<T>(vals[k]);
+  }
+}
+
+
+/// Panel block pb in the factored form (weights/blocks.hpp), through its scalar
+/// code: c (block_size x 16, k-major like the above) the codes, D and N
+/// (block_size / sub x 16, sub-block-major) the scales and offsets (N only for
+/// types with a min).
+template <class T>
+inline void factor_panel_block_portable(WeightType t, const unsigned char* pb, T* c, T* D, T* N) {
+  const auto tr = weight_type_traits(t);
+  const QuantFactoring f = quant_factoring(t);
+  const int n_sub = static_cast<int>(tr.block_size) / f.sub;
+  unsigned char block[256];
+  float cv[256], dv[16], nv[16];
+  for (int j = 0; j < kLanes; ++j) {
+    gather_block(t, pb, j, block);
+    factor_row(t, block, cv, dv, f.has_min ? nv : nullptr, tr.block_size);
+    for (std::uint32_t k = 0; k < tr.block_size; ++k) c[k * kLanes + j] = static_cast<T>(cv[k]);
+    for (int s = 0; s < n_sub; ++s) {
+      D[s * kLanes + j] = static_cast<T>(dv[s]);
+      if (f.has_min) N[s * kLanes + j] = static_cast<T>(nv[s]);
+    }
+  }
+}
+
+
+/// The product with quantized panels (defined in kvdecode/matmul/quant_kernels.hpp):
+/// y (M x 16 n_panels) = x (M x K) * W^T with the reduction-order rule on W's
+/// dequantized values, V the float vector implementation of the buffered paths.
+template <class T, class V>
+void matmul_quant_panels(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy);
+
+}  // namespace kvd::detail

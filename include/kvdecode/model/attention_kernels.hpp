@@ -1,0 +1,261 @@
+// The attention kernels: scores, the position-keyed softmax and the weighted
+// sum over a cache's 16-position blocks, for one decode row (a pair of query
+// heads) or for up to 8 consecutive prefill rows of one sequence sharing every
+// K and V load. The reduction order they all follow is stated at the top of
+// kvdecode/model/attention.hpp; each row's result is the same whichever kernel ran it.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kvdecode/core/config.hpp"
+#include "kvdecode/matmul/matmul.hpp"
+#include "kvdecode/cache/kv_cache.hpp"
+#include "kvdecode/model/ops.hpp"
+
+namespace kvd {
+
+namespace detail {
+
+/// Loads 16 consecutive storage values as a compute vector.
+template <class T, class S>
+inline Vec16<T> load_lanes(const S* p) {
+  if constexpr (std::is_same_v<S, T>) {
+    return Vec16<T>::load(p);
+  } else {
+    T tmp[kLanes];
+    for (int i = 0; i < kLanes; ++i) tmp[i] = from_storage<T>(p[i]);
+    return Vec16<T>::load(tmp);
+  }
+}
+
+/// Softmax over the scores of one query, in place. s[i] is the score of position
+/// base + i, base a multiple of 16, for i in [0, 16 * n_blocks); only positions in
+/// [lo, hi] are visible and every other entry ends as exactly 0 (the value stored
+/// there beforehand is ignored). The reduction structure is keyed to absolute
+/// positions, so every caller that sees the same visible scores gets the same bits:
+///   m      = max over visible scores                       (exact in any order)
+///   e      = exp_(s - m) for visible entries, 0 elsewhere
+///   sum    = 16 lane sums, lane j adding the e of positions = j (mod 16) in
+///            increasing position, then ((l0+l1)+(l2+l3))+... in a fixed tree
+///   s      = e / sum
+/// Entries that are not visible add +0 to their lane, which changes nothing.
+template <class T>
+inline void softmax_blocks(T* s, int base, int n_blocks, int lo, int hi) {
+  const int n = n_blocks * kLanes;
+  const int i0 = lo - base, i1 = hi - base;  // visible index range [i0, i1]
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  for (int i = 0; i < i0; ++i) s[i] = neg_inf;
+  for (int i = i1 + 1; i < n; ++i) s[i] = neg_inf;
+  T lane_max[kLanes];
+  for (int j = 0; j < kLanes; ++j) lane_max[j] = neg_inf;
+  for (int b = 0; b < n_blocks; ++b)
+    for (int j = 0; j < kLanes; ++j) lane_max[j] = std::max(lane_max[j], s[b * kLanes + j]);
+  T mx = neg_inf;
+  for (int j = 0; j < kLanes; ++j) mx = std::max(mx, lane_max[j]);
+  // A signed-zero maximum may come out as +0 or -0 depending on order; s - (+0) and
+  // s - (-0) are equal for every s (and exp(+0) == exp(-0)), so that cannot matter.
+  for (int i = 0; i < n; ++i) s[i] = s[i] - mx;  // -inf stays -inf
+  exp_array(s, s, n);                            // same bits as exp_ on each value; exp(-inf) = 0
+  T lane_sum[kLanes];
+  for (int j = 0; j < kLanes; ++j) lane_sum[j] = T(0);
+  for (int b = 0; b < n_blocks; ++b)
+    for (int j = 0; j < kLanes; ++j) lane_sum[j] = lane_sum[j] + s[b * kLanes + j];
+  for (int width = kLanes / 2; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) lane_sum[j] = lane_sum[2 * j] + lane_sum[2 * j + 1];
+  const T sum = lane_sum[0];
+  for (int i = 0; i < n; ++i) s[i] = s[i] / sum;
+}
+
+// For each of HG heads h: acc[h][v] += w[h][t - first] * v_t[16v .. 16v + 16) for t in
+// [first, last], in increasing t; NV vectors of 16 dims from dim d0, all in registers.
+// The HG heads' chains are independent, so they overlap in the pipeline.
+// v_block(h, b) returns head h's (16, head_dim) values of positions [16b, 16b + 16).
+template <int HG, int NV, class T, class VBlock>
+inline void weighted_sum_vecs(const T* const* w, int first, int last, int head_dim, int d0, VBlock&& v_block,
+                              T* const* out) {
+  Vec16<T> acc[HG][NV];
+  for (int h = 0; h < HG; ++h)
+    for (int v = 0; v < NV; ++v) acc[h][v] = Vec16<T>::zero();
+  for (int b = first / kLanes; b <= last / kLanes; ++b) {
+    decltype(v_block(0, b)) vb[HG];
+    for (int h = 0; h < HG; ++h) vb[h] = v_block(h, b) + d0;
+    const int l0 = std::max(first, b * kLanes) - b * kLanes, l1 = std::min(last, b * kLanes + kLanes - 1) - b * kLanes;
+    const int wo = b * kLanes - first;
+    for (int lane = l0; lane <= l1; ++lane)
+      for (int h = 0; h < HG; ++h) {
+        const Vec16<T> wt = Vec16<T>::broadcast(w[h][wo + lane]);
+        const auto* row = vb[h] + static_cast<long>(lane) * head_dim;
+        for (int v = 0; v < NV; ++v) acc[h][v].fma(wt, load_lanes<T>(row + v * kLanes));
+      }
+  }
+  for (int h = 0; h < HG; ++h)
+    for (int v = 0; v < NV; ++v) acc[h][v].store(out[h] + d0 + v * kLanes);
+}
+
+/// out[h][0..head_dim) = fma chain over t in [first, last], increasing, from +0, of
+/// w[h][t - first] * v_t[d], for HG heads at once. Vectorised over d, up to 128 dims
+/// per pass in registers; each d's chain is the same sequence of operations as a
+/// scalar loop.
+template <int HG, class T, class VBlock>
+inline void weighted_sum(const T* const* w, int first, int last, int head_dim, VBlock&& v_block, T* const* out) {
+  constexpr int kMax = HG == 1 ? 8 : 4;  // vectors per pass: HG * kMax accumulators in registers
+  int d0 = 0;
+  for (; head_dim - d0 >= kMax * kLanes; d0 += kMax * kLanes)
+    weighted_sum_vecs<HG, kMax>(w, first, last, head_dim, d0, v_block, out);
+  switch ((head_dim - d0) / kLanes) {
+    case 7: if constexpr (kMax > 7) weighted_sum_vecs<HG, 7>(w, first, last, head_dim, d0, v_block, out); break;
+    case 6: if constexpr (kMax > 6) weighted_sum_vecs<HG, 6>(w, first, last, head_dim, d0, v_block, out); break;
+    case 5: if constexpr (kMax > 5) weighted_sum_vecs<HG, 5>(w, first, last, head_dim, d0, v_block, out); break;
+    case 4: if constexpr (kMax > 4) weighted_sum_vecs<HG, 4>(w, first, last, head_dim, d0, v_block, out); break;
+    case 3: weighted_sum_vecs<HG, 3>(w, first, last, head_dim, d0, v_block, out); break;
+    case 2: weighted_sum_vecs<HG, 2>(w, first, last, head_dim, d0, v_block, out); break;
+    case 1: weighted_sum_vecs<HG, 1>(w, first, last, head_dim, d0, v_block, out); break;
+    default: break;
+  }
+  for (int h = 0; h < HG; ++h)
+    for (int d = head_dim / kLanes * kLanes; d < head_dim; ++d) {  // the dims past the last full vector
+      T acc = T(0);
+      for (int t = first; t <= last; ++t)
+        acc = std::fma(w[h][t - first], from_storage<T>(v_block(h, t / kLanes)[(t % kLanes) * head_dim + d]), acc);
+      out[h][d] = acc;
+    }
+}
+
+// scores[16j .. 16j + 16) = fma chain over d of q[d] * K[block b0 + j][d][lane], from +0,
+// for NG consecutive blocks at once (independent chains, so they overlap in the pipeline).
+template <int NG, class T, class KBlock>
+inline void score_blocks(const T* q, int head_dim, int b0, KBlock&& k_block, T* scores) {
+  decltype(k_block(0)) kbs[NG];
+  for (int j = 0; j < NG; ++j) kbs[j] = k_block(b0 + j);
+  Vec16<T> acc[NG];
+  for (int j = 0; j < NG; ++j) acc[j] = Vec16<T>::zero();
+  for (int d = 0; d < head_dim; ++d) {
+    const Vec16<T> qd = Vec16<T>::broadcast(q[d]);
+    for (int j = 0; j < NG; ++j) acc[j].fma(qd, load_lanes<T>(kbs[j] + d * kLanes));
+  }
+  for (int j = 0; j < NG; ++j) acc[j].store(scores + j * kLanes);
+}
+
+/// HG consecutive query heads of one row over cache positions [first, last]:
+/// q holds the HG heads' queries back to back, kvh[h] is head h's KV head, and out
+/// receives the HG heads' outputs back to back. scores: HG rows of ld_s scratch, each
+/// at least round_up_lanes(last + 1) - 16 * (first / 16) values. Each head's result
+/// is the same as computing it alone: heads are grouped only to overlap their chains.
+template <int HG, class T, class Cache>
+inline void attend_heads(const T* q, const Cache& cache, int layer, const int* kvh, int head_dim, int first, int last,
+                         T* scores, long ld_s, T* out) {
+  const int b0 = first / kLanes, b1 = last / kLanes, nb = b1 - b0 + 1;
+  const T sqrt_dh = std::sqrt(static_cast<T>(head_dim));
+  const T* w[HG];
+  T* o[HG];
+  for (int h = 0; h < HG; ++h) {
+    const long k_off = static_cast<long>(kvh[h]) * head_dim * kLanes;  // KV head inside a block
+    auto k_block = [&](int b) { return cache.k_block(layer, b) + k_off; };  // (head_dim, 16)
+    T* s = scores + h * ld_s;
+    int g = 0;
+    for (; g + 4 <= nb; g += 4) score_blocks<4>(q + h * head_dim, head_dim, b0 + g, k_block, s + g * kLanes);
+    for (; g < nb; ++g) score_blocks<1>(q + h * head_dim, head_dim, b0 + g, k_block, s + g * kLanes);
+    for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / sqrt_dh;
+    softmax_blocks(s, b0 * kLanes, nb, first, last);
+    w[h] = s + (first - b0 * kLanes);
+    o[h] = out + h * head_dim;
+  }
+  auto v_block = [&](int h, int b) {  // (16, head_dim)
+    return cache.v_block(layer, b) + static_cast<long>(kvh[h]) * head_dim * kLanes;
+  };
+  weighted_sum<HG>(w, first, last, head_dim, v_block, o);
+}
+
+/// R (up to 8) consecutive rows of one sequence (positions pos0 .. pos0 + R - 1), one query
+/// head each, over their visible cache positions; used for prefill, where rows
+/// travelling together share every K and V load. q_r = q + r * ld_q, out_r = out +
+/// r * ld_out; scores: R rows of ld_s scratch. Row r sees [first(r), pos0 + r] with
+/// first(r) = first_visible(pos0 + r, window), and its result is the same as
+/// attend_heads<1> for that row alone: per row, the same chains in the same order.
+template <int R, class T, class Cache>
+inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, int kvh, int head_dim, int pos0,
+                        int window, T* scores, long ld_s, T* out, long ld_out) {
+  int first[R], last[R];
+  for (int r = 0; r < R; ++r) {
+    first[r] = first_visible(pos0 + r, window);
+    last[r] = pos0 + r;
+  }
+  const int bmin = first[0] / kLanes, bmax = last[R - 1] / kLanes;
+  const long off = static_cast<long>(kvh) * head_dim * kLanes;  // KV head inside a block
+  // Scores of every row for blocks [bmin, bmax]: one K load feeds R chains.
+  for (int b = bmin; b <= bmax; ++b) {
+    const auto* kb = cache.k_block(layer, b) + off;  // (head_dim, 16)
+    Vec16<T> acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = Vec16<T>::zero();
+    for (int d = 0; d < head_dim; ++d) {
+      const Vec16<T> k = load_lanes<T>(kb + d * kLanes);
+      for (int r = 0; r < R; ++r) acc[r].fma(Vec16<T>::broadcast(q[r * ld_q + d]), k);
+    }
+    for (int r = 0; r < R; ++r) acc[r].store(scores + r * ld_s + (b - bmin) * kLanes);
+  }
+  const T sqrt_dh = std::sqrt(static_cast<T>(head_dim));
+  const T* w[R];  // w[r][t - first[r]]
+  for (int r = 0; r < R; ++r) {
+    T* s = scores + r * ld_s;
+    const int nb = bmax - bmin + 1;
+    for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / sqrt_dh;
+    const int b0 = first[r] / kLanes;
+    softmax_blocks(s + (b0 - bmin) * kLanes, b0 * kLanes, last[r] / kLanes - b0 + 1, first[r], last[r]);
+    w[r] = s + (first[r] - bmin * kLanes);
+  }
+  auto v_row = [&](int t) { return cache.v_block(layer, t / kLanes) + off + static_cast<long>(t % kLanes) * head_dim; };
+  // Weighted sums. Positions [first[R-1], last[0]] are visible to every row: one V load
+  // feeds R chains. Before and after that span each row adds its own remaining
+  // positions, so every row's chain still runs in increasing t.
+  // Vectors of dims per pass: R x kNV accumulators stay in registers.
+  constexpr int kNV = R <= 4 ? 4 : 2;
+  const int all_lo = first[R - 1], all_hi = last[0];
+  for (int d0 = 0; d0 < head_dim; d0 += kNV * kLanes) {
+    const int nv = std::min(kNV, (head_dim - d0) / kLanes);
+    if (nv == 0) break;
+    Vec16<T> acc[R][kNV];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < kNV; ++v) acc[r][v] = Vec16<T>::zero();
+    auto one = [&](int r, int t) {
+      const Vec16<T> wt = Vec16<T>::broadcast(w[r][t - first[r]]);
+      const auto* row = v_row(t) + d0;
+      for (int v = 0; v < nv; ++v) acc[r][v].fma(wt, load_lanes<T>(row + v * kLanes));
+    };
+    if (all_lo > all_hi) {  // a window narrower than the group: no shared span
+      for (int r = 0; r < R; ++r)
+        for (int t = first[r]; t <= last[r]; ++t) one(r, t);
+    } else {
+    for (int r = 0; r < R; ++r)
+      for (int t = first[r]; t < all_lo; ++t) one(r, t);
+    for (int t = all_lo; t <= all_hi; ++t) {
+      const auto* row = v_row(t) + d0;
+      if (nv == kNV) {
+        Vec16<T> vv[kNV];
+        for (int v = 0; v < kNV; ++v) vv[v] = load_lanes<T>(row + v * kLanes);
+        for (int r = 0; r < R; ++r) {
+          const Vec16<T> wt = Vec16<T>::broadcast(w[r][t - first[r]]);
+          for (int v = 0; v < kNV; ++v) acc[r][v].fma(wt, vv[v]);
+        }
+      } else {
+        for (int r = 0; r < R; ++r) one(r, t);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int t = all_hi + 1; t <= last[r]; ++t) one(r, t);
+    }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < nv; ++v) acc[r][v].store(out + r * ld_out + d0 + v * kLanes);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int d = head_dim / kLanes * kLanes; d < head_dim; ++d) {  // the dims past the last full vector
+      T acc = T(0);
+      for (int t = first[r]; t <= last[r]; ++t) acc = std::fma(w[r][t - first[r]], from_storage<T>(v_row(t)[d]), acc);
+      out[r * ld_out + d] = acc;
+    }
+}
+
+}  // namespace detail
+
+}  // namespace kvd

@@ -1,0 +1,79 @@
+// One pre-norm transformer block with residual connections:
+//   x = x + attention(rmsnorm(x));  x = x + mlp(rmsnorm(x))
+#pragma once
+
+#include "kvdecode/model/attention.hpp"
+#include "kvdecode/model/mlp.hpp"
+#include "kvdecode/model/ops.hpp"
+
+namespace kvd {
+
+template <class T>
+class TransformerBlock {
+ public:
+  TransformerBlock() = default;
+  TransformerBlock(const ModelConfig& c, const LayerWeights<T>& w, int layer, const RoPE<T>* rope)
+      : attn_norm_(w.attn_norm, c.norm_eps), attn_(c, w, layer, rope), ffn_norm_(w.ffn_norm, c.norm_eps), mlp_(c, w) {}
+
+  const Attention<T>& attention() const { return attn_; }
+  const SwiGLU<T>& mlp() const { return mlp_; }
+  /// Fast mode on every product of the block (PackedMatrix::set_fast_matmul).
+  void set_fast_matmul(bool on) {
+    attn_.set_fast_matmul(on);
+    mlp_.set_fast_matmul(on);
+  }
+
+  /// Updates ws.x (M rows) in place. Returns multiply-adds performed.
+  /// The block's last residual add (x += the MLP's output in ws.proj) is left
+  /// pending (ws.pending_residual): the next block adds it inside its first
+  /// product's parallel region, and the caller finishes the last one
+  /// (Workspace::finish_residual). Each row's operations are the same either way.
+  /// The residual adds and RMSNorms run as RowPrologues of the products that
+  /// read their rows, so the threads meet once per product, not once per step.
+  template <class Cache>
+  std::uint64_t forward(const Row* rows, long M, Cache* const* caches, Workspace<T>& ws) const {
+    const long D = attn_norm_.dim(), ld = ws.ld_d;
+    T* const x = ws.x.data();
+    T* const xn = ws.xn.data();
+    const T* const proj = ws.proj.data();
+    const bool pending = ws.pending_residual;
+    // rows [r0, r1): x += proj (the previous block's MLP output), then xn = attn_norm(x)
+    auto attn_in = [&](long r0, long r1) {
+      if (pending) add_rows(x + r0 * ld, proj + r0 * ld, r1 - r0, D, ld);
+      attn_norm_.apply_rows(x + r0 * ld, ld, r1 - r0, xn + r0 * ld, ld);
+    };
+    std::uint64_t macs = attn_.forward(xn, ld, rows, M, caches, ws, ws.proj.data(), ld, row_prologue(attn_in));
+    // rows [r0, r1): x += proj (attention output), then xn = ffn_norm(x)
+    auto ffn_in = [&](long r0, long r1) {
+      add_rows(x + r0 * ld, proj + r0 * ld, r1 - r0, D, ld);
+      ffn_norm_.apply_rows(x + r0 * ld, ld, r1 - r0, xn + r0 * ld, ld);
+    };
+    macs += mlp_.forward(xn, ld, M, ws, ws.proj.data(), ld, row_prologue(ffn_in));
+    ws.pending_residual = true;
+    return macs;
+  }
+
+  /// The cache-free reference on a whole sequence: x (n, D) updated in place.
+  template <class S = T>
+  void forward_reference(RowMatrix<T>& x) const {
+    RowMatrix<T> xn(x.rows(), x.cols());
+    attn_norm_.apply(x.data(), x.cols(), x.rows(), xn.data(), xn.cols());
+    x = x + attn_.template forward_reference<S>(xn);
+    ffn_norm_.apply(x.data(), x.cols(), x.rows(), xn.data(), xn.cols());
+    x = x + mlp_.forward_reference(xn);
+  }
+
+ private:
+  // x[m] += y[m] for M rows, on the calling thread.
+  static void add_rows(T* x, const T* y, long M, long D, long ld) {
+    for (long m = 0; m < M; ++m)
+      for (long i = 0; i < D; ++i) x[m * ld + i] = x[m * ld + i] + y[m * ld + i];
+  }
+
+  RMSNorm<T> attn_norm_;
+  Attention<T> attn_;
+  RMSNorm<T> ffn_norm_;
+  SwiGLU<T> mlp_;
+};
+
+}  // namespace kvd

@@ -1,0 +1,98 @@
+// Model: the packed weights of a transformer, immutable once built, shared by
+// every Transformer (and thread) that runs it.
+//
+// Packing happens once, here: the blocks' projections, the classifier, the final
+// norm, the RoPE tables and the embedding. Nothing in a Model changes during a
+// forward pass (the workspace, the rows and the logits live in each Transformer),
+// so any number of Transformers on any threads may run one Model at the same
+// time, each with its own caches, and each gets the bits it would get alone. This
+// is llama.cpp's llama_model / llama_context split, and gemma.cpp's const Gemma
+// beside a per-call environment.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "kvdecode/model/block.hpp"
+#include "kvdecode/core/config.hpp"
+#include "kvdecode/weights/model_weights.hpp"
+
+namespace kvd {
+
+template <class T = float>
+class Model {
+ public:
+  using Scalar = T;
+
+  /// Validates and packs the weights (once), releasing each layer's source as it
+  /// is packed. Throws ConfigError if weights.validate() fails.
+  explicit Model(ModelWeights<T> weights) {
+    weights.validate();
+    config_ = weights.config;
+    rope_ = std::make_unique<RoPE<T>>(config_.head_dim, config_.max_seq_len, config_.rope_theta, config_.rope_style,
+                                      config_.rotary_dim(), weights.rope_freq_factors);
+    blocks_.reserve(config_.n_layers);
+    for (int l = 0; l < config_.n_layers; ++l) {
+      blocks_.emplace_back(config_, weights.layers[l], l, rope_.get());
+      weights.layers[l].release_pages();
+      weights.layers[l] = LayerWeights<T>();  // the packed copy is all we keep
+    }
+    final_norm_ = RMSNorm<T>(weights.final_norm, config_.norm_eps);
+    classifier_ = PackedMatrix<T>({&weights.output_matrix()});
+    weights.classifier.release_pages();
+    // Rows of the embedding are looked up one token at a time: a float model keeps
+    // it as stored (in place in a mapped file), a double model converts it once.
+    if constexpr (std::is_same_v<T, float>)
+      embedding_ = std::move(weights.token_embedding);
+    else
+      embedding_ = WeightMatrix::from_dense(weights.token_embedding.template to_dense<T>());
+  }
+
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  Model(Model&&) = default;  // the blocks point at *rope_, which stays where it is
+  Model& operator=(Model&&) = default;
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<TransformerBlock<T>>& blocks() const { return blocks_; }
+  const PackedMatrix<T>& classifier() const { return classifier_; }  ///< (V, D)
+  const WeightMatrix& embedding() const { return embedding_; }       ///< (V, D)
+  const RMSNorm<T>& final_norm() const { return final_norm_; }
+
+  /// The opt-in fast mode (fast_int8.hpp, `--fast-matmul`): every matrix of a
+  /// block type but q8_0 rounds its input rows to int8 blocks and uses integer dot
+  /// products; on a CPU with AVX512-BF16, every f16 and bf16 matrix rounds them to
+  /// bf16 and uses bf16 dot products (fast_bf16.hpp). Every path stays
+  /// bit-identical to every other in this mode (its logits differ from the
+  /// default mode's: the activations are rounded). Matrices of other types, and
+  /// double models, keep the default numerics.
+  /// It changes the model for everyone running it: set it before sharing, never
+  /// during a forward pass.
+  void set_fast_matmul(bool on) {
+    for (auto& b : blocks_) b.set_fast_matmul(on);
+    classifier_.set_fast_matmul(on);
+  }
+  bool fast_matmul() const { return classifier_.fast_matmul(); }  ///< as set_fast_matmul() left every matrix
+
+  /// Bytes of weights a decode step reads: every packed matrix, one embedding
+  /// row and the norm vectors (what bounds decode speed).
+  std::uint64_t weight_bytes_per_token() const {
+    std::uint64_t b = classifier_.bytes() + embedding_.row_bytes() +
+                      sizeof(T) * (config_.d_model * (2ull * config_.n_layers + 1));
+    for (const auto& blk : blocks_)
+      b += blk.attention().wqkv().bytes() + blk.attention().wo().bytes() + blk.mlp().w13().bytes() + blk.mlp().w2().bytes();
+    return b;
+  }
+
+ private:
+  ModelConfig config_;
+  std::unique_ptr<RoPE<T>> rope_;  // on the heap: blocks keep a pointer that must survive moves
+  std::vector<TransformerBlock<T>> blocks_;
+  RMSNorm<T> final_norm_;
+  PackedMatrix<T> classifier_;  // (V, D)
+  WeightMatrix embedding_;      // (V, D) in its storage type (f64 for a double model)
+};
+
+}  // namespace kvd

@@ -1,0 +1,126 @@
+// Element-wise and per-row operations: exp, SiLU, RMSNorm, RoPE.
+// Each exists exactly once, and every code path (prefill, decode, batched
+// decode, the cache-free reference) calls these same functions, so the same
+// input gives the same bits everywhere. Reductions inside them (the RMSNorm
+// sum of squares) run in index order with one fma per element, like the
+// matmul rule in dense_kernels.hpp, and depend only on the row they are given.
+#pragma once
+
+#include <cmath>
+#include <vector>
+
+#include "kvdecode/model/exp.hpp"
+#include "kvdecode/matmul/matmul.hpp"
+#include "kvdecode/weights/model_weights.hpp"
+
+namespace kvd {
+
+/// The one exp used everywhere: model/exp.hpp's algorithm, whose scalar and
+/// vector forms give identical bits (never std::exp, whose vectorised variants differ).
+template <class T>
+inline T exp_(T x) { return detail::exp_scalar(x); }
+
+/// SiLU(x) = x * sigmoid(x) = x / (1 + exp(-x)).
+template <class T>
+inline T silu(T x) { return x / (T(1) + exp_(-x)); }
+
+/// out[i] = silu(gate[i]) * up[i] for i in [0, n), exp vectorised; same bits as silu().
+/// `scratch` holds n values.
+template <class T>
+inline void swiglu_array(const T* gate, const T* up, T* out, T* scratch, long n) {
+  for (long i = 0; i < n; ++i) scratch[i] = -gate[i];
+  detail::exp_array(scratch, scratch, n);
+  for (long i = 0; i < n; ++i) out[i] = gate[i] / (T(1) + scratch[i]) * up[i];
+}
+
+/// RMSNorm of one row: out[i] = w[i] * (x[i] * 1/sqrt(mean(x^2) + eps)).
+/// Sum of squares in index order with fma, as llama2.c's rmsnorm. out may alias x.
+template <class T>
+inline void rmsnorm_row(const T* x, const T* w, long n, T eps, T* out) {
+  T ss = T(0);
+  for (long i = 0; i < n; ++i) ss = std::fma(x[i], x[i], ss);
+  const T scale = T(1) / std::sqrt(ss / static_cast<T>(n) + eps);
+  for (long i = 0; i < n; ++i) out[i] = w[i] * (scale * x[i]);
+}
+
+/// Root-mean-square normalisation layer (pre-norm of each block and the final norm).
+template <class T>
+class RMSNorm {
+ public:
+  RMSNorm() = default;
+  RMSNorm(Vector<T> weight, double eps) : weight_(std::move(weight)), eps_(static_cast<T>(eps)) {}
+  long dim() const { return weight_.size(); }
+  /// Normalises M rows of x (row stride ldx) into out (row stride ldo); out may equal x.
+  void apply(const T* x, long ldx, long M, T* out, long ldo) const {
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (M * dim() >= detail::kParallelElements)
+#endif
+    for (long m = 0; m < M; ++m) rmsnorm_row(x + m * ldx, weight_.data(), dim(), eps_, out + m * ldo);
+  }
+  /// apply() on the calling thread (for use inside a parallel region).
+  void apply_rows(const T* x, long ldx, long M, T* out, long ldo) const {
+    for (long m = 0; m < M; ++m) rmsnorm_row(x + m * ldx, weight_.data(), dim(), eps_, out + m * ldo);
+  }
+  const Vector<T>& weight() const { return weight_; }
+
+ private:
+  Vector<T> weight_;  // (D)
+  T eps_ = T(1e-5);
+};
+
+/// Rotary position embedding. Within each head, RoPE rotates the first
+/// rotary_dim dimensions in pairs (the rest pass through):
+///   RopeStyle::kAdjacent  pair i = (x[2i], x[2i+1])             llama2.c, GGUF llama
+///   RopeStyle::kHalves    pair i = (x[i], x[i + rotary_dim/2])   NeoX, HF, qwen2/qwen3
+/// by angle pos * theta^(-2i/rotary_dim) / factor[i] (factors from Llama 3.1's
+/// rope_freqs, 1 when absent). The cos/sin table is computed once, in double, for
+/// every position < max_seq_len, so every path rotates with the same values.
+template <class T>
+class RoPE {
+ public:
+  RoPE() = default;
+  /// factors: rotary_dim/2 positive values, or empty for none.
+  RoPE(int head_dim, int max_seq_len, double theta, RopeStyle style = RopeStyle::kAdjacent, int rotary_dim = 0,
+       const Vector<T>& factors = Vector<T>())
+      : head_dim_(head_dim), rot_(rotary_dim > 0 ? rotary_dim : head_dim), max_seq_len_(max_seq_len), style_(style) {
+    const int half = rot_ / 2;
+    table_.resize(static_cast<std::size_t>(max_seq_len) * half * 2);
+    for (int i = 0; i < half; ++i) {
+      double freq = std::pow(theta, -2.0 * i / rot_);
+      if (factors.size() == half) freq /= static_cast<double>(factors[i]);
+      for (int pos = 0; pos < max_seq_len; ++pos) {
+        const double angle = pos * freq;
+        table_[(static_cast<std::size_t>(pos) * half + i) * 2] = static_cast<T>(std::cos(angle));
+        table_[(static_cast<std::size_t>(pos) * half + i) * 2 + 1] = static_cast<T>(std::sin(angle));
+      }
+    }
+  }
+  int max_seq_len() const { return max_seq_len_; }
+
+  /// Rotates n_heads consecutive heads of width head_dim in x at position pos (< max_seq_len).
+  void apply(T* x, int n_heads, int pos) const {
+    KVD_ASSERT(pos >= 0 && pos < max_seq_len_);
+    const int half = rot_ / 2;
+    // pair i is (v[i * step], v[i * step + gap])
+    const int step = style_ == RopeStyle::kAdjacent ? 2 : 1, gap = style_ == RopeStyle::kAdjacent ? 1 : half;
+    const T* cs = table_.data() + static_cast<std::size_t>(pos) * half * 2;  // (rotary_dim/2, 2): cos, sin
+    for (int h = 0; h < n_heads; ++h) {
+      T* v = x + h * head_dim_;
+      for (int i = 0; i < half; ++i) {
+        const T c = cs[2 * i], s = cs[2 * i + 1];
+        T& a = v[i * step];
+        T& b = v[i * step + gap];
+        const T x0 = a, x1 = b;
+        a = std::fma(x0, c, -(x1 * s));
+        b = std::fma(x0, s, x1 * c);
+      }
+    }
+  }
+
+ private:
+  int head_dim_ = 0, rot_ = 0, max_seq_len_ = 0;
+  RopeStyle style_ = RopeStyle::kAdjacent;
+  std::vector<T> table_;  // (max_seq_len, rotary_dim/2, 2)
+};
+
+}  // namespace kvd
