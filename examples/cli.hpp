@@ -88,6 +88,14 @@ inline std::vector<int> parse_id_list(const std::string& opt, const std::string&
 }
 
 /// A cache or weight element type name (see kvd::parse_dtype); ArgumentError naming `opt`.
+/// Calls f(S()) with the KV cache storage type S that `name` (--cache-dtype) names:
+/// float, Eigen::bfloat16 or Eigen::half, the types the programs compile.
+/// Throws ArgumentError for any other name.
+template <class F>
+decltype(auto) visit_cache_dtype(const std::string& name, F&& f) {
+  return visit_dtype_among<float, Eigen::bfloat16, Eigen::half>(parse_dtype(name), std::forward<F>(f));
+}
+
 inline DType parse_dtype_value(const std::string& opt, const std::string& text) {
   try {
     return parse_dtype(text);
@@ -323,8 +331,11 @@ inline std::vector<Option> all_options(Params& p) {
   add({{"--cache-dtype"}, "T", "KV cache element type: f32, bf16, f16", exe, kGenerate,
        [&p] { return p.cache_dtype; },
        [&p](const S& n, const S& v) {
-         if (v != "f32" && v != "bf16" && v != "f16")
+         try {
+           visit_cache_dtype(v, [](auto) {});
+         } catch (const Error&) {
            throw ArgumentError(detail::msg(n, " must be f32, bf16 or f16, got '", v, "'"));
+         }
          p.cache_dtype = v;
        }});
   add({{"--no-cache"}, "", "recompute the whole sequence at every step (the cache-free reference)", exe, kGenerate,

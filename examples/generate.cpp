@@ -221,11 +221,9 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
 Run run_dtype(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o, bool use_cache,
               bool keep_logits, const kvd::TextTokenizer* tok, bool stream_text, bool progress,
               const DraftSetup& ds = {}) {
-  if (o.cache_dtype == "bf16")
-    return run_once<Eigen::bfloat16>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress, ds);
-  if (o.cache_dtype == "f16")
-    return run_once<Eigen::half>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress, ds);
-  return run_once<float>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress, ds);
+  return kvd::cli::visit_cache_dtype(o.cache_dtype, [&](auto s) {
+    return run_once<decltype(s)>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress, ds);
+  });
 }
 
 // Prints whether two runs agree bit for bit, and what the cache saved.
@@ -362,9 +360,8 @@ int real_main(int argc, char** argv) {
   }
 
   if (o.conversation || o.chat) {  // chat_cli.hpp
-    if (o.cache_dtype == "bf16") return kvd::cli::run_conversation<Eigen::bfloat16>(*loaded, o);
-    if (o.cache_dtype == "f16") return kvd::cli::run_conversation<Eigen::half>(*loaded, o);
-    return kvd::cli::run_conversation<float>(*loaded, o);
+    return kvd::cli::visit_cache_dtype(o.cache_dtype,
+                                       [&](auto s) { return kvd::cli::run_conversation<decltype(s)>(*loaded, o); });
   }
 
   // The prompt.

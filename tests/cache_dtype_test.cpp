@@ -284,3 +284,25 @@ TEST(CacheDtypeAtRunTime, Q8HasNoElementTypeAndFIsNotCalled) {
   }
   EXPECT_FALSE(called);
 }
+
+// visit_dtype_among: only the listed types are compiled and called; another type
+// is an ArgumentError naming it and the list, and f is not called.
+TEST(CacheDtypeAtRunTime, AmongCallsTheListedTypeAndRefusesOthers) {
+  const auto size_of = [](DType t) {
+    return visit_dtype_among<float, Eigen::half>(t, [](auto s) { return sizeof(s); });
+  };
+  EXPECT_EQ(size_of(DType::kF32), sizeof(float));
+  EXPECT_EQ(size_of(DType::kF16), sizeof(Eigen::half));
+  for (DType t : {DType::kBF16, DType::kF64, DType::kQ8}) {
+    bool called = false;
+    try {
+      visit_dtype_among<float, Eigen::half>(t, [&](auto) { called = true; return 0; });
+      ADD_FAILURE() << "no error for " << dtype_name(t);
+    } catch (const ArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("dtype ") + dtype_name(t) + " is not one of the storage types here: f32, f16"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(called);
+  }
+}

@@ -94,4 +94,20 @@ decltype(auto) visit_dtype(DType t, F&& f) {
   throw ArgumentError(detail::msg("dtype ", dtype_name(t), " has no element type to store a KV cache in; expected f32, f64, bf16 or f16"));
 }
 
+/// visit_dtype() restricted to the storage types Ts, so that a program compiles
+/// only those: calls f(S()) with the S among Ts that stores `t`, and returns what
+/// f returns (the same type for every S). Throws ArgumentError naming `t` and the
+/// types Ts when none stores it, before calling f. For example
+///   kvd::visit_dtype_among<float, Eigen::bfloat16, Eigen::half>(t, [&](auto s) { ... });
+template <class First, class... Rest, class F>
+decltype(auto) visit_dtype_among(DType t, F&& f) {
+  if (t == DTypeOf<First>::value) return f(First());
+  if constexpr (sizeof...(Rest) > 0) {
+    if (((t == DTypeOf<Rest>::value) || ...)) return visit_dtype_among<Rest...>(t, std::forward<F>(f));
+  }
+  std::string names = dtype_name(DTypeOf<First>::value);
+  ((names += std::string(", ") + dtype_name(DTypeOf<Rest>::value)), ...);
+  throw ArgumentError(detail::msg("dtype ", dtype_name(t), " is not one of the storage types here: ", names));
+}
+
 }  // namespace kvd
