@@ -195,7 +195,8 @@ inline bool tensor_required(const TensorSpec& s, const ModelConfig& c) {
 /// The GGUF name of the tensor in `layer` (-1 for a model-level row), e.g.
 /// "blk.3.attn_q.weight". Never fails.
 inline std::string gguf_tensor_name(const TensorSpec& s, int layer) {
-  return s.per_layer ? detail::msg("blk.", layer, ".", s.gguf) : std::string(s.gguf);
+  // Plain concatenation, not detail::msg: the loaders name every tensor of every layer.
+  return s.per_layer ? "blk." + std::to_string(layer) + "." + s.gguf : std::string(s.gguf);
 }
 
 /// The Hugging Face name of the tensor in `layer` (-1 for a model-level row), e.g.
@@ -203,7 +204,7 @@ inline std::string gguf_tensor_name(const TensorSpec& s, int layer) {
 /// store it as a tensor. Never fails.
 inline std::string hf_tensor_name(const TensorSpec& s, int layer) {
   if (!s.hf) return std::string();
-  return s.per_layer ? detail::msg("model.layers.", layer, ".", s.hf) : std::string(s.hf);
+  return s.per_layer ? "model.layers." + std::to_string(layer) + "." + s.hf : std::string(s.hf);
 }
 
 /// Values of every tensor a model of config `c` holds (the optional rope_freqs
