@@ -187,6 +187,9 @@ struct TypeChoiceContext {
 };
 
 namespace detail {
+/// The kind of a row's GGUF name (TensorId::kWv -> "attn_v"). Never fails.
+inline std::string gguf_kind(TensorId id) { return tensor_kind(tensor_spec(id).gguf).kind; }
+
 /// llama.cpp's use_more_bits: the first 1/8 of the layers, the last 1/8, and every third between.
 inline bool use_more_bits(int layer, int n_layers) {
   return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
@@ -210,18 +213,19 @@ inline WeightType choose_tensor_type(QuantScheme scheme, const std::string& name
   const int n_gqa = ctx.n_kv_heads > 0 ? ctx.n_heads / ctx.n_kv_heads : 1;
   const bool m_mix = scheme == QuantScheme::kQ4_K_M || scheme == QuantScheme::kQ5_K_M;
   WeightType t = base;
-  if (name == "output.weight" || (!ctx.has_output && name == "token_embd.weight")) {
+  if (name == tensor_spec(TensorId::kClassifier).gguf ||
+      (!ctx.has_output && name == tensor_spec(TensorId::kTokenEmbedding).gguf)) {
     if (nx % detail::kQK_K != 0) t = WeightType::kQ8_0;
     else if (base != WeightType::kQ8_0) t = WeightType::kQ6_K;
-  } else if (k.kind == "attn_v") {
+  } else if (k.kind == detail::gguf_kind(TensorId::kWv)) {
     if (scheme == QuantScheme::kQ2_K) t = n_gqa >= 4 ? WeightType::kQ4_K : WeightType::kQ3_K;
     else if (scheme == QuantScheme::kQ3_K_M) t = layer < 2 ? WeightType::kQ5_K : WeightType::kQ4_K;
     else if (m_mix && detail::use_more_bits(layer, L)) t = WeightType::kQ6_K;
-  } else if (k.kind == "ffn_down") {
+  } else if (k.kind == detail::gguf_kind(TensorId::kW2)) {
     if (scheme == QuantScheme::kQ2_K) t = WeightType::kQ3_K;
     else if (scheme == QuantScheme::kQ3_K_M) t = layer < L / 16 ? WeightType::kQ5_K : WeightType::kQ4_K;
     else if (m_mix && detail::use_more_bits(layer, L)) t = WeightType::kQ6_K;
-  } else if (k.kind == "attn_output") {
+  } else if (k.kind == detail::gguf_kind(TensorId::kWo)) {
     if (scheme == QuantScheme::kQ2_K) t = WeightType::kQ3_K;
     else if (scheme == QuantScheme::kQ3_K_M) t = WeightType::kQ4_K;
   }
@@ -543,7 +547,7 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
     ctx.n_layers = static_cast<int>(gguf->get_u64_or(arch + ".block_count", 1));
     ctx.n_heads = static_cast<int>(gguf->get_u64_or(arch + ".attention.head_count", 1));
     ctx.n_kv_heads = static_cast<int>(gguf->get_u64_or(arch + ".attention.head_count_kv", ctx.n_heads));
-    ctx.has_output = gguf->find_tensor("output.weight") != nullptr;
+    ctx.has_output = gguf->find_tensor(tensor_spec(TensorId::kClassifier).gguf) != nullptr;
     result.wrote_vocabulary = gguf->find("tokenizer.ggml.tokens") != nullptr;
     for (const GGUFTensorInfo& t : gguf->tensors()) {
       std::vector<std::uint64_t> ne(t.ne, t.ne + std::max(t.n_dims, 1));
