@@ -84,10 +84,9 @@ kvd::Transformer<float> make_model(bool quick) {
             << c.summary() << "), bf16 weights...\n";
   kvd::ModelWeights<float> w = kvd::ModelWeights<float>::random(c, 2024);
   const auto bf16 = kvd::WeightType::kBF16;
-  w.token_embedding = w.token_embedding.converted_to(bf16);
-  for (auto& l : w.layers)
-    for (kvd::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) *m = m->converted_to(bf16);
-  if (!c.shared_classifier) w.classifier = w.classifier.converted_to(bf16);
+  kvd::for_each_tensor(w, [&](const kvd::TensorSpec&, int, auto slot) {
+    if (slot.matrix) *slot.matrix = slot.matrix->converted_to(bf16);
+  });
   return kvd::Transformer<float>(std::move(w));
 }
 

@@ -92,19 +92,9 @@ inline kvd::ModelWeights<float> weights_in_scheme(const kvd::ModelWeights<float>
     return stored_as(m, kvd::choose_tensor_type(scheme, name, ne, ctx));
   };
   kvd::ModelWeights<float> w = f32;
-  w.token_embedding = as(f32.token_embedding, "token_embd.weight");
-  if (!c.shared_classifier) w.classifier = as(f32.classifier, "output.weight");
-  for (int l = 0; l < c.n_layers; ++l) {
-    auto& L = w.layers[static_cast<std::size_t>(l)];
-    const std::string b = "blk." + std::to_string(l) + ".";
-    L.wq = as(L.wq, b + "attn_q.weight");
-    L.wk = as(L.wk, b + "attn_k.weight");
-    L.wv = as(L.wv, b + "attn_v.weight");
-    L.wo = as(L.wo, b + "attn_output.weight");
-    L.w1 = as(L.w1, b + "ffn_gate.weight");
-    L.w2 = as(L.w2, b + "ffn_down.weight");
-    L.w3 = as(L.w3, b + "ffn_up.weight");
-  }
+  kvd::for_each_tensor(w, [&](const kvd::TensorSpec& s, int layer, auto slot) {
+    if (slot.matrix) *slot.matrix = as(*slot.matrix, kvd::gguf_tensor_name(s, layer));
+  });
   return w;
 }
 

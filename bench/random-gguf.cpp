@@ -93,22 +93,20 @@ int run(int argc, char** argv) {
   auto norm = [&](const std::string& name) {
     w.add_tensor_ref(name, kvd::WeightType::kF32, {d}, ones.data(), d * 4);
   };
-  mat("token_embd.weight", d, V);
-  norm("output_norm.weight");
-  mat("output.weight", d, V);
-  for (int l = 0; l < layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    const double out_scale = std::pow(decay, l);  // of the matrices writing into the residual stream
-    norm(p + "attn_norm.weight");
-    mat(p + "attn_q.weight", d, H * dh);
-    mat(p + "attn_k.weight", d, KV * dh);
-    mat(p + "attn_v.weight", d, KV * dh);
-    mat(p + "attn_output.weight", H * dh, d, out_scale);
-    norm(p + "ffn_norm.weight");
-    mat(p + "ffn_gate.weight", d, ff);
-    mat(p + "ffn_down.weight", ff, d, out_scale);
-    mat(p + "ffn_up.weight", d, ff);
-  }
+  // Every tensor of a llama model with a separate classifier, in the tensor table's order.
+  kvd::ModelConfig c;
+  c.d_model = static_cast<int>(d); c.hidden_dim = static_cast<int>(ff); c.n_layers = layers;
+  c.n_heads = static_cast<int>(H); c.n_kv_heads = static_cast<int>(KV); c.head_dim = static_cast<int>(dh);
+  c.vocab_size = static_cast<int>(V); c.shared_classifier = false;
+  kvd::for_each_tensor_spec(c, [&](const kvd::TensorSpec& s, int l) {
+    if (s.presence == kvd::Presence::kIfStored) return;
+    const std::string name = kvd::gguf_tensor_name(s, l);
+    if (!s.matrix) return norm(name);
+    // The matrices writing into the residual stream (attn_output, ffn_down: the rows
+    // random() scales by half) decay with depth.
+    const double scale = l >= 0 && s.init == kvd::RandomInit::kHalfFanIn ? std::pow(decay, l) : 1.0;
+    mat(name, kvd::tensor_cols(s, c), kvd::tensor_rows(s, c), scale);
+  });
   w.write(path);
   std::cerr << "wrote " << path << " (" << layers << " layers, f16, decay " << decay << ")\n";
   return 0;

@@ -672,10 +672,9 @@ SchemeFigures measure_scheme(const kvd::ModelWeights<float>& f32, kvd::QuantSche
     f.matrix_bytes += m.bytes();
     f.matrix_values += static_cast<std::uint64_t>(m.rows()) * static_cast<std::uint64_t>(m.cols());
   };
-  count(w.token_embedding);
-  count(w.classifier);
-  for (const auto& l : w.layers)
-    for (const kvd::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) count(*m);
+  kvd::for_each_tensor(static_cast<const kvd::ModelWeights<float>&>(w), [&](const kvd::TensorSpec&, int, auto slot) {
+    if (slot.matrix) count(*slot.matrix);
+  });
   const kvd::ModelConfig cfg = w.config;
   Model m(std::move(w));
   m.set_fast_matmul(fast);

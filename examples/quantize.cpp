@@ -101,8 +101,12 @@ int run(int argc, char** argv) {
     int n = 0;
   };
   std::map<std::string, Stat> by_kind;
-  const char* const kKinds[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
-                                "output", "token_embd"};
+  // The matrix kinds of the tensor table (architecture.hpp): a layer's, then the classifier and the embedding.
+  std::vector<std::string> kinds;
+  for (const kvd::TensorSpec& s : kvd::kTensors)
+    if (s.matrix && s.per_layer) kinds.push_back(kvd::tensor_kind(kvd::gguf_tensor_name(s, 0)).kind);
+  for (kvd::TensorId id : {kvd::TensorId::kClassifier, kvd::TensorId::kTokenEmbedding})
+    kinds.push_back(kvd::tensor_kind(kvd::tensor_spec(id).gguf).kind);
   for (const auto& t : res.tensors) {
     if (t.ne.size() < 2) continue;
     Stat& s = by_kind[kvd::tensor_kind(t.name).kind];
@@ -113,10 +117,10 @@ int run(int argc, char** argv) {
   std::cout << pos[1] << ": " << res.file_bytes << " bytes, " << fixed(res.bits_per_weight(), 3)
             << " bits per weight (matrices), " << res.tensors.size() << " tensors, input " << res.input_format << '\n';
   std::cout << "relative RMSE per tensor kind (worst / mean):\n";
-  for (const char* k : kKinds) {
+  for (const std::string& k : kinds) {
     const auto it = by_kind.find(k);
     if (it == by_kind.end()) continue;
-    std::cout << "  " << k << std::string(12 - std::string(k).size(), ' ') << sci(it->second.worst) << " / "
+    std::cout << "  " << k << std::string(12 - k.size(), ' ') << sci(it->second.worst) << " / "
               << sci(it->second.sum / it->second.n) << '\n';
   }
   return 0;

@@ -17,6 +17,7 @@
 #include "kvdecode/core/parallel.hpp"
 
 #include "kvdecode/weights/weight_type.hpp"
+#include "kvdecode/weights/architecture.hpp"
 #include "kvdecode/weights/model_weights.hpp"
 
 #include "kvdecode/matmul/matmul.hpp"

@@ -28,7 +28,9 @@
 // adjacent pairs). llama2.c checkpoints already rotate adjacent pairs; Hugging Face
 // Llama folders rotate halves, so their q and k rows are permuted per head as
 // llama.cpp's convert_hf_to_gguf.py permutes them (row h*Dh + 2i + j of the output
-// is row h*Dh + j*Dh/2 + i of the input).
+// is row h*Dh + j*Dh/2 + i of the input). Which tensors are written, their names
+// and their order are the rows of architecture.hpp (kGgufFileLayerOrder: llama.cpp's
+// order), the architecture name its table's row for the model's flags.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "kvdecode/weights/architecture.hpp"
 #include "kvdecode/io/checkpoint.hpp"
 #include "kvdecode/weights/blocks.hpp"
 #include "kvdecode/error.hpp"
@@ -184,6 +187,9 @@ struct TypeChoiceContext {
 };
 
 namespace detail {
+/// The kind of a row's GGUF name (TensorId::kWv -> "attn_v"). Never fails.
+inline std::string gguf_kind(TensorId id) { return tensor_kind(tensor_spec(id).gguf).kind; }
+
 /// llama.cpp's use_more_bits: the first 1/8 of the layers, the last 1/8, and every third between.
 inline bool use_more_bits(int layer, int n_layers) {
   return layer < n_layers / 8 || layer >= 7 * n_layers / 8 || (layer - n_layers / 8) % 3 == 2;
@@ -207,18 +213,19 @@ inline WeightType choose_tensor_type(QuantScheme scheme, const std::string& name
   const int n_gqa = ctx.n_kv_heads > 0 ? ctx.n_heads / ctx.n_kv_heads : 1;
   const bool m_mix = scheme == QuantScheme::kQ4_K_M || scheme == QuantScheme::kQ5_K_M;
   WeightType t = base;
-  if (name == "output.weight" || (!ctx.has_output && name == "token_embd.weight")) {
+  if (name == tensor_spec(TensorId::kClassifier).gguf ||
+      (!ctx.has_output && name == tensor_spec(TensorId::kTokenEmbedding).gguf)) {
     if (nx % detail::kQK_K != 0) t = WeightType::kQ8_0;
     else if (base != WeightType::kQ8_0) t = WeightType::kQ6_K;
-  } else if (k.kind == "attn_v") {
+  } else if (k.kind == detail::gguf_kind(TensorId::kWv)) {
     if (scheme == QuantScheme::kQ2_K) t = n_gqa >= 4 ? WeightType::kQ4_K : WeightType::kQ3_K;
     else if (scheme == QuantScheme::kQ3_K_M) t = layer < 2 ? WeightType::kQ5_K : WeightType::kQ4_K;
     else if (m_mix && detail::use_more_bits(layer, L)) t = WeightType::kQ6_K;
-  } else if (k.kind == "ffn_down") {
+  } else if (k.kind == detail::gguf_kind(TensorId::kW2)) {
     if (scheme == QuantScheme::kQ2_K) t = WeightType::kQ3_K;
     else if (scheme == QuantScheme::kQ3_K_M) t = layer < L / 16 ? WeightType::kQ5_K : WeightType::kQ4_K;
     else if (m_mix && detail::use_more_bits(layer, L)) t = WeightType::kQ6_K;
-  } else if (k.kind == "attn_output") {
+  } else if (k.kind == detail::gguf_kind(TensorId::kWo)) {
     if (scheme == QuantScheme::kQ2_K) t = WeightType::kQ3_K;
     else if (scheme == QuantScheme::kQ3_K_M) t = WeightType::kQ4_K;
   }
@@ -241,7 +248,7 @@ inline WeightType choose_tensor_type(QuantScheme scheme, const std::string& name
 /// (norms, biases and RoPE factors f32). What kvdecode-plan --weight-dtype uses.
 struct SchemeBytes {
   std::uint64_t total = 0;
-  std::vector<std::pair<WeightType, std::uint64_t>> by_type;  ///< in order of first use
+  std::vector<std::pair<WeightType, std::uint64_t>> by_type;  ///< in order of first use in the GGUF file
 };
 
 /// Throws ConfigError if c is invalid or a byte count overflows 64 bits.
@@ -258,26 +265,16 @@ inline SchemeBytes scheme_weight_bytes(const ModelConfig& c, QuantScheme scheme)
       if (e.first == t) { e.second += b; return; }
     out.by_type.emplace_back(t, b);
   };
-  auto matrix = [&](const std::string& name, std::uint64_t rows, std::uint64_t cols) {
-    add(choose_tensor_type(scheme, name, {cols, rows}, ctx), rows, cols);
-  };
-  const std::uint64_t D = c.d_model, V = c.vocab_size, F = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
-  matrix("token_embd.weight", V, D);
-  if (!c.shared_classifier) matrix("output.weight", V, D);
-  add(WeightType::kF32, 1, D);  // output_norm
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string b = "blk." + std::to_string(l) + ".";
-    matrix(b + "attn_q.weight", q, D);
-    matrix(b + "attn_k.weight", kv, D);
-    matrix(b + "attn_v.weight", kv, D);
-    matrix(b + "attn_output.weight", D, q);
-    matrix(b + "ffn_gate.weight", F, D);
-    matrix(b + "ffn_up.weight", F, D);
-    matrix(b + "ffn_down.weight", D, F);
-    add(WeightType::kF32, 2, D);  // attn_norm, ffn_norm
-    if (c.qkv_bias) add(WeightType::kF32, 1, q + 2 * kv);
-    if (c.qk_norm) add(WeightType::kF32, 2, static_cast<std::uint64_t>(c.head_dim));
-  }
+  // Every tensor of the GGUF file kvdecode-quantize writes, in its order (rope_freqs,
+  // which a config does not tell, excluded).
+  for_each_gguf_file_tensor(c, [&](const TensorSpec& s, int layer) {
+    if (s.presence == Presence::kIfStored) return;
+    const std::uint64_t rows = tensor_rows(s, c), cols = tensor_cols(s, c);
+    if (s.matrix)
+      add(choose_tensor_type(scheme, gguf_tensor_name(s, layer), {cols, rows}, ctx), rows, cols);
+    else
+      add(WeightType::kF32, 1, rows);
+  });
   return out;
 }
 
@@ -348,15 +345,20 @@ struct QuantSource {
 /// shape rotating adjacent pairs, a sliding window).
 inline std::string gguf_arch_for(const ModelConfig& c) {
   if (c.sliding_window != 0)
-    throw ConfigError(msg("cannot write this model as GGUF: sliding_window = ", c.sliding_window,
-                          " (GGUF llama, qwen2 and qwen3 have no sliding window)"));
-  if (!c.qkv_bias && !c.qk_norm) return "llama";
-  if (c.qkv_bias && c.qk_norm)
+    throw ConfigError(msg("cannot write this model as GGUF: sliding_window = ", c.sliding_window, " (GGUF ",
+                          supported_architectures(true), " have no sliding window)"));
+  const Architecture* arch = gguf_architecture_for(c);
+  if (!arch && c.qkv_bias && c.qk_norm)
     throw ConfigError("cannot write this model as GGUF: it has both q/k/v biases (qwen2) and q/k norms (qwen3)");
-  if (c.rope_style != RopeStyle::kHalves)
-    throw ConfigError(msg("cannot write this model as GGUF ", c.qkv_bias ? "qwen2" : "qwen3",
+  if (!arch)
+    throw ConfigError(msg("cannot write this model as GGUF: no architecture of ", supported_architectures(true),
+                          " has qkv_bias = ", c.qkv_bias, " and qk_norm = ", c.qk_norm));
+  // An architecture that rotates adjacent pairs takes halves permuted (sources_from_weights);
+  // one that rotates halves cannot express adjacent pairs.
+  if (arch->gguf_rope == RopeStyle::kHalves && c.rope_style != RopeStyle::kHalves)
+    throw ConfigError(msg("cannot write this model as GGUF ", arch->gguf_name,
                           ": it rotates adjacent pairs, the architecture rotates halves"));
-  return c.qkv_bias ? "qwen2" : "qwen3";
+  return arch->gguf_name;
 }
 
 /// GGUF tensors from ModelWeights<float> for gguf_arch_for(config): for llama, q/k rows
@@ -365,8 +367,8 @@ inline std::string gguf_arch_for(const ModelConfig& c) {
 /// gguf_arch_for does, or for partial RoPE on halves under llama.
 inline std::vector<QuantSource> sources_from_weights(std::shared_ptr<const ModelWeights<float>> w) {
   const ModelConfig& c = w->config;
-  const bool llama = gguf_arch_for(c) == "llama";
-  const bool halves = llama && c.rope_style == RopeStyle::kHalves;
+  const Architecture* arch = find_gguf_architecture(gguf_arch_for(c));
+  const bool halves = arch->gguf_rope == RopeStyle::kAdjacent && c.rope_style == RopeStyle::kHalves;
   if (halves && c.rope_dim != 0 && c.rope_dim != c.head_dim)
     throw ConfigError(msg("cannot permute q/k for partial RoPE (rope_dim ", c.rope_dim, " < head_dim ", c.head_dim, ")"));
   std::vector<QuantSource> out;
@@ -386,32 +388,14 @@ inline std::vector<QuantSource> sources_from_weights(std::shared_ptr<const Model
     out.push_back({name, {static_cast<std::uint64_t>(v->size())}, WeightType::kF32,
                    [w, v](std::uint64_t, float* y) { std::copy(v->data(), v->data() + v->size(), y); }});
   };
-  mat("token_embd.weight", &w->token_embedding, false);
-  vec("output_norm.weight", &w->final_norm);
-  if (!c.shared_classifier) mat("output.weight", &w->classifier, false);
-  if (w->rope_freq_factors.size() != 0) vec("rope_freqs.weight", &w->rope_freq_factors);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const auto& L = w->layers[static_cast<std::size_t>(l)];
-    const std::string p = msg("blk.", l, ".");
-    mat(p + "attn_q.weight", &L.wq, halves);
-    mat(p + "attn_k.weight", &L.wk, halves);
-    mat(p + "attn_v.weight", &L.wv, false);
-    mat(p + "attn_output.weight", &L.wo, false);
-    vec(p + "attn_norm.weight", &L.attn_norm);
-    if (c.qkv_bias) {
-      vec(p + "attn_q.bias", &L.bq);
-      vec(p + "attn_k.bias", &L.bk);
-      vec(p + "attn_v.bias", &L.bv);
-    }
-    if (c.qk_norm) {
-      vec(p + "attn_q_norm.weight", &L.q_norm);
-      vec(p + "attn_k_norm.weight", &L.k_norm);
-    }
-    mat(p + "ffn_gate.weight", &L.w1, false);
-    mat(p + "ffn_down.weight", &L.w2, false);
-    mat(p + "ffn_up.weight", &L.w3, false);
-    vec(p + "ffn_norm.weight", &L.ffn_norm);
-  }
+  for_each_gguf_file_tensor(c, [&](const TensorSpec& s, int layer) {
+    const auto slot = tensor_slot(*w, s.id, layer);
+    const std::string name = gguf_tensor_name(s, layer);
+    if (slot.matrix)
+      mat(name, slot.matrix, halves && (s.id == TensorId::kWq || s.id == TensorId::kWk));
+    else if (s.presence != Presence::kIfStored || slot.vector->size() != 0)
+      vec(name, slot.vector);
+  });
   return out;
 }
 
@@ -563,7 +547,7 @@ inline QuantizeResult quantize_model(const std::string& in, const std::string& o
     ctx.n_layers = static_cast<int>(gguf->get_u64_or(arch + ".block_count", 1));
     ctx.n_heads = static_cast<int>(gguf->get_u64_or(arch + ".attention.head_count", 1));
     ctx.n_kv_heads = static_cast<int>(gguf->get_u64_or(arch + ".attention.head_count_kv", ctx.n_heads));
-    ctx.has_output = gguf->find_tensor("output.weight") != nullptr;
+    ctx.has_output = gguf->find_tensor(tensor_spec(TensorId::kClassifier).gguf) != nullptr;
     result.wrote_vocabulary = gguf->find("tokenizer.ggml.tokens") != nullptr;
     for (const GGUFTensorInfo& t : gguf->tensors()) {
       std::vector<std::uint64_t> ne(t.ne, t.ne + std::max(t.n_dims, 1));

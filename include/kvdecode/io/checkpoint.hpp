@@ -20,7 +20,8 @@
 // 256-byte read and a FileError whose message names the path and the problem.
 //
 // Both formats fix rope_theta = 10000, norm_eps = 1e-5 and have no sliding
-// window; head_dim is always dim / n_heads.
+// window; head_dim is always dim / n_heads. Which tensors the files hold and in
+// what order are lists of architecture.hpp's rows (kLlama2cLegacyOrder, kLlama2cV1Order).
 #pragma once
 
 #include <algorithm>
@@ -38,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvdecode/weights/architecture.hpp"
 #include "kvdecode/io/bytes.hpp"
 #include "kvdecode/io/file.hpp"
 #include "kvdecode/core/config.hpp"
@@ -171,23 +173,32 @@ inline CheckpointSizes check_header_fields(const std::string& path, const Checkp
                     " must be even (RoPE rotates pairs)");
 
   // Every header value is below 2^31, so single products fit in 64 bits; sums of
-  // products and the per-layer multiple may not, hence the checked arithmetic.
+  // products and the per-layer multiple may not, hence the checked arithmetic. The
+  // tensors are the rows of the legacy order (v1 holds the same ones), their shapes
+  // evaluated on the header's (not yet validated) dimensions.
   const CheckedCount c(path, h);
-  const std::uint64_t D = h.dim, F = h.hidden_dim, L = h.n_layers, V = h.vocab_size, S = h.seq_len;
-  const std::uint64_t kv = static_cast<std::uint64_t>(h.n_kv_heads) * head_dim;  // <= D
-  const std::uint64_t DD = c.mul(D, D, "dim x dim");
-  const std::uint64_t kvD = c.mul(kv, D, "kv_dim x dim");
-  const std::uint64_t FD = c.mul(F, D, "hidden_dim x dim");
-  std::uint64_t per_layer = c.add(D, D, "per-layer norms");                               // attn + ffn norm
-  per_layer = c.add(per_layer, c.mul(2, DD, "2 x dim x dim"), "per-layer weights");       // wq, wo
-  per_layer = c.add(per_layer, c.mul(2, kvD, "2 x kv_dim x dim"), "per-layer weights");   // wk, wv
-  per_layer = c.add(per_layer, c.mul(3, FD, "3 x hidden_dim x dim"), "per-layer weights");  // w1, w2, w3
-  const std::uint64_t VD = c.mul(V, D, "vocab_size x dim");
+  ModelConfig dims;
+  dims.d_model = h.dim;
+  dims.hidden_dim = h.hidden_dim;
+  dims.n_heads = h.n_heads;
+  dims.n_kv_heads = h.n_kv_heads;
+  dims.head_dim = h.dim / h.n_heads;
+  dims.vocab_size = h.vocab_size;
+  dims.shared_classifier = h.shared_classifier;
+  const std::uint64_t L = h.n_layers, S = h.seq_len;
+  std::uint64_t per_layer = 0, model = 0;
+  for (TensorId id : kLlama2cLegacyOrder) {
+    const TensorSpec& t = tensor_spec(id);
+    if (!tensor_required(t, dims)) continue;  // the classifier when shared; the RoPE tables below
+    const std::uint64_t n = c.mul(tensor_rows(t, dims), tensor_cols(t, dims), t.name);
+    if (t.per_layer)
+      per_layer = c.add(per_layer, n, "per-layer weights");
+    else
+      model = c.add(model, n, "total weights");
+  }
 
   CheckpointSizes s;
-  s.weight_floats = c.add(VD, c.mul(L, per_layer, "n_layers x per-layer weights"), "total weights");
-  s.weight_floats = c.add(s.weight_floats, D, "total weights");  // final norm
-  if (!h.shared_classifier) s.weight_floats = c.add(s.weight_floats, VD, "total weights");
+  s.weight_floats = c.add(model, c.mul(L, per_layer, "n_layers x per-layer weights"), "total weights");
   if (h.format == CheckpointFormat::kLlama2cLegacy)  // freqs_cos and freqs_sin, each (S, Dh/2)
     s.rope_floats = c.mul(2, c.mul(S, head_dim / 2, "seq_len x head_dim/2"), "RoPE tables");
   const std::uint64_t floats = c.add(s.weight_floats, s.rope_floats, "total floats");
@@ -374,7 +385,6 @@ inline OpenCheckpoint open_checkpoint(const std::string& path, int max_seq_len =
 template <class W, class TensorFn, class RopeFn>
 void visit_checkpoint_tensors(W& w, CheckpointFormat format, TensorFn&& tensor, RopeFn&& rope) {
   using T = typename std::remove_const_t<W>::Scalar;
-  auto& layers = w.layers;
   // A vector's values, or a dense matrix's (f32/f64 storage of T; asserted).
   auto values = [](auto& t) {
     using U = std::remove_reference_t<decltype(t)>;
@@ -386,66 +396,46 @@ void visit_checkpoint_tensors(W& w, CheckpointFormat format, TensorFn&& tensor, 
     }
   };
   auto count = [](const auto& t) { return static_cast<std::uint64_t>(t.rows()) * static_cast<std::uint64_t>(t.cols()); };
-  auto each_layer = [&](const char* name, auto member) {
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-      auto& t = layers[l].*member;
-      tensor(name, static_cast<int>(l), values(t), count(t));
+  auto visit = [&](const TensorSpec& s, int layer, auto slot) {
+    if (slot.matrix)
+      tensor(s.name, layer, values(*slot.matrix), count(*slot.matrix));
+    else
+      tensor(s.name, layer, values(*slot.vector), count(*slot.vector));
+  };
+  auto walk = [&](const auto& order) {
+    for (TensorId id : order) {
+      const TensorSpec& s = tensor_spec(id);
+      if (id == TensorId::kRopeFreqs) {
+        rope();  // the legacy format's freqs_cos and freqs_sin, 2 x (S, Dh/2)
+      } else if (s.per_layer) {
+        for (std::size_t l = 0; l < w.layers.size(); ++l) visit(s, static_cast<int>(l), tensor_slot(w.layers[l], id));
+      } else if (tensor_required(s, w.config)) {
+        visit(s, -1, tensor_slot(w, id, -1));
+      }
     }
   };
-  auto whole = [&](const char* name, auto& t) { tensor(name, -1, values(t), count(t)); };
-  using L = std::remove_const_t<std::remove_reference_t<decltype(layers[0])>>;
-  if (format == CheckpointFormat::kLlama2cLegacy) {
-    whole("token_embedding", w.token_embedding);  // (V, D)
-    each_layer("attn_norm", &L::attn_norm);       // L x (D)
-    each_layer("wq", &L::wq);                     // L x (H*Dh, D)
-    each_layer("wk", &L::wk);                     // L x (Hk*Dh, D)
-    each_layer("wv", &L::wv);                     // L x (Hk*Dh, D)
-    each_layer("wo", &L::wo);                     // L x (D, H*Dh)
-    each_layer("ffn_norm", &L::ffn_norm);         // L x (D)
-    each_layer("w1", &L::w1);                     // L x (F, D)
-    each_layer("w2", &L::w2);                     // L x (D, F)
-    each_layer("w3", &L::w3);                     // L x (F, D)
-    whole("final_norm", w.final_norm);            // (D)
-    rope();                                       // 2 x (S, Dh/2)
-  } else {
-    each_layer("attn_norm", &L::attn_norm);       // L x (D)
-    each_layer("ffn_norm", &L::ffn_norm);         // L x (D)
-    whole("final_norm", w.final_norm);            // (D)
-    whole("token_embedding", w.token_embedding);  // (V, D)
-    each_layer("wq", &L::wq);                     // L x (H*Dh, D)
-    each_layer("wk", &L::wk);                     // L x (Hk*Dh, D)
-    each_layer("wv", &L::wv);                     // L x (Hk*Dh, D)
-    each_layer("wo", &L::wo);                     // L x (D, H*Dh)
-    each_layer("w1", &L::w1);                     // L x (F, D)
-    each_layer("w2", &L::w2);                     // L x (D, F)
-    each_layer("w3", &L::w3);                     // L x (F, D)
-  }
-  if (!w.config.shared_classifier) whole("classifier", w.classifier);  // (V, D)
+  if (format == CheckpointFormat::kLlama2cLegacy)
+    walk(kLlama2cLegacyOrder);
+  else
+    walk(kLlama2cV1Order);
 }
 
 /// ModelWeights with every tensor allocated to the shapes of `c` (contents unset).
 template <class T>
 ModelWeights<T> allocate_weights(const ModelConfig& c) {
-  const long D = c.d_model, V = c.vocab_size, F = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
   ModelWeights<T> w;
   w.config = c;
   constexpr WeightType dense = std::is_same_v<T, float> ? WeightType::kF32 : WeightType::kF64;
-  auto matrix = [](long rows, long cols) { return WeightMatrix::zeros(dense, rows, cols); };
-  w.token_embedding = matrix(V, D);
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
-  for (auto& l : w.layers) {
-    l.attn_norm.resize(D);
-    l.wq = matrix(q, D);
-    l.wk = matrix(kv, D);
-    l.wv = matrix(kv, D);
-    l.wo = matrix(D, q);
-    l.ffn_norm.resize(D);
-    l.w1 = matrix(F, D);
-    l.w2 = matrix(D, F);
-    l.w3 = matrix(F, D);
-  }
-  w.final_norm.resize(D);
-  if (!c.shared_classifier) w.classifier = matrix(V, D);
+  for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
+    if (s.presence == Presence::kIfStored) return;
+    const long rows = static_cast<long>(tensor_rows(s, c)), cols = static_cast<long>(tensor_cols(s, c));
+    const auto slot = tensor_slot(w, s.id, layer);
+    if (slot.matrix)
+      *slot.matrix = WeightMatrix::zeros(dense, rows, cols);
+    else
+      slot.vector->resize(rows);
+  });
   return w;
 }
 
@@ -513,7 +503,8 @@ class F32Writer {
 };
 
 /// Throws ConfigError if `c` cannot be stored faithfully in a llama2.c file, which
-/// fixes head_dim = d_model / n_heads, rope_theta, norm_eps and has no sliding window.
+/// fixes head_dim = d_model / n_heads, rope_theta, norm_eps, has no sliding window
+/// and holds only the tensors of kLlama2cLegacyOrder (no biases, no q/k norms).
 inline void require_llama2c_representable(const ModelConfig& c) {
   auto fail = [](auto&&... parts) {
     throw ConfigError(msg("save_checkpoint: ", parts..., " cannot be stored in a llama2.c checkpoint"));
@@ -524,6 +515,13 @@ inline void require_llama2c_representable(const ModelConfig& c) {
   if (c.rope_theta != kCheckpointRopeTheta) fail("rope_theta = ", c.rope_theta, " (the format fixes 10000)");
   if (c.norm_eps != kCheckpointNormEps) fail("norm_eps = ", c.norm_eps, " (the format fixes 1e-5)");
   if (c.sliding_window != 0) fail("sliding_window = ", c.sliding_window, " (the format has no window)");
+  for (const TensorSpec& s : kTensors) {
+    bool stored = false;
+    for (TensorId id : kLlama2cLegacyOrder) stored = stored || (id == s.id && id != TensorId::kRopeFreqs);
+    if (tensor_required(s, c) && !stored)
+      fail("tensor ", s.name, " (config.", s.presence == Presence::kQkvBias ? "qkv_bias" : "qk_norm",
+           " = true; the format has no such tensor)");
+  }
 }
 
 }  // namespace detail

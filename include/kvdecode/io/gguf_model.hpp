@@ -5,7 +5,8 @@
 //   qwen2  Qwen2/2.5: q/k/v biases, RoPE on halves ("NEOX")
 //   qwen3  Qwen3: as qwen2 without biases, per-head RMSNorm of q and k before
 //          RoPE; head_dim (attention.key_length) may differ from d_model / n_heads
-// Anything else is refused by name.
+// Anything else is refused by name. The architectures and the tensor names are
+// the rows of architecture.hpp.
 //
 // Matrices stay in the file's storage types and in place: each WeightMatrix is a
 // view into the mapped file, kept alive by a shared owner, and Transformer's
@@ -24,6 +25,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "kvdecode/weights/architecture.hpp"
 #include "kvdecode/core/config.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/io/gguf.hpp"
@@ -65,24 +67,6 @@ class GGUFOwner : public ByteOwner {
 
 [[noreturn]] inline void gguf_model_fail(const GGUFFile& f, const std::string& what) {
   throw FormatError(msg(f.path(), ": ", what));
-}
-
-/// The architectures kvdecode runs, and what each implies.
-struct GGUFArch {
-  const char* name;
-  RopeStyle rope;
-  bool qkv_bias;
-  bool qk_norm;
-};
-inline const GGUFArch* find_gguf_arch(const std::string& name) {
-  static const GGUFArch kArchs[] = {
-      {"llama", RopeStyle::kAdjacent, false, false},
-      {"qwen2", RopeStyle::kHalves, true, false},
-      {"qwen3", RopeStyle::kHalves, false, true},
-  };
-  for (const auto& a : kArchs)
-    if (name == a.name) return &a;
-  return nullptr;
 }
 
 /// One positive integer hyperparameter, bounded by ModelConfig's limits.
@@ -127,10 +111,10 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
   info.architecture = f.get_string("general.architecture");
   info.name = f.get_string_or("general.name", "");
   info.file_bytes = f.file_size();
-  const detail::GGUFArch* arch = detail::find_gguf_arch(info.architecture);
+  const Architecture* arch = find_gguf_architecture(info.architecture);
   if (!arch)
-    detail::gguf_model_fail(f, detail::msg("architecture '", info.architecture,
-                                           "' is not supported (kvdecode runs llama, qwen2 and qwen3)"));
+    detail::gguf_model_fail(f, detail::msg("architecture '", info.architecture, "' is not supported (kvdecode runs ",
+                                           supported_architectures(true), ")"));
   const std::string a = info.architecture + ".";
   ModelConfig& c = info.config;
   c.d_model = gguf_dim(f, a + "embedding_length");
@@ -163,16 +147,18 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
   const std::string scaling = f.get_string_or(a + "rope.scaling.type", "none");
   if (scaling != "none" && scaling != "linear")
     detail::gguf_model_fail(f, detail::msg("rope.scaling.type '", scaling, "' is not supported (none or linear)"));
-  c.rope_style = arch->rope;
+  c.rope_style = arch->gguf_rope;
   c.qkv_bias = arch->qkv_bias;
   // llama.cpp's llama applies q/k/v biases when the file has them; so does kvdecode
   // (all three in every layer, or the load fails naming the missing one).
-  if (!c.qkv_bias && info.architecture == "llama" && f.find_tensor("blk.0.attn_q.bias")) c.qkv_bias = true;
+  if (!c.qkv_bias && arch->qkv_bias_if_stored && f.find_tensor(gguf_tensor_name(tensor_spec(TensorId::kBq), 0)))
+    c.qkv_bias = true;
   c.qk_norm = arch->qk_norm;
-  const GGUFTensorInfo* emb = f.find_tensor("token_embd.weight");
-  if (!emb) detail::gguf_model_fail(f, "tensor 'token_embd.weight' is missing");
+  const std::string emb_name = tensor_spec(TensorId::kTokenEmbedding).gguf;
+  const GGUFTensorInfo* emb = f.find_tensor(emb_name);
+  if (!emb) detail::gguf_model_fail(f, detail::msg("tensor '", emb_name, "' is missing"));
   if (emb->n_dims != 2 || emb->ne[0] != static_cast<std::uint64_t>(c.d_model) || emb->ne[1] == 0 || emb->ne[1] > (1u << 20))
-    detail::gguf_model_fail(f, detail::msg("tensor 'token_embd.weight' has shape ", emb->shape_string(), ", expected [",
+    detail::gguf_model_fail(f, detail::msg("tensor '", emb_name, "' has shape ", emb->shape_string(), ", expected [",
                                            c.d_model, ", vocab_size <= ", 1u << 20, "]"));
   c.vocab_size = static_cast<int>(emb->ne[1]);
   // A vocabulary shorter than the embedding would fail mid-generation, after part of the text.
@@ -180,48 +166,24 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
     const std::uint64_t n_tokens = f.get_string_array("tokenizer.ggml.tokens").size();
     if (n_tokens < emb->ne[1])
       detail::gguf_model_fail(f, detail::msg("tokenizer.ggml.tokens (at offset ", tv->file_offset, ") holds ", n_tokens,
-                                             " tokens, fewer than token_embd.weight's ", emb->ne[1],
+                                             " tokens, fewer than ", emb_name, "'s ", emb->ne[1],
                                              " rows (vocab_size); the model could produce ids without text"));
   }
   if (const auto* v = f.find(a + "vocab_size"); v && f.get_u64(a + "vocab_size") != emb->ne[1])
     detail::gguf_model_fail(f, detail::msg("key '", a, "vocab_size' = ", f.get_u64(a + "vocab_size"),
-                                           " disagrees with token_embd.weight's ", emb->ne[1], " rows"));
-  c.shared_classifier = f.find_tensor("output.weight") == nullptr;
+                                           " disagrees with ", emb_name, "'s ", emb->ne[1], " rows"));
+  c.shared_classifier = f.find_tensor(tensor_spec(TensorId::kClassifier).gguf) == nullptr;
   c.validate();
 
-  // Every tensor the model uses, checked for shape and type.
-  const std::uint64_t D = c.d_model, V = c.vocab_size, F = c.hidden_dim, Q = c.q_dim(), KV = c.kv_dim(), Dh = c.head_dim;
+  // Every tensor the model uses (the rows of architecture.hpp), checked for shape and type.
   std::vector<const GGUFTensorInfo*> used;
-  auto need = [&](const std::string& name, std::uint64_t cols, std::uint64_t rows, bool optional = false) {
-    const GGUFTensorInfo* t = detail::gguf_tensor(f, name, cols, rows, optional);
+  for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
+    // GGUF lists ne[0] (the row length) first: a matrix is [cols, rows], a vector [length].
+    const std::uint64_t rows = tensor_rows(s, c), cols = tensor_cols(s, c);
+    const GGUFTensorInfo* t = detail::gguf_tensor(f, gguf_tensor_name(s, layer), s.matrix ? cols : rows,
+                                                  s.matrix ? rows : 0, s.presence == Presence::kIfStored);
     if (t) used.push_back(t);
-    return t;
-  };
-  need("token_embd.weight", D, V);
-  need("output_norm.weight", D, 0);
-  if (!c.shared_classifier) need("output.weight", D, V);
-  need("rope_freqs.weight", c.rotary_dim() / 2, 0, true);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = detail::msg("blk.", l, ".");
-    need(p + "attn_norm.weight", D, 0);
-    need(p + "attn_q.weight", D, Q);
-    need(p + "attn_k.weight", D, KV);
-    need(p + "attn_v.weight", D, KV);
-    need(p + "attn_output.weight", Q, D);
-    need(p + "ffn_norm.weight", D, 0);
-    need(p + "ffn_gate.weight", D, F);
-    need(p + "ffn_down.weight", F, D);
-    need(p + "ffn_up.weight", D, F);
-    if (c.qkv_bias) {
-      need(p + "attn_q.bias", Q, 0);
-      need(p + "attn_k.bias", KV, 0);
-      need(p + "attn_v.bias", KV, 0);
-    }
-    if (c.qk_norm) {
-      need(p + "attn_q_norm.weight", Dh, 0);
-      need(p + "attn_k_norm.weight", Dh, 0);
-    }
-  }
+  });
   // Every tensor must be used: llama.cpp refuses or applies what kvdecode would ignore
   // (a bias, a layer beyond block_count, an unknown tensor).
   std::unordered_set<const GGUFTensorInfo*> used_set(used.begin(), used.end());
@@ -268,33 +230,16 @@ ModelWeights<T> load_gguf_weights(std::shared_ptr<const detail::GGUFOwner> owner
     matrix(name).dequantize_row(0, v.data());
     return v;
   };
-  w.token_embedding = matrix("token_embd.weight");
-  w.final_norm = vec("output_norm.weight");
-  if (!c.shared_classifier) w.classifier = matrix("output.weight");
-  if (f.find_tensor("rope_freqs.weight")) w.rope_freq_factors = vec("rope_freqs.weight");
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = detail::msg("blk.", l, ".");
-    auto& L = w.layers[static_cast<std::size_t>(l)];
-    L.attn_norm = vec(p + "attn_norm.weight");
-    L.wq = matrix(p + "attn_q.weight");
-    L.wk = matrix(p + "attn_k.weight");
-    L.wv = matrix(p + "attn_v.weight");
-    L.wo = matrix(p + "attn_output.weight");
-    L.ffn_norm = vec(p + "ffn_norm.weight");
-    L.w1 = matrix(p + "ffn_gate.weight");
-    L.w2 = matrix(p + "ffn_down.weight");
-    L.w3 = matrix(p + "ffn_up.weight");
-    if (c.qkv_bias) {
-      L.bq = vec(p + "attn_q.bias");
-      L.bk = vec(p + "attn_k.bias");
-      L.bv = vec(p + "attn_v.bias");
-    }
-    if (c.qk_norm) {
-      L.q_norm = vec(p + "attn_q_norm.weight");
-      L.k_norm = vec(p + "attn_k_norm.weight");
-    }
-  }
+  for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
+    const std::string name = gguf_tensor_name(s, layer);
+    if (s.presence == Presence::kIfStored && !f.find_tensor(name)) return;
+    const auto slot = tensor_slot(w, s.id, layer);
+    if (slot.matrix)
+      *slot.matrix = matrix(name);
+    else
+      *slot.vector = vec(name);
+  });
   w.validate();
   return w;
 }

@@ -7,7 +7,8 @@
 //   Qwen2ForCausalLM  as llama with q/k/v biases (attention_bias defaults to true)
 //   Qwen3ForCausalLM  per-head RMSNorm of q and k before RoPE; head_dim may differ
 //                     from hidden_size / num_attention_heads
-// Anything else is refused by name.
+// Anything else is refused by name. The architectures and the tensor names are
+// the rows of architecture.hpp.
 //
 // HF matrices are stored [out, in] row-major: shape [rows, cols] in our terms
 // (y = W x, W rows x cols). Every tensor's shape is checked against the config;
@@ -31,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvdecode/weights/architecture.hpp"
 #include "kvdecode/core/config.hpp"
 #include "kvdecode/io/file.hpp"
 #include "kvdecode/io/json.hpp"
@@ -83,25 +85,6 @@ inline nlohmann::json hf_read_json(const std::string& file) {
   const nlohmann::json j = parse_json_text(std::string_view(text), file, JsonLimits{16u << 20});
   if (!j.is_object()) hf_fail(file, "is not a JSON object");
   return j;
-}
-
-/// The architectures kvdecode runs from HF folders.
-struct HFArch {
-  const char* name;
-  bool qkv_bias_default;
-  bool qk_norm;
-  bool mistral;
-};
-inline const HFArch* find_hf_arch(const std::string& name) {
-  static const HFArch kArchs[] = {
-      {"LlamaForCausalLM", false, false, false},
-      {"MistralForCausalLM", false, false, true},
-      {"Qwen2ForCausalLM", true, false, false},
-      {"Qwen3ForCausalLM", false, true, false},
-  };
-  for (const auto& a : kArchs)
-    if (name == a.name) return &a;
-  return nullptr;
 }
 
 /// Reads config.json's positive integer `key` (def < 0: required), bounded by 2^20.
@@ -217,11 +200,10 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   if (!arch_it->is_array() || arch_it->size() != 1 || !(*arch_it)[0].is_string())
     hf_fail(file, msg("field 'architectures' = ", detail::json_value_text(*arch_it), " must be an array of one string"));
   info.architecture = (*arch_it)[0].get<std::string>();
-  const detail::HFArch* arch = detail::find_hf_arch(info.architecture);
+  const Architecture* arch = find_hf_architecture(info.architecture);
   if (!arch)
-    hf_fail(file, msg("architecture '", info.architecture,
-                      "' is not supported (kvdecode runs LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
-                      "Qwen3ForCausalLM)"));
+    hf_fail(file, msg("architecture '", info.architecture, "' is not supported (kvdecode runs ",
+                      supported_architectures(false), ")"));
 
   ModelConfig& c = info.config;
   c.d_model = hf_dim(j, file, "hidden_size");
@@ -252,18 +234,18 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   c.rope_theta = detail::hf_number(j, file, "rope_theta", 10000.0);
   c.rope_style = RopeStyle::kHalves;
   c.rope_dim = 0;
-  c.qkv_bias = detail::hf_bool(j, file, "attention_bias", arch->qkv_bias_default);
+  c.qkv_bias = detail::hf_bool(j, file, "attention_bias", arch->qkv_bias);
   c.qk_norm = arch->qk_norm;
   info.tied = detail::hf_bool(j, file, "tie_word_embeddings", false);
 
   // Sliding window: Mistral applies a non-null sliding_window; others only with use_sliding_window.
   const bool use_window = detail::hf_bool(j, file, "use_sliding_window", false);
   const bool has_window = j.contains("sliding_window") && !j["sliding_window"].is_null();
-  if (use_window || (arch->mistral && has_window)) {
+  if (use_window || (arch->hf_window_always && has_window)) {
     if (!has_window) hf_fail(file, "field 'sliding_window' is missing but use_sliding_window is true");
     const int window = hf_dim(j, file, "sliding_window");
     bool all_layers = true;
-    if (!arch->mistral && j.contains("max_window_layers") && !j["max_window_layers"].is_null()) {
+    if (!arch->hf_window_always && j.contains("max_window_layers") && !j["max_window_layers"].is_null()) {
       // HF Qwen: layers i >= max_window_layers slide; kvdecode has one window for all layers.
       const std::int64_t mwl = j["max_window_layers"].is_number_integer() ? j["max_window_layers"].get<std::int64_t>() : -1;
       if (mwl < 0) hf_fail(file, msg("field 'max_window_layers' = ", detail::json_value_text(j["max_window_layers"]), " is not a non-negative integer"));
@@ -358,32 +340,13 @@ struct HFTensorSpec {
 /// Every tensor a model of config `c` reads, in the order the loader checks them:
 /// the one list load_hf_model() and hf_model_weights_info() walk.
 inline std::vector<HFTensorSpec> hf_tensor_specs(const ModelConfig& c) {
-  const std::uint64_t D = c.d_model, V = c.vocab_size, F = c.hidden_dim, Q = c.q_dim(), KV = c.kv_dim(),
-                      Dh = c.head_dim;
-  std::vector<HFTensorSpec> s{{"model.embed_tokens.weight", V, D}, {"model.norm.weight", 0, D}};
-  if (!c.shared_classifier) s.push_back({"lm_head.weight", V, D});
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = msg("model.layers.", l, ".");
-    s.push_back({p + "input_layernorm.weight", 0, D});
-    s.push_back({p + "self_attn.q_proj.weight", Q, D});   // (Q x D)
-    s.push_back({p + "self_attn.k_proj.weight", KV, D});  // (KV x D)
-    s.push_back({p + "self_attn.v_proj.weight", KV, D});  // (KV x D)
-    s.push_back({p + "self_attn.o_proj.weight", D, Q});   // (D x Q)
-    s.push_back({p + "post_attention_layernorm.weight", 0, D});
-    s.push_back({p + "mlp.gate_proj.weight", F, D});  // (F x D)
-    s.push_back({p + "mlp.down_proj.weight", D, F});  // (D x F)
-    s.push_back({p + "mlp.up_proj.weight", F, D});    // (F x D)
-    if (c.qkv_bias) {
-      s.push_back({p + "self_attn.q_proj.bias", 0, Q});
-      s.push_back({p + "self_attn.k_proj.bias", 0, KV});
-      s.push_back({p + "self_attn.v_proj.bias", 0, KV});
-    }
-    if (c.qk_norm) {
-      s.push_back({p + "self_attn.q_norm.weight", 0, Dh});
-      s.push_back({p + "self_attn.k_norm.weight", 0, Dh});
-    }
-  }
-  return s;
+  std::vector<HFTensorSpec> out;
+  for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
+    if (!s.hf) return;  // not stored as a tensor (rope_freqs: config.json's rope_scaling)
+    const std::uint64_t rows = tensor_rows(s, c), cols = tensor_cols(s, c);
+    out.push_back({hf_tensor_name(s, layer), s.matrix ? rows : 0, s.matrix ? cols : rows});
+  });
+  return out;
 }
 
 /// Completes `info` from the folder's tensors without reading their data: vocab_size
@@ -394,14 +357,15 @@ inline std::vector<HFTensorSpec> hf_tensor_specs(const ModelConfig& c) {
 inline void hf_check_tensors(const std::string& folder, const SafetensorsModel& m, HFModelInfo& info,
                              const HFLoadOptions& options) {
   ModelConfig& c = info.config;
-  const SafetensorsTensor& emb = m.get("model.embed_tokens.weight");
+  const char* emb_name = tensor_spec(TensorId::kTokenEmbedding).hf;
+  const SafetensorsTensor& emb = m.get(emb_name);
   if (!info.vocab_in_config && emb.shape.size() == 2 && emb.shape[0] > 0 && emb.shape[0] <= (1u << 20))
     c.vocab_size = static_cast<int>(emb.shape[0]);
   if (emb.shape.size() != 2 || emb.shape[1] != static_cast<std::uint64_t>(c.d_model) ||
       emb.shape[0] != static_cast<std::uint64_t>(c.vocab_size))
-    throw FormatError(msg(folder, ": tensor 'model.embed_tokens.weight' has shape ", emb.shape_string(), ", expected [",
+    throw FormatError(msg(folder, ": tensor '", emb_name, "' has shape ", emb.shape_string(), ", expected [",
                           c.vocab_size, ",", c.d_model, "] (vocab_size, hidden_size)"));
-  c.shared_classifier = info.tied || m.find("lm_head.weight") == nullptr;
+  c.shared_classifier = info.tied || m.find(tensor_spec(TensorId::kClassifier).hf) == nullptr;
   c.validate();
 
   std::unordered_set<std::string> used;
@@ -487,36 +451,19 @@ ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& op
 
   ModelWeights<T> w;
   w.config = c;
-  w.token_embedding = matrix("model.embed_tokens.weight");
-  w.final_norm = vec("model.norm.weight");
-  if (!c.shared_classifier) w.classifier = matrix("lm_head.weight");
+  w.layers.resize(static_cast<std::size_t>(c.n_layers));
+  for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
+    if (!s.hf) return;
+    const auto slot = tensor_slot(w, s.id, layer);
+    if (slot.matrix)
+      *slot.matrix = matrix(hf_tensor_name(s, layer));
+    else
+      *slot.vector = vec(hf_tensor_name(s, layer));
+  });
   if (!info.rope_freq_factors.empty()) {
     w.rope_freq_factors = Vector<T>(static_cast<long>(info.rope_freq_factors.size()));
     for (std::size_t i = 0; i < info.rope_freq_factors.size(); ++i)
       w.rope_freq_factors[static_cast<long>(i)] = static_cast<T>(info.rope_freq_factors[i]);
-  }
-  w.layers.resize(static_cast<std::size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = detail::msg("model.layers.", l, ".");
-    auto& L = w.layers[static_cast<std::size_t>(l)];
-    L.attn_norm = vec(p + "input_layernorm.weight");
-    L.wq = matrix(p + "self_attn.q_proj.weight");
-    L.wk = matrix(p + "self_attn.k_proj.weight");
-    L.wv = matrix(p + "self_attn.v_proj.weight");
-    L.wo = matrix(p + "self_attn.o_proj.weight");
-    L.ffn_norm = vec(p + "post_attention_layernorm.weight");
-    L.w1 = matrix(p + "mlp.gate_proj.weight");
-    L.w2 = matrix(p + "mlp.down_proj.weight");
-    L.w3 = matrix(p + "mlp.up_proj.weight");
-    if (c.qkv_bias) {
-      L.bq = vec(p + "self_attn.q_proj.bias");
-      L.bk = vec(p + "self_attn.k_proj.bias");
-      L.bv = vec(p + "self_attn.v_proj.bias");
-    }
-    if (c.qk_norm) {
-      L.q_norm = vec(p + "self_attn.q_norm.weight");
-      L.k_norm = vec(p + "self_attn.k_norm.weight");
-    }
   }
   w.validate();
   return w;

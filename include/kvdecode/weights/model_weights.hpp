@@ -3,7 +3,8 @@
 // Each matrix is a WeightMatrix with its own storage type (f32, f16, bf16 or a
 // ggml block type); norms and biases are vectors of the compute type T.
 // Built from memory, from a seeded random initialiser, or by a checkpoint
-// loader. Transformer packs these once at construction.
+// loader. Transformer packs these once at construction. Which tensors a model
+// holds, their shapes and names are the rows of architecture.hpp.
 #pragma once
 
 #include <Eigen/Core>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvdecode/weights/architecture.hpp"
 #include "kvdecode/core/config.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/weights/weight_matrix.hpp"
@@ -38,7 +40,8 @@ struct LayerWeights {
 
   /// Tells mapped files that this layer's matrices have been packed (see WeightMatrix::release_pages).
   void release_pages() const noexcept {
-    for (const WeightMatrix* m : {&wq, &wk, &wv, &wo, &w1, &w2, &w3}) m->release_pages();
+    for (const TensorSpec& s : kTensors)
+      if (s.per_layer && s.matrix) tensor_slot(*this, s.id).matrix->release_pages();
   }
 };
 
@@ -74,33 +77,25 @@ struct ModelWeights {
         throw ConfigError(detail::msg("weight ", where(name, layer), " has type ", weight_type_name(m.type()),
                                       ", which kvdecode does not support"));
     };
-    auto optional = [&](const char* name, int layer, const Vector<T>& v, bool wanted, long n) {
-      check(name, layer, v.rows(), 1, wanted ? n : 0, 1);
+    // Every row of the table (architecture.hpp): a matrix of its shape when the config
+    // has it, a vector of its length when the config has it and empty when not; the
+    // optional rope_freq_factors below.
+    auto tensor = [&](const TensorSpec& s, int layer, auto slot) {
+      const long er = static_cast<long>(tensor_rows(s, config)), ec = static_cast<long>(tensor_cols(s, config));
+      if (slot.matrix) {
+        if (tensor_required(s, config)) matrix(s.name, layer, *slot.matrix, er, ec);
+      } else if (s.presence != Presence::kIfStored) {
+        check(s.name, layer, slot.vector->rows(), 1, tensor_required(s, config) ? er : 0, 1);
+      }
     };
-    const long D = config.d_model, V = config.vocab_size, F = config.hidden_dim;
-    const long q = config.q_dim(), kv = config.kv_dim(), Dh = config.head_dim;
-    matrix("token_embedding", -1, token_embedding, V, D);
+    tensor(tensor_spec(TensorId::kTokenEmbedding), -1, tensor_slot(*this, TensorId::kTokenEmbedding, -1));
     if (static_cast<long>(layers.size()) != config.n_layers)
       throw ConfigError(detail::msg("weights hold ", layers.size(), " layers, config says n_layers = ", config.n_layers));
-    for (int l = 0; l < config.n_layers; ++l) {
-      const auto& w = layers[l];
-      check("attn_norm", l, w.attn_norm.rows(), 1, D, 1);
-      matrix("wq", l, w.wq, q, D);
-      matrix("wk", l, w.wk, kv, D);
-      matrix("wv", l, w.wv, kv, D);
-      matrix("wo", l, w.wo, D, q);
-      optional("bq", l, w.bq, config.qkv_bias, q);
-      optional("bk", l, w.bk, config.qkv_bias, kv);
-      optional("bv", l, w.bv, config.qkv_bias, kv);
-      optional("q_norm", l, w.q_norm, config.qk_norm, Dh);
-      optional("k_norm", l, w.k_norm, config.qk_norm, Dh);
-      check("ffn_norm", l, w.ffn_norm.rows(), 1, D, 1);
-      matrix("w1", l, w.w1, F, D);
-      matrix("w2", l, w.w2, D, F);
-      matrix("w3", l, w.w3, F, D);
-    }
-    check("final_norm", -1, final_norm.rows(), 1, D, 1);
-    if (!config.shared_classifier) matrix("classifier", -1, classifier, V, D);
+    for (int l = 0; l < config.n_layers; ++l)
+      for (const TensorSpec& s : kTensors)
+        if (s.per_layer) tensor(s, l, tensor_slot(layers[static_cast<std::size_t>(l)], s.id));
+    for (const TensorSpec& s : kTensors)
+      if (!s.per_layer && s.id != TensorId::kTokenEmbedding) tensor(s, -1, tensor_slot(*this, s.id, -1));
     if (rope_freq_factors.size() != 0) {
       check("rope_freq_factors", -1, rope_freq_factors.rows(), 1, config.rotary_dim() / 2, 1);
       for (long i = 0; i < rope_freq_factors.size(); ++i)
@@ -114,7 +109,9 @@ struct ModelWeights {
   /// decode_weight_bytes().
   std::uint64_t weight_bytes() const {
     std::uint64_t b = token_embedding.bytes() + classifier.bytes();
-    for (const auto& l : layers) b += l.wq.bytes() + l.wk.bytes() + l.wv.bytes() + l.wo.bytes() + l.w1.bytes() + l.w2.bytes() + l.w3.bytes();
+    for (const auto& l : layers)
+      for (const TensorSpec& s : kTensors)
+        if (s.per_layer && s.matrix) b += tensor_slot(l, s.id).matrix->bytes();
     return b;
   }
 
@@ -130,49 +127,31 @@ struct ModelWeights {
       const double u1 = uniform(), u2 = uniform();
       return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
     };
-    auto matrix = [&](long rows, long cols, double scale) {
-      RowMatrix<T> m(rows, cols);
-      for (long i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(normal() * scale);
-      return WeightMatrix::from_dense(m);
+    // Each tensor as its row's RandomInit says, drawn in table order (architecture.hpp):
+    // the embedding, each layer, then the final norm and the classifier.
+    auto fill = [&](const TensorSpec& s, auto slot) {
+      const long rows = static_cast<long>(tensor_rows(s, config)), cols = static_cast<long>(tensor_cols(s, config));
+      if (slot.matrix) {
+        const double scale = s.init == RandomInit::kUnit        ? 1.0
+                             : s.init == RandomInit::kHalfFanIn ? 0.5 / std::sqrt(double(cols))
+                                                                : 1.0 / std::sqrt(double(cols));
+        RowMatrix<T> m(rows, cols);
+        for (long i = 0; i < m.size(); ++i) m.data()[i] = static_cast<T>(normal() * scale);
+        *slot.matrix = WeightMatrix::from_dense(m);
+      } else if (s.init == RandomInit::kNearOne || s.init == RandomInit::kSmall) {
+        Vector<T> v(rows);
+        for (long i = 0; i < rows; ++i)
+          v[i] = static_cast<T>(s.init == RandomInit::kNearOne ? 1.0 + 0.1 * normal() : 0.5 * normal());
+        *slot.vector = std::move(v);
+      }
     };
-    auto small_vec = [&](long n, double scale) {
-      Vector<T> v(n);
-      for (long i = 0; i < n; ++i) v[i] = static_cast<T>(scale * normal());
-      return v;
-    };
-    auto norm_vec = [&](long n) {
-      Vector<T> v(n);
-      for (long i = 0; i < n; ++i) v[i] = static_cast<T>(1.0 + 0.1 * normal());
-      return v;
-    };
-    const long D = config.d_model, V = config.vocab_size, F = config.hidden_dim;
-    const long q = config.q_dim(), kv = config.kv_dim();
     ModelWeights w;
     w.config = config;
-    w.token_embedding = matrix(V, D, 1.0);
     w.layers.resize(config.n_layers);
-    for (auto& l : w.layers) {
-      l.attn_norm = norm_vec(D);
-      l.wq = matrix(q, D, 1.0 / std::sqrt(double(D)));
-      l.wk = matrix(kv, D, 1.0 / std::sqrt(double(D)));
-      l.wv = matrix(kv, D, 1.0 / std::sqrt(double(D)));
-      l.wo = matrix(D, q, 0.5 / std::sqrt(double(q)));
-      l.ffn_norm = norm_vec(D);
-      l.w1 = matrix(F, D, 1.0 / std::sqrt(double(D)));
-      l.w2 = matrix(D, F, 0.5 / std::sqrt(double(F)));
-      l.w3 = matrix(F, D, 1.0 / std::sqrt(double(D)));
-      if (config.qkv_bias) {
-        l.bq = small_vec(q, 0.5);
-        l.bk = small_vec(kv, 0.5);
-        l.bv = small_vec(kv, 0.5);
-      }
-      if (config.qk_norm) {
-        l.q_norm = norm_vec(config.head_dim);
-        l.k_norm = norm_vec(config.head_dim);
-      }
-    }
-    w.final_norm = norm_vec(D);
-    if (!config.shared_classifier) w.classifier = matrix(V, D, 1.0 / std::sqrt(double(D)));
+    fill(tensor_spec(TensorId::kTokenEmbedding), tensor_slot(w, TensorId::kTokenEmbedding, -1));
+    for (auto& l : w.layers) for_each_tensor(l, config, fill);
+    for (const TensorSpec& s : kTensors)
+      if (!s.per_layer && s.id != TensorId::kTokenEmbedding && tensor_required(s, config)) fill(s, tensor_slot(w, s.id, -1));
     return w;
   }
 
@@ -188,24 +167,16 @@ struct ModelWeights {
     o.config = config;
     o.token_embedding = mat(token_embedding);
     o.layers.resize(layers.size());
-    for (size_t i = 0; i < layers.size(); ++i) {
-      const auto& a = layers[i];
-      auto& b = o.layers[i];
-      b.attn_norm = vec(a.attn_norm);
-      b.wq = mat(a.wq);
-      b.wk = mat(a.wk);
-      b.wv = mat(a.wv);
-      b.wo = mat(a.wo);
-      b.bq = vec(a.bq);
-      b.bk = vec(a.bk);
-      b.bv = vec(a.bv);
-      b.q_norm = vec(a.q_norm);
-      b.k_norm = vec(a.k_norm);
-      b.ffn_norm = vec(a.ffn_norm);
-      b.w1 = mat(a.w1);
-      b.w2 = mat(a.w2);
-      b.w3 = mat(a.w3);
-    }
+    for (size_t i = 0; i < layers.size(); ++i)
+      for (const TensorSpec& s : kTensors) {
+        if (!s.per_layer) continue;
+        const auto from = tensor_slot(layers[i], s.id);
+        const auto to = tensor_slot(o.layers[i], s.id);
+        if (from.matrix)
+          *to.matrix = mat(*from.matrix);
+        else
+          *to.vector = vec(*from.vector);
+      }
     o.final_norm = vec(final_norm);
     o.classifier = mat(classifier);
     o.rope_freq_factors = vec(rope_freq_factors);

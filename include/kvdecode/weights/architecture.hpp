@@ -1,0 +1,438 @@
+// Architecture: the one list of a model's tensors and the one table of the
+// architectures kvdecode runs. Loaders, writers, the quantizer and the byte counts
+// walk these lists instead of naming tensors themselves (gemma.cpp's ForEachTensor,
+// llama.cpp's LLM_TENSOR_NAMES):
+//   * kTensors: every tensor of ModelWeights (model-level rows) and of LayerWeights
+//     (per-layer rows), with kvdecode's member name, its shape as dimension
+//     expressions of ModelConfig, when a model has it, its GGUF and Hugging Face
+//     names and how ModelWeights::random() fills it. Row i has TensorId i.
+//   * tensor_slot / for_each_tensor: the member behind a row, and a visitor over
+//     every tensor a layer or a model holds, each with its row.
+//   * The on-disk orders that differ from the table's (llama.cpp's GGUF order,
+//     llama2.c's by kind across layers) as lists of TensorIds.
+//   * kArchitectures: one row per architecture (GGUF general.architecture, Hugging
+//     Face class, RoPE pairing, biases, q/k norms). An architecture that differs
+//     from another only in flags is one more row.
+// weights.hpp includes this header: the table sits below the weights it describes.
+// How to add an architecture: docs/development.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kvdecode/core/config.hpp"
+#include "kvdecode/error.hpp"
+#include "kvdecode/weights/weight_matrix.hpp"
+
+namespace kvd {
+
+// Defined in weights.hpp, which walks this table (validate, random, release_pages).
+template <class T>
+struct LayerWeights;
+template <class T>
+struct ModelWeights;
+
+/// A tensor dimension as an expression of ModelConfig (dimension legend: config.hpp).
+enum class Dim : std::uint8_t {
+  kOne = 0,       ///< 1: the second dimension of a vector
+  kDModel = 1,    ///< D
+  kQDim = 2,      ///< H * Dh
+  kKvDim = 3,     ///< Hk * Dh
+  kHidden = 4,    ///< F
+  kHeadDim = 5,   ///< Dh
+  kVocab = 6,     ///< V
+  kRopeHalf = 7,  ///< rotary_dim / 2 (one RoPE frequency factor per rotated pair)
+};
+
+/// The value of `d` for config `c`, in 64 bits (each factor is an int, so no
+/// product overflows). `c` need not be validated. Never fails.
+inline std::uint64_t dim_value(Dim d, const ModelConfig& c) {
+  auto u = [](int v) { return v > 0 ? static_cast<std::uint64_t>(v) : std::uint64_t{0}; };
+  switch (d) {
+    case Dim::kOne: return 1;
+    case Dim::kDModel: return u(c.d_model);
+    case Dim::kQDim: return u(c.n_heads) * u(c.head_dim);
+    case Dim::kKvDim: return u(c.n_kv_heads) * u(c.head_dim);
+    case Dim::kHidden: return u(c.hidden_dim);
+    case Dim::kHeadDim: return u(c.head_dim);
+    case Dim::kVocab: return u(c.vocab_size);
+    case Dim::kRopeHalf: return u(c.rotary_dim()) / 2;
+  }
+  return 0;
+}
+
+/// When a model has a tensor.
+enum class Presence : std::uint8_t {
+  kAlways = 0,
+  kQkvBias = 1,             ///< when config.qkv_bias
+  kQkNorm = 2,              ///< when config.qk_norm
+  kSeparateClassifier = 3,  ///< when !config.shared_classifier
+  kIfStored = 4,            ///< optional: when its source holds it (rope_freqs)
+};
+
+/// How ModelWeights::random() fills a tensor.
+enum class RandomInit : std::uint8_t {
+  kUnit = 0,       ///< N(0, 1) (the embedding)
+  kFanIn = 1,      ///< N(0, 1 / sqrt(cols))
+  kHalfFanIn = 2,  ///< N(0, 0.5 / sqrt(cols)): the projections that write into the residual stream
+  kNearOne = 3,    ///< 1 + 0.1 N(0, 1) (norms)
+  kSmall = 4,      ///< 0.5 N(0, 1) (biases)
+  kNone = 5,       ///< left empty
+};
+
+/// Every tensor kvdecode knows; the value is the row of kTensors. Explicit values:
+/// frozen (the on-disk orders below and the tests name them).
+enum class TensorId : std::uint8_t {
+  kTokenEmbedding = 0,
+  kFinalNorm = 1,
+  kClassifier = 2,
+  kRopeFreqs = 3,
+  kAttnNorm = 4,
+  kWq = 5,
+  kWk = 6,
+  kWv = 7,
+  kWo = 8,
+  kFfnNorm = 9,
+  kW1 = 10,
+  kW2 = 11,
+  kW3 = 12,
+  kBq = 13,
+  kBk = 14,
+  kBv = 15,
+  kQNorm = 16,
+  kKNorm = 17,
+};
+
+/// One row of the tensor table.
+struct TensorSpec {
+  TensorId id;
+  const char* name;     ///< kvdecode's name: the ModelWeights / LayerWeights member
+  bool per_layer;       ///< a LayerWeights member (one per layer), else a ModelWeights member
+  bool matrix;          ///< a WeightMatrix in its storage type, else a Vector<T> of the compute type
+  Dim rows, cols;       ///< y = W x with W rows x cols; a vector holds `rows` values (cols = kOne)
+  Presence presence;
+  const char* gguf;     ///< GGUF name; per layer the part after "blk.<layer>."
+  const char* hf;       ///< Hugging Face name; per layer the part after "model.layers.<layer>."; nullptr: none
+  RandomInit init;
+};
+
+/// The tensor table: model-level rows, then one layer's rows, each group in the
+/// order the GGUF and Hugging Face loaders check them (and random() draws them).
+inline constexpr TensorSpec kTensors[] = {
+    {TensorId::kTokenEmbedding, "token_embedding", false, true, Dim::kVocab, Dim::kDModel, Presence::kAlways,
+     "token_embd.weight", "model.embed_tokens.weight", RandomInit::kUnit},
+    {TensorId::kFinalNorm, "final_norm", false, false, Dim::kDModel, Dim::kOne, Presence::kAlways,
+     "output_norm.weight", "model.norm.weight", RandomInit::kNearOne},
+    {TensorId::kClassifier, "classifier", false, true, Dim::kVocab, Dim::kDModel, Presence::kSeparateClassifier,
+     "output.weight", "lm_head.weight", RandomInit::kFanIn},
+    // Hugging Face folders give RoPE scaling in config.json (rope_scaling), not as a tensor.
+    {TensorId::kRopeFreqs, "rope_freq_factors", false, false, Dim::kRopeHalf, Dim::kOne, Presence::kIfStored,
+     "rope_freqs.weight", nullptr, RandomInit::kNone},
+    {TensorId::kAttnNorm, "attn_norm", true, false, Dim::kDModel, Dim::kOne, Presence::kAlways, "attn_norm.weight",
+     "input_layernorm.weight", RandomInit::kNearOne},
+    {TensorId::kWq, "wq", true, true, Dim::kQDim, Dim::kDModel, Presence::kAlways, "attn_q.weight",
+     "self_attn.q_proj.weight", RandomInit::kFanIn},
+    {TensorId::kWk, "wk", true, true, Dim::kKvDim, Dim::kDModel, Presence::kAlways, "attn_k.weight",
+     "self_attn.k_proj.weight", RandomInit::kFanIn},
+    {TensorId::kWv, "wv", true, true, Dim::kKvDim, Dim::kDModel, Presence::kAlways, "attn_v.weight",
+     "self_attn.v_proj.weight", RandomInit::kFanIn},
+    {TensorId::kWo, "wo", true, true, Dim::kDModel, Dim::kQDim, Presence::kAlways, "attn_output.weight",
+     "self_attn.o_proj.weight", RandomInit::kHalfFanIn},
+    {TensorId::kFfnNorm, "ffn_norm", true, false, Dim::kDModel, Dim::kOne, Presence::kAlways, "ffn_norm.weight",
+     "post_attention_layernorm.weight", RandomInit::kNearOne},
+    {TensorId::kW1, "w1", true, true, Dim::kHidden, Dim::kDModel, Presence::kAlways, "ffn_gate.weight",
+     "mlp.gate_proj.weight", RandomInit::kFanIn},
+    {TensorId::kW2, "w2", true, true, Dim::kDModel, Dim::kHidden, Presence::kAlways, "ffn_down.weight",
+     "mlp.down_proj.weight", RandomInit::kHalfFanIn},
+    {TensorId::kW3, "w3", true, true, Dim::kHidden, Dim::kDModel, Presence::kAlways, "ffn_up.weight",
+     "mlp.up_proj.weight", RandomInit::kFanIn},
+    {TensorId::kBq, "bq", true, false, Dim::kQDim, Dim::kOne, Presence::kQkvBias, "attn_q.bias",
+     "self_attn.q_proj.bias", RandomInit::kSmall},
+    {TensorId::kBk, "bk", true, false, Dim::kKvDim, Dim::kOne, Presence::kQkvBias, "attn_k.bias",
+     "self_attn.k_proj.bias", RandomInit::kSmall},
+    {TensorId::kBv, "bv", true, false, Dim::kKvDim, Dim::kOne, Presence::kQkvBias, "attn_v.bias",
+     "self_attn.v_proj.bias", RandomInit::kSmall},
+    {TensorId::kQNorm, "q_norm", true, false, Dim::kHeadDim, Dim::kOne, Presence::kQkNorm, "attn_q_norm.weight",
+     "self_attn.q_norm.weight", RandomInit::kNearOne},
+    {TensorId::kKNorm, "k_norm", true, false, Dim::kHeadDim, Dim::kOne, Presence::kQkNorm, "attn_k_norm.weight",
+     "self_attn.k_norm.weight", RandomInit::kNearOne},
+};
+inline constexpr std::size_t kTensorCount = sizeof(kTensors) / sizeof(kTensors[0]);
+
+namespace detail {
+constexpr bool tensor_rows_in_id_order() {
+  for (std::size_t i = 0; i < kTensorCount; ++i)
+    if (static_cast<std::size_t>(kTensors[i].id) != i) return false;
+  return true;
+}
+static_assert(tensor_rows_in_id_order(), "kTensors[i].id must be i");
+}  // namespace detail
+
+/// The row of `id`. Precondition: `id` is a TensorId value (asserted at compile time
+/// for the table; any other value is undefined).
+inline const TensorSpec& tensor_spec(TensorId id) { return kTensors[static_cast<std::size_t>(id)]; }
+
+/// Rows and columns of the tensor for config `c` (a vector: its length x 1). Never fails.
+inline std::uint64_t tensor_rows(const TensorSpec& s, const ModelConfig& c) { return dim_value(s.rows, c); }
+inline std::uint64_t tensor_cols(const TensorSpec& s, const ModelConfig& c) { return dim_value(s.cols, c); }
+
+/// True when every model of config `c` holds the tensor; false for the optional
+/// (kIfStored) rows, which a source may or may not hold. Never fails.
+inline bool tensor_required(const TensorSpec& s, const ModelConfig& c) {
+  switch (s.presence) {
+    case Presence::kAlways: return true;
+    case Presence::kQkvBias: return c.qkv_bias;
+    case Presence::kQkNorm: return c.qk_norm;
+    case Presence::kSeparateClassifier: return !c.shared_classifier;
+    case Presence::kIfStored: return false;
+  }
+  return false;
+}
+
+/// The GGUF name of the tensor in `layer` (-1 for a model-level row), e.g.
+/// "blk.3.attn_q.weight". Never fails.
+inline std::string gguf_tensor_name(const TensorSpec& s, int layer) {
+  // Plain concatenation, not detail::msg: the loaders name every tensor of every layer.
+  return s.per_layer ? "blk." + std::to_string(layer) + "." + s.gguf : std::string(s.gguf);
+}
+
+/// The Hugging Face name of the tensor in `layer` (-1 for a model-level row), e.g.
+/// "model.layers.3.self_attn.q_proj.weight"; empty when Hugging Face folders do not
+/// store it as a tensor. Never fails.
+inline std::string hf_tensor_name(const TensorSpec& s, int layer) {
+  if (!s.hf) return std::string();
+  return s.per_layer ? "model.layers." + std::to_string(layer) + "." + s.hf : std::string(s.hf);
+}
+
+/// Values of every tensor a model of config `c` holds (the optional rope_freqs
+/// excluded): the table's count of ModelConfig::n_params(). Never fails for a valid config.
+inline std::uint64_t tensor_param_count(const ModelConfig& c) {
+  std::uint64_t per_layer = 0, model = 0;
+  for (const TensorSpec& s : kTensors)
+    if (tensor_required(s, c)) (s.per_layer ? per_layer : model) += tensor_rows(s, c) * tensor_cols(s, c);
+  return model + static_cast<std::uint64_t>(c.n_layers > 0 ? c.n_layers : 0) * per_layer;
+}
+
+/// Calls f(spec, layer) for every tensor a model of config `c` may hold: the
+/// model-level rows (layer -1), then each layer's rows, in table order. Optional
+/// (kIfStored) rows are included: the caller asks its source whether it holds them.
+template <class F>
+void for_each_tensor_spec(const ModelConfig& c, F&& f) {
+  for (const TensorSpec& s : kTensors)
+    if (!s.per_layer && (tensor_required(s, c) || s.presence == Presence::kIfStored)) f(s, -1);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const TensorSpec& s : kTensors)
+      if (s.per_layer && tensor_required(s, c)) f(s, l);
+}
+
+/// The member behind a row: exactly one of `matrix` and `vector` is set (both null
+/// for a row of the other level: a model-level id asked of a layer, or the reverse).
+template <class M, class V>
+struct TensorSlot {
+  M* matrix = nullptr;
+  V* vector = nullptr;
+};
+
+namespace detail {
+template <class Slot, class Layer>
+Slot layer_slot(Layer& l, TensorId id) {
+  Slot s;
+  switch (id) {
+    case TensorId::kAttnNorm: s.vector = &l.attn_norm; break;
+    case TensorId::kWq: s.matrix = &l.wq; break;
+    case TensorId::kWk: s.matrix = &l.wk; break;
+    case TensorId::kWv: s.matrix = &l.wv; break;
+    case TensorId::kWo: s.matrix = &l.wo; break;
+    case TensorId::kFfnNorm: s.vector = &l.ffn_norm; break;
+    case TensorId::kW1: s.matrix = &l.w1; break;
+    case TensorId::kW2: s.matrix = &l.w2; break;
+    case TensorId::kW3: s.matrix = &l.w3; break;
+    case TensorId::kBq: s.vector = &l.bq; break;
+    case TensorId::kBk: s.vector = &l.bk; break;
+    case TensorId::kBv: s.vector = &l.bv; break;
+    case TensorId::kQNorm: s.vector = &l.q_norm; break;
+    case TensorId::kKNorm: s.vector = &l.k_norm; break;
+    default: break;  // a model-level id
+  }
+  return s;
+}
+template <class Slot, class Model>
+Slot model_slot(Model& w, TensorId id) {
+  Slot s;
+  switch (id) {
+    case TensorId::kTokenEmbedding: s.matrix = &w.token_embedding; break;
+    case TensorId::kFinalNorm: s.vector = &w.final_norm; break;
+    case TensorId::kClassifier: s.matrix = &w.classifier; break;
+    case TensorId::kRopeFreqs: s.vector = &w.rope_freq_factors; break;
+    default: break;  // a per-layer id
+  }
+  return s;
+}
+}  // namespace detail
+
+/// The member of layer `l` that row `id` describes (empty slot for a model-level id). Never fails.
+template <class T>
+TensorSlot<WeightMatrix, Vector<T>> tensor_slot(LayerWeights<T>& l, TensorId id) {
+  return detail::layer_slot<TensorSlot<WeightMatrix, Vector<T>>>(l, id);
+}
+template <class T>
+TensorSlot<const WeightMatrix, const Vector<T>> tensor_slot(const LayerWeights<T>& l, TensorId id) {
+  return detail::layer_slot<TensorSlot<const WeightMatrix, const Vector<T>>>(l, id);
+}
+
+/// The member of `w` that row `id` describes in `layer` (ignored for model-level
+/// rows). Precondition: 0 <= layer < w.layers.size() for a per-layer id.
+template <class T>
+TensorSlot<WeightMatrix, Vector<T>> tensor_slot(ModelWeights<T>& w, TensorId id, int layer) {
+  using Slot = TensorSlot<WeightMatrix, Vector<T>>;
+  if (tensor_spec(id).per_layer) return tensor_slot(w.layers[static_cast<std::size_t>(layer)], id);
+  return detail::model_slot<Slot>(w, id);
+}
+template <class T>
+TensorSlot<const WeightMatrix, const Vector<T>> tensor_slot(const ModelWeights<T>& w, TensorId id, int layer) {
+  using Slot = TensorSlot<const WeightMatrix, const Vector<T>>;
+  if (tensor_spec(id).per_layer) return tensor_slot(w.layers[static_cast<std::size_t>(layer)], id);
+  return detail::model_slot<Slot>(w, id);
+}
+
+/// Calls f(spec, slot) for every tensor layer `l` holds under config `c`, in table order.
+template <class T, class F>
+void for_each_tensor(LayerWeights<T>& l, const ModelConfig& c, F&& f) {
+  for (const TensorSpec& s : kTensors)
+    if (s.per_layer && tensor_required(s, c)) f(s, tensor_slot(l, s.id));
+}
+template <class T, class F>
+void for_each_tensor(const LayerWeights<T>& l, const ModelConfig& c, F&& f) {
+  for (const TensorSpec& s : kTensors)
+    if (s.per_layer && tensor_required(s, c)) f(s, tensor_slot(l, s.id));
+}
+
+namespace detail {
+template <class W, class F>
+void for_each_model_tensor(W& w, F& f) {
+  for_each_tensor_spec(w.config, [&](const TensorSpec& s, int layer) {
+    if (layer >= static_cast<int>(w.layers.size())) return;
+    const auto slot = tensor_slot(w, s.id, layer);
+    if (s.presence == Presence::kIfStored && (slot.matrix ? slot.matrix->rows() : slot.vector->size()) == 0) return;
+    f(s, layer, slot);
+  });
+}
+}  // namespace detail
+
+/// Calls f(spec, layer, slot) for every tensor `w` holds under w.config: the
+/// model-level ones (layer -1; an optional one only when non-empty), then each
+/// layer's, in table order. Layers beyond w.layers.size() are skipped.
+template <class T, class F>
+void for_each_tensor(ModelWeights<T>& w, F&& f) {
+  detail::for_each_model_tensor(w, f);
+}
+template <class T, class F>
+void for_each_tensor(const ModelWeights<T>& w, F&& f) {
+  detail::for_each_model_tensor(w, f);
+}
+
+/// The order llama.cpp's converter (and so kvdecode-quantize) writes one layer's
+/// GGUF tensors; model-level tensors come first, in table order. Every per-layer row
+/// appears once (tested).
+inline constexpr TensorId kGgufFileLayerOrder[] = {
+    TensorId::kWq, TensorId::kWk, TensorId::kWv, TensorId::kWo,    TensorId::kAttnNorm, TensorId::kBq, TensorId::kBk,
+    TensorId::kBv, TensorId::kQNorm, TensorId::kKNorm, TensorId::kW1, TensorId::kW2, TensorId::kW3, TensorId::kFfnNorm,
+};
+
+/// Calls f(spec, layer) for every tensor a model of config `c` may hold, in the
+/// GGUF file order of kGgufFileLayerOrder (optional rows included, as for_each_tensor_spec).
+template <class F>
+void for_each_gguf_file_tensor(const ModelConfig& c, F&& f) {
+  for (const TensorSpec& s : kTensors)
+    if (!s.per_layer && (tensor_required(s, c) || s.presence == Presence::kIfStored)) f(s, -1);
+  for (int l = 0; l < c.n_layers; ++l)
+    for (TensorId id : kGgufFileLayerOrder)
+      if (tensor_required(tensor_spec(id), c)) f(tensor_spec(id), l);
+}
+
+/// llama2.c's on-disk orders: each entry is one model-level tensor or one kind of
+/// layer tensor for every layer in turn. kRopeFreqs marks where the legacy format
+/// stores its two RoPE tables (freqs_cos, freqs_sin; not kvdecode's rope_freq_factors);
+/// kClassifier is stored only when the classifier is separate. llama2.c has no
+/// biases and no q/k norms.
+inline constexpr TensorId kLlama2cLegacyOrder[] = {
+    TensorId::kTokenEmbedding, TensorId::kAttnNorm, TensorId::kWq, TensorId::kWk,        TensorId::kWv,
+    TensorId::kWo,             TensorId::kFfnNorm,  TensorId::kW1, TensorId::kW2,        TensorId::kW3,
+    TensorId::kFinalNorm,      TensorId::kRopeFreqs, TensorId::kClassifier,
+};
+inline constexpr TensorId kLlama2cV1Order[] = {
+    TensorId::kAttnNorm, TensorId::kFfnNorm, TensorId::kFinalNorm, TensorId::kTokenEmbedding,
+    TensorId::kWq,       TensorId::kWk,      TensorId::kWv,        TensorId::kWo,
+    TensorId::kW1,       TensorId::kW2,      TensorId::kW3,        TensorId::kClassifier,
+};
+
+/// One architecture kvdecode runs: what its files call it and what it implies.
+struct Architecture {
+  const char* gguf_name;    ///< GGUF general.architecture (several rows may share one)
+  const char* hf_class;     ///< Hugging Face config.json architectures[0]
+  RopeStyle gguf_rope;      ///< how its GGUF files pair RoPE dimensions (Hugging Face folders always rotate halves)
+  bool qkv_bias;            ///< q/k/v biases (Hugging Face: the default of config.json's attention_bias)
+  bool qkv_bias_if_stored;  ///< GGUF: biases also when the file holds the first layer's q bias (llama.cpp's llama)
+  bool qk_norm;             ///< per-head RMSNorm of q and k before RoPE
+  bool hf_window_always;    ///< Hugging Face: a non-null sliding_window applies to every layer without
+                            ///< use_sliding_window, and max_window_layers is ignored (Mistral)
+};
+
+/// The architecture table. The first row of a GGUF name is the one GGUF files load as.
+inline constexpr Architecture kArchitectures[] = {
+    {"llama", "LlamaForCausalLM", RopeStyle::kAdjacent, false, true, false, false},
+    {"llama", "MistralForCausalLM", RopeStyle::kAdjacent, false, true, false, true},
+    {"qwen2", "Qwen2ForCausalLM", RopeStyle::kHalves, true, false, false, false},
+    {"qwen3", "Qwen3ForCausalLM", RopeStyle::kHalves, false, false, true, false},
+};
+
+/// A range of architecture rows: kArchitectures by default, or a caller's table (tests).
+struct ArchitectureTable {
+  const Architecture* first = kArchitectures;
+  std::size_t size = sizeof(kArchitectures) / sizeof(kArchitectures[0]);
+  const Architecture* begin() const { return first; }
+  const Architecture* end() const { return first + size; }
+};
+
+/// The first row whose GGUF name is `name`, or nullptr. Never fails.
+inline const Architecture* find_gguf_architecture(const std::string& name, ArchitectureTable table = {}) {
+  for (const Architecture& a : table)
+    if (name == a.gguf_name) return &a;
+  return nullptr;
+}
+
+/// The row whose Hugging Face class is `name`, or nullptr. Never fails.
+inline const Architecture* find_hf_architecture(const std::string& name, ArchitectureTable table = {}) {
+  for (const Architecture& a : table)
+    if (name == a.hf_class) return &a;
+  return nullptr;
+}
+
+/// Every distinct GGUF name (gguf = true) or Hugging Face class of the table, in
+/// row order, as "a, b and c": what the "not supported" messages list. Never fails.
+inline std::string supported_architectures(bool gguf, ArchitectureTable table = {}) {
+  std::vector<std::string> names;
+  for (const Architecture& a : table) {
+    const std::string n = gguf ? a.gguf_name : a.hf_class;
+    bool seen = false;
+    for (const std::string& m : names) seen = seen || m == n;
+    if (!seen) names.push_back(n);
+  }
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return out;
+}
+
+/// The row a GGUF writer stores config `c` as: the first whose qkv_bias and qk_norm
+/// are c's (llama, qwen2, qwen3), or nullptr when none is. Never fails.
+inline const Architecture* gguf_architecture_for(const ModelConfig& c, ArchitectureTable table = {}) {
+  for (const Architecture& a : table)
+    if (a.qkv_bias == c.qkv_bias && a.qk_norm == c.qk_norm) return &a;
+  return nullptr;
+}
+
+}  // namespace kvd
