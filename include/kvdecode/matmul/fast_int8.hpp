@@ -67,16 +67,12 @@
 namespace kvd {
 namespace detail {
 
-/// Whether the fast mode computes matrices of type t (the others keep the default numerics).
+/// Whether the fast mode computes matrices of type t (its row's kFastOrder is not 0;
+/// the others keep the default numerics). Never throws.
 inline bool fast_matmul_type(WeightType t) {
-  switch (t) {
-    case WeightType::kQ4_0: case WeightType::kQ4_1: case WeightType::kQ4_K:
-    case WeightType::kQ5_0: case WeightType::kQ5_1: case WeightType::kQ5_K:
-    case WeightType::kQ2_K: case WeightType::kQ3_K: case WeightType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
+  bool fast = false;
+  visit_block_type(t, [&](auto row) { fast = decltype(row)::kFastOrder != 0; });
+  return fast;
 }
 
 inline constexpr long kFastBlock = 32;
@@ -85,8 +81,13 @@ inline constexpr long kFastBlock = 32;
 constexpr int fast_slot(int k) { return (k % 2 == 0) ? k / 2 : 4 + k / 2; }
 /// Position of value k (0..15) of a group of 16 in a row of order 16 (0, 4, 8, 12, 1, 5, 9, 13, ...).
 constexpr int fast_slot16(int k) { return 4 * (k % 4) + k / 4; }
-/// The rounded rows' order for type t: groups of 16 for the 2-bit planes (q2_K, q3_K), else of 8.
-inline int fast_order(WeightType t) { return t == WeightType::kQ2_K || t == WeightType::kQ3_K ? 16 : 8; }
+/// The rounded rows' order for type t: its row's kFastOrder, groups of 16 for the
+/// 2-bit planes (q2_K, q3_K), else of 8 (also for a type the fast mode does not compute).
+inline int fast_order(WeightType t) {
+  int order = 8;
+  visit_block_type(t, [&](auto row) { order = decltype(row)::kFastOrder == 16 ? 16 : 8; });
+  return order;
+}
 /// Where value k of a rounded row of the given order (8 or 16) is stored.
 constexpr long fast_pos(int order, long k) {
   return order == 16 ? (k & ~15L) + fast_slot16(static_cast<int>(k & 15)) : (k & ~7L) + fast_slot(static_cast<int>(k & 7));
@@ -879,18 +880,12 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
         }
     });
   };
-  switch (w.type()) {
-    case WeightType::kQ4_0: return run(Avx2DecodeQ4<false>{});
-    case WeightType::kQ4_1: return run(Avx2DecodeQ4<true>{});
-    case WeightType::kQ4_K: return run(Avx2DecodeQK4<false>{});
-    case WeightType::kQ5_0: return run(Avx2DecodeQ5<false>{});
-    case WeightType::kQ5_1: return run(Avx2DecodeQ5<true>{});
-    case WeightType::kQ5_K: return run(Avx2DecodeQK4<true>{});
-    case WeightType::kQ2_K: return run(Avx2DecodeQ2_K{});
-    case WeightType::kQ3_K: return run(Avx2DecodeQ3_K{});
-    case WeightType::kQ6_K: return run(Avx2DecodeQ6_K{});
-    default: KVD_ASSERT(false);
-  }
+  const bool fast = visit_block_type(w.type(), [&](auto row) {
+    using Row = decltype(row);
+    if constexpr (Row::kFastOrder != 0) run(typename Avx2DecoderOf<Row>::type{});
+    else KVD_ASSERT(false);
+  });
+  if (!fast) KVD_ASSERT(false);
 }
 #endif  // KVDECODE_QUANT_AVX2
 

@@ -218,6 +218,11 @@ inline __m512 qk_iota16() {
   return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
 }
 
+/// The AVX-512 decoder of a block type's row (weights/block_types.hpp): `type`,
+/// specialised after each decoder below. A row without one does not compile here.
+template <class Row>
+struct Avx512DecoderOf;
+
 struct DecodeQ8_0 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = false;
@@ -229,6 +234,10 @@ struct DecodeQ8_0 {
   }
   template <int kk>
   __m512 code() const { return _mm512_cvtepi32_ps(qk_i8x16(q + 16 * kk)); }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ8_0> {
+  using type = DecodeQ8_0;
 };
 
 /// The 4-bit code of value kk (0..31) of a group of 32 from its 4 code words
@@ -281,6 +290,14 @@ struct DecodeQ4 {
     return qk_nibble_float<kk>(q, _mm512_sub_ps(qk_iota16(), _mm512_set1_ps(8.f)));
   }
 };
+template <>
+struct Avx512DecoderOf<BlockTypeQ4_0> {
+  using type = DecodeQ4<false>;
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ4_1> {
+  using type = DecodeQ4<true>;
+};
 
 /// q5_0 / q5_1: code = nibble | bit kk of the row's qh << 4, looked up in a
 /// 32-float table (q5_0: code - 16, then * d; q5_1: code, then fma with d and m).
@@ -304,6 +321,14 @@ struct DecodeQ5 {
     return _mm512_permutex2var_ps(lo, qk_five_bit_index<kk>(q, qh), hi);
   }
 };
+template <>
+struct Avx512DecoderOf<BlockTypeQ5_0> {
+  using type = DecodeQ5<false>;
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ5_1> {
+  using type = DecodeQ5<true>;
+};
 
 /// q2_K: 16 sub-blocks of 16, sub-block s = code word s; y = fma(code, dl, -ml), exact.
 struct DecodeQ2_K {
@@ -324,6 +349,10 @@ struct DecodeQ2_K {
     const __m512 table = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
     return _mm512_permutexvar_ps(kk == 0 ? words : _mm512_srli_epi32(words, 2 * kk), table);
   }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ2_K> {
+  using type = DecodeQ2_K;
 };
 
 /// q3_K: 16 sub-blocks of 16, y = dl * code with code = 2-bit - (high bit ? 0 : 4) in [-4, 4):
@@ -358,6 +387,10 @@ struct DecodeQ3_K {
     const __m512i idx = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(3), 0xE4);
     return _mm512_permutexvar_ps(idx, table);
   }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ3_K> {
+  using type = DecodeQ3_K;
 };
 
 /// q4_K / q5_K's 6-bit scale and min of sub-block s for 16 rows.
@@ -400,6 +433,14 @@ struct DecodeQK4 {
     }
   }
 };
+template <>
+struct Avx512DecoderOf<BlockTypeQ4_K> {
+  using type = DecodeQK4<false>;
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ5_K> {
+  using type = DecodeQK4<true>;
+};
 
 /// q6_K: 16 sub-blocks of 16, y = (d sc) (code - 32), as ggml writes it.
 /// Value 16 s + kk: low 4 bits in low word 2 s + kk / 8, high 2 bits in high word s.
@@ -428,6 +469,10 @@ struct DecodeQ6_K {
     return _mm512_cvtepi32_ps(code_minus_32);
   }
 };
+template <>
+struct Avx512DecoderOf<BlockTypeQ6_K> {
+  using type = DecodeQ6_K;
+};
 
 /// Panel block pb in the factored form, as factor_panel_block_portable() gives it.
 template <class Dec>
@@ -441,22 +486,11 @@ KVDECODE_GCC_NOIPA inline void factor_panel_block_avx512(const unsigned char* pb
   }
 }
 
-/// Calls f(Dec{}) with the decoder of type t.
+/// Calls f(Dec{}) with the AVX-512 decoder of block type t (one look-up per call:
+/// call it outside the tiles). Asserts that t is a block type.
 template <class F>
 inline void with_decoder(WeightType t, F&& f) {
-  switch (t) {
-    case WeightType::kQ8_0: return f(DecodeQ8_0{});
-    case WeightType::kQ4_0: return f(DecodeQ4<false>{});
-    case WeightType::kQ4_1: return f(DecodeQ4<true>{});
-    case WeightType::kQ5_0: return f(DecodeQ5<false>{});
-    case WeightType::kQ5_1: return f(DecodeQ5<true>{});
-    case WeightType::kQ2_K: return f(DecodeQ2_K{});
-    case WeightType::kQ3_K: return f(DecodeQ3_K{});
-    case WeightType::kQ4_K: return f(DecodeQK4<false>{});
-    case WeightType::kQ5_K: return f(DecodeQK4<true>{});
-    case WeightType::kQ6_K: return f(DecodeQ6_K{});
-    default: KVD_ASSERT(false);
-  }
+  if (!visit_block_type(t, [&](auto row) { f(typename Avx512DecoderOf<decltype(row)>::type{}); })) KVD_ASSERT(false);
 }
 
 // The fused small-M kernels: 23 register tiles per block type, each unrolled over
@@ -630,6 +664,11 @@ inline __m256i q2_bit_to(__m256i v) {
 }
 inline __m256 q2_neg(__m256 v) { return _mm256_sub_ps(_mm256_set1_ps(-0.f), v); }  // -v exactly, zeros included
 
+/// The AVX2 decoder of a block type's row (weights/block_types.hpp): `type`,
+/// specialised after each decoder below.
+template <class Row>
+struct Avx2DecoderOf;
+
 struct Avx2DecodeQ8_0 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = false;
@@ -643,6 +682,10 @@ struct Avx2DecodeQ8_0 {
   }
   template <int kk>
   __m256 code() const { return _mm256_cvtepi32_ps(q2_i8x8(q + 16 * kk)); }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ8_0> {
+  using type = Avx2DecodeQ8_0;
 };
 
 /// q4_0 (code - 8) / q4_1 (code): one group of 32.
@@ -663,6 +706,14 @@ struct Avx2DecodeQ4 {
     const __m256i c = q2_bits<4 * (kk % 8), 4>(q2_words(q + 64 * (kk / 8)));
     return _mm256_cvtepi32_ps(kMin ? c : _mm256_sub_epi32(c, _mm256_set1_epi32(8)));
   }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ4_0> {
+  using type = Avx2DecodeQ4<false>;
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ4_1> {
+  using type = Avx2DecodeQ4<true>;
 };
 
 /// q5_0 (code - 16) / q5_1 (code): nibble | bit kk of the row's qh << 4.
@@ -686,6 +737,14 @@ struct Avx2DecodeQ5 {
     return _mm256_cvtepi32_ps(kMin ? c : _mm256_sub_epi32(c, _mm256_set1_epi32(16)));
   }
 };
+template <>
+struct Avx2DecoderOf<BlockTypeQ5_0> {
+  using type = Avx2DecodeQ5<false>;
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ5_1> {
+  using type = Avx2DecodeQ5<true>;
+};
 
 /// q2_K: 16 sub-blocks of 16, sub-block s = code word s; D = d (sc & 15), N = -(dmin (sc >> 4)).
 struct Avx2DecodeQ2_K {
@@ -702,6 +761,10 @@ struct Avx2DecodeQ2_K {
   }
   template <int kk>
   __m256 code() const { return _mm256_cvtepi32_ps(q2_bits<2 * kk, 2>(words)); }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ2_K> {
+  using type = Avx2DecodeQ2_K;
 };
 
 /// q3_K: 16 sub-blocks of 16, D = d (6-bit scale - 32), code = 2-bit + 4 high bit - 4.
@@ -729,6 +792,10 @@ struct Avx2DecodeQ3_K {
     const __m256i idx = _mm256_or_si256(q2_bits<2 * kk, 2>(lw), q2_bit_to<kk, 2>(hw));
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(idx, _mm256_set1_epi32(4)));
   }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ3_K> {
+  using type = Avx2DecodeQ3_K;
 };
 
 /// q4_K / q5_K's 6-bit scale and min of sub-block s for 8 rows (sc: the scale bytes at +8 h).
@@ -769,6 +836,14 @@ struct Avx2DecodeQK4 {
     return _mm256_cvtepi32_ps(_mm256_or_si256(c, q2_bit_to<kk, 4>(hw)));
   }
 };
+template <>
+struct Avx2DecoderOf<BlockTypeQ4_K> {
+  using type = Avx2DecodeQK4<false>;
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ5_K> {
+  using type = Avx2DecodeQK4<true>;
+};
 
 /// q6_K: 16 sub-blocks of 16, D = d sc, code = 6-bit - 32. Value 16 s + kk: low 4
 /// bits in low word 2 s + kk / 8, high 2 bits in high word s (bits 2 kk, 2 kk + 1).
@@ -796,23 +871,16 @@ struct Avx2DecodeQ6_K {
     return _mm256_cvtepi32_ps(_mm256_or_si256(lo, hi));
   }
 };
+template <>
+struct Avx2DecoderOf<BlockTypeQ6_K> {
+  using type = Avx2DecodeQ6_K;
+};
 
-/// Calls f(Dec{}) with the AVX2 decoder of type t.
+/// Calls f(Dec{}) with the AVX2 decoder of block type t (one look-up per call:
+/// call it outside the tiles). Asserts that t is a block type.
 template <class F>
 inline void with_decoder_avx2(WeightType t, F&& f) {
-  switch (t) {
-    case WeightType::kQ8_0: return f(Avx2DecodeQ8_0{});
-    case WeightType::kQ4_0: return f(Avx2DecodeQ4<false>{});
-    case WeightType::kQ4_1: return f(Avx2DecodeQ4<true>{});
-    case WeightType::kQ5_0: return f(Avx2DecodeQ5<false>{});
-    case WeightType::kQ5_1: return f(Avx2DecodeQ5<true>{});
-    case WeightType::kQ2_K: return f(Avx2DecodeQ2_K{});
-    case WeightType::kQ3_K: return f(Avx2DecodeQ3_K{});
-    case WeightType::kQ4_K: return f(Avx2DecodeQK4<false>{});
-    case WeightType::kQ5_K: return f(Avx2DecodeQK4<true>{});
-    case WeightType::kQ6_K: return f(Avx2DecodeQ6_K{});
-    default: KVD_ASSERT(false);
-  }
+  if (!visit_block_type(t, [&](auto row) { f(typename Avx2DecoderOf<decltype(row)>::type{}); })) KVD_ASSERT(false);
 }
 
 /// Panel block pb in the factored form, as factor_panel_block_portable() gives it.
