@@ -52,7 +52,7 @@
 // 4 Q_s after (at most 8 * 2 * 7 * 127 = 14224 in 16 bits per sub-block).
 // With VNNI (AVX512-VNNI + VL, or AVX-VNNI) the same tiles take vpdpbusd for each
 // pair of vpmaddubsw and 16-bit adds: 32-bit sums throughout, the same integers.
-// With AVX512-VNNI and BW, large M of the byte-plane types (below) runs 512-bit
+// With AVX512-VNNI and BW, large M of the byte-plane types (fast_planes.hpp) runs 512-bit
 // tiles over both halves of a panel at once: 16 outputs per vpdpbusd.
 #pragma once
 
@@ -106,7 +106,7 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
 #if defined(KVDECODE_FAST_AVX2)
 /// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles;
 /// rows go in blocks that keep their rounded values in L2, and tiles of up to 4
-/// rows. M >= kFastPlanesMinM for the heavy decoders: the byte planes above.
+/// rows. M >= kFastPlanesMinM for the heavy decoders: the byte planes (fast_planes.hpp).
 inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
   auto run = [&](auto dec) {
     using Dec = decltype(dec);
@@ -136,7 +136,11 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
   };
   const bool fast = visit_block_type(w.type(), [&](auto row) {
     using Row = decltype(row);
-    if constexpr (Row::kFastOrder != 0) run(typename Avx2DecoderOf<Row>::type{});
+    using Dec = typename Avx2DecoderOf<Row>::type;
+    static_assert((Row::kFastOrder != 0) == (Dec::kFastCodes != FastCodes::kNone) &&
+                      (Row::kFastOrder == 16) == (Dec::kFastCodes == FastCodes::kCrumbs || Dec::kFastCodes == FastCodes::kCrumbs3),
+                  "a block type's fast-mode row order disagrees with its AVX2 decoder's codes");
+    if constexpr (Row::kFastOrder != 0) run(Dec{});
     else KVD_ASSERT(false);
   });
   if (!fast) KVD_ASSERT(false);

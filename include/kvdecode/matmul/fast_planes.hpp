@@ -23,14 +23,14 @@ namespace kvd::detail {
 
 #if defined(KVDECODE_FAST_AVX2)
 // ---- Large M (prefill): the codes decoded once into byte planes ---------------------
-// The tiles above rebuild every code for each tile of at most 4 rows, which for the
+// The small-M tiles (fast_tiles.hpp) rebuild every code for each tile of at most 4 rows, which for the
 // heavy decoders (q3_K, q5, q6_K) costs more than the integer products. For large M
 // each half panel's codes over all of k are decoded once, per thread, into byte
 // planes: per sub-block of S values, S / 4 vectors of 32 bytes, vector v holding
 // the 4 values of 8 outputs whose rounded activations are the row's bytes
 // [k0 + 4 v, k0 + 4 v + 4) (the rows' order makes that so for every type), as
 // unsigned codes (the type's offset is subtracted after the integer sum, as in
-// the tiles above). The same integer sums and float steps, so the same bits.
+// those tiles). The same integer sums and float steps, so the same bits.
 
 /// Sub-block s of half h of panel block pb as byte planes (out: Dec::kSub / 4
 /// vectors of 32 bytes, vstride bytes apart) and its scales D (8 floats) and
@@ -43,12 +43,12 @@ inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned cha
   _mm256_storeu_ps(D, dec.D);
   if constexpr (Dec::kMin) _mm256_storeu_ps(N, dec.N);
   auto put = [&](int v, __m256i c) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + vstride * v), c); };
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ2_K> || std::is_same_v<Dec, Avx2DecodeQ3_K>) {
-    constexpr bool kThree = std::is_same_v<Dec, Avx2DecodeQ3_K>;
+  if constexpr (Dec::kFastCodes == FastCodes::kCrumbs || Dec::kFastCodes == FastCodes::kCrumbs3) {
+    constexpr bool kThree = Dec::kFastCodes == FastCodes::kCrumbs3;
     __m256i wv, hx;
     fast_k2_words<kThree>(pb, s, h, wv, hx);
     static_for<4>([&](auto jj) KVD_ALWAYS_INLINE { put(decltype(jj)::value, fast_k2_codes<kThree, decltype(jj)::value>(wv, hx)); });
-  } else if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) {
+  } else if constexpr (Dec::kFastCodes == FastCodes::kSix) {
     const unsigned char* ql = pb + 288 + 128 * s + 32 * h;  // Avx2DecodeQ6_K's fields
     const __m256i hw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2336 + 64 * s + 32 * h));
     for (int g = 0; g < 2; ++g) {
@@ -69,82 +69,48 @@ inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned cha
   }
 }
 
-/// A tile over byte planes: MR rows x one half panel (8 outputs) over all of k.
-/// codes: the half panel's planes over k (8 bytes per value); D, N: 8 floats per
-/// sub-block. 16-bit sums over W vectors (W 4 values of codes below 32, 2 for
-/// q6_K's 6-bit codes: 2 x 2 x 63 x 127 = 32004), then widened.
-template <class Dec, int MR>
-inline void fast_planes_tile_avx2(const FastRows& rows, long m0, const unsigned char* codes, const float* D,
-                                  const float* N, float* y, long ldy) {
-  constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>();
-  [[maybe_unused]] constexpr int W = std::is_same_v<Dec, Avx2DecodeQ6_K> ? 2 : 4;
-  const long K = rows.K, nbq = K / kFastBlock;
-  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
-  const std::int8_t* q0 = rows.q.data() + m0 * K;
-  fast_tile_zero<MR, 1>(y, ldy, 0);
-  for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
-    __m256i t32[MR];
-    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = _mm256_setzero_si256();
-#if defined(KVDECODE_FAST_VNNI)
-    static_for<S / 4>([&](auto vv) KVD_ALWAYS_INLINE {
-      constexpr int v = decltype(vv)::value;
-      const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + (k0 + 4 * v) * 8));
-      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
-        std::int32_t a;
-        std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
-        t32[r] = fast_dpbusd(t32[r], c, _mm256_set1_epi32(a));
-      }
-    });
-#else
-    KVD_UNROLL(1) for (int v0 = 0; v0 < S / 4; v0 += W) {
-      __m256i t16[MR];
-      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t16[r] = _mm256_setzero_si256();
-      static_for<W>([&](auto vv) KVD_ALWAYS_INLINE {
-        const int v = v0 + decltype(vv)::value;
-        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + (k0 + 4 * v) * 8));
-        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
-          std::int32_t a;
-          std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
-          t16[r] = _mm256_add_epi16(t16[r], _mm256_maddubs_epi16(c, _mm256_set1_epi32(a)));
-        }
-      });
-      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = _mm256_add_epi32(t32[r], _mm256_madd_epi16(t16[r], ones));
-    }
-#endif
-    const __m256 Dv = _mm256_loadu_ps(D + 8 * s);
-    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
-      const long row = m0 + r;
-      const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
-      __m256i I = t32[r];
-      if constexpr (kOffset != 0) {
-        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
-        I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * Q));
-      }
-      float* yp = y + r * ldy;
-      __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), Dv, _mm256_loadu_ps(yp));
-      if constexpr (Dec::kMin) {
-        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
-        a = _mm256_fmadd_ps(_mm256_set1_ps(xq), _mm256_loadu_ps(N + 8 * s), a);
-      }
-      _mm256_storeu_ps(yp, a);
-    }
-  }
-}
-
-template <class Dec, int MR = kFastPlaneRows>
-inline void fast_planes_tile_any(int mr, const FastRows& rows, long m0, const unsigned char* codes, const float* D,
-                                 const float* N, float* y, long ldy) {
-  if constexpr (MR >= 1) {
-    if (mr == MR) return fast_planes_tile_avx2<Dec, MR>(rows, m0, codes, D, N, y, ldy);
-    return fast_planes_tile_any<Dec, MR - 1>(mr, rows, m0, codes, D, N, y, ldy);
-  }
-}
-
 /// Rows of a 512-bit byte-plane tile (defined on every ISA: matmul_fast_planes names it
 /// in both of its instances). One Zen 5 core in L2, M = 64, G multiply-adds/s,
 /// 3 / 4 / 6 / 10 rows: q5_0 87 / 97 / 88 / 57, q3_K 70 / 70-73 / 67 / 47, q6_K 70 /
 /// 74-75 / 68 / 47-49 (the 256-bit planes: q5_0 66, q3_K 47, q6_K 49).
 inline constexpr int kFastPlaneRows512 = 4;
+
+// ---- The vectors of a byte-plane tile ------------------------------------------------
+// fast_planes_tile() is written once over an integer vector trait IV, as Vec16 is
+// for the float kernels: IV::I holds IV::kOutputs 32-bit sums (8 for a half panel
+// in 256 bits, 16 for a whole panel in 512), IV::F as many floats. With kDot, one
+// dot(acc, codes, activations) adds each lane's 4 byte products (vpdpbusd); without
+// it (256 bits, no VNNI), dot16() adds them in 16-bit sums that widen() adds to
+// the 32-bit ones. The same integer sums and float steps per output either way.
+
+/// 256 bits: one half panel (8 outputs) per tile.
+struct FastPlaneVec256 {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int kOutputs = 8;
+  static constexpr int kRows = kFastPlaneRows;
+#if defined(KVDECODE_FAST_VNNI)
+  static constexpr bool kDot = true;
+  KVD_ALWAYS_INLINE static I dot(I acc, I u8, I s8) { return fast_dpbusd(acc, u8, s8); }
+#else
+  static constexpr bool kDot = false;
+#endif
+  KVD_ALWAYS_INLINE static I dot16(I acc16, I u8, I s8) { return _mm256_add_epi16(acc16, _mm256_maddubs_epi16(u8, s8)); }
+  KVD_ALWAYS_INLINE static I widen(I acc32, I acc16) {
+    return _mm256_add_epi32(acc32, _mm256_madd_epi16(acc16, _mm256_set1_epi16(1)));
+  }
+  KVD_ALWAYS_INLINE static I zero() { return _mm256_setzero_si256(); }
+  KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  KVD_ALWAYS_INLINE static I set1(std::int32_t a) { return _mm256_set1_epi32(a); }
+  KVD_ALWAYS_INLINE static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
+  KVD_ALWAYS_INLINE static F to_float(I v) { return _mm256_cvtepi32_ps(v); }
+  KVD_ALWAYS_INLINE static F fzero() { return _mm256_setzero_ps(); }
+  KVD_ALWAYS_INLINE static F fload(const float* p) { return _mm256_loadu_ps(p); }
+  KVD_ALWAYS_INLINE static F fset1(float a) { return _mm256_set1_ps(a); }
+  KVD_ALWAYS_INLINE static void fstore(float* p, F v) { _mm256_storeu_ps(p, v); }
+  KVD_ALWAYS_INLINE static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  KVD_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+};
 
 #if defined(KVDECODE_FAST_PLANES_512)
 // With AVX-512 the planes of a panel's two halves sit side by side, 64 bytes per
@@ -154,61 +120,101 @@ inline constexpr int kFastPlaneRows512 = 4;
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own 512-bit intrinsics
 #endif
-
-/// A tile over a panel's byte planes: MR rows x 16 outputs over all of k.
-/// codes: 16 bytes per value; D, N: 16 floats per sub-block.
-template <class Dec, int MR>
-inline void fast_planes_tile_512(const FastRows& rows, long m0, const unsigned char* codes, const float* D,
-                                 const float* N, float* y, long ldy) {
-  constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>();
-  const long K = rows.K, nbq = K / kFastBlock;
-  const std::int8_t* q0 = rows.q.data() + m0 * K;
-  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) _mm512_storeu_ps(y + r * ldy, _mm512_setzero_ps());
-  for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
-    __m512i t32[MR];
-    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = _mm512_setzero_si512();
-    static_for<S / 4>([&](auto vv) KVD_ALWAYS_INLINE {
-      constexpr int v = decltype(vv)::value;
-      const __m512i c = _mm512_loadu_si512(codes + (k0 + 4 * v) * 16);
-      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
-        std::int32_t a;
-        std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
-        t32[r] = _mm512_dpbusd_epi32(t32[r], c, _mm512_set1_epi32(a));
-      }
-    });
-    const __m512 Dv = _mm512_loadu_ps(D + 16 * s);
-    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
-      const long row = m0 + r;
-      const __m512 d = _mm512_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
-      __m512i I = t32[r];
-      if constexpr (kOffset != 0) {
-        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
-        I = _mm512_sub_epi32(I, _mm512_set1_epi32(kOffset * Q));
-      }
-      float* yp = y + r * ldy;
-      __m512 a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d), Dv, _mm512_loadu_ps(yp));
-      if constexpr (Dec::kMin) {
-        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
-        a = _mm512_fmadd_ps(_mm512_set1_ps(xq), _mm512_loadu_ps(N + 16 * s), a);
-      }
-      _mm512_storeu_ps(yp, a);
-    }
-  }
-}
-
-template <class Dec, int MR = kFastPlaneRows512>
-inline void fast_planes_tile_512_any(int mr, const FastRows& rows, long m0, const unsigned char* codes, const float* D,
-                                     const float* N, float* y, long ldy) {
-  if constexpr (MR >= 1) {
-    if (mr == MR) return fast_planes_tile_512<Dec, MR>(rows, m0, codes, D, N, y, ldy);
-    return fast_planes_tile_512_any<Dec, MR - 1>(mr, rows, m0, codes, D, N, y, ldy);
-  }
-}
-
+/// 512 bits (AVX512-VNNI and BW): one whole panel (16 outputs) per tile.
+struct FastPlaneVec512 {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int kOutputs = 16;
+  static constexpr int kRows = kFastPlaneRows512;
+  static constexpr bool kDot = true;
+  KVD_ALWAYS_INLINE static I dot(I acc, I u8, I s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
+  KVD_ALWAYS_INLINE static I zero() { return _mm512_setzero_si512(); }
+  KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm512_loadu_si512(p); }
+  KVD_ALWAYS_INLINE static I set1(std::int32_t a) { return _mm512_set1_epi32(a); }
+  KVD_ALWAYS_INLINE static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
+  KVD_ALWAYS_INLINE static F to_float(I v) { return _mm512_cvtepi32_ps(v); }
+  KVD_ALWAYS_INLINE static F fzero() { return _mm512_setzero_ps(); }
+  KVD_ALWAYS_INLINE static F fload(const float* p) { return _mm512_loadu_ps(p); }
+  KVD_ALWAYS_INLINE static F fset1(float a) { return _mm512_set1_ps(a); }
+  KVD_ALWAYS_INLINE static void fstore(float* p, F v) { _mm512_storeu_ps(p, v); }
+  KVD_ALWAYS_INLINE static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  KVD_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+};
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
 #endif  // 512-bit planes
+
+/// A tile over byte planes: MR rows x IV::kOutputs outputs (a half panel, or with
+/// 512 bits a panel) over all of k. codes: the planes over k (kOutputs bytes per
+/// value); D, N: kOutputs floats per sub-block. Without kDot: 16-bit sums over W
+/// vectors (W 4 values of codes below 32, 2 for q6_K's 6-bit codes: 2 x 2 x 63 x
+/// 127 = 32004), then widened.
+template <class IV, class Dec, int MR>
+inline void fast_planes_tile(const FastRows& rows, long m0, const unsigned char* codes, const float* D, const float* N,
+                             float* y, long ldy) {
+  constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>(), L = IV::kOutputs;
+  [[maybe_unused]] constexpr int W = Dec::kFastCodes == FastCodes::kSix ? 2 : 4;
+  const long K = rows.K, nbq = K / kFastBlock;
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) IV::fstore(y + r * ldy, IV::fzero());
+  for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
+    typename IV::I t32[MR];
+    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = IV::zero();
+    if constexpr (IV::kDot) {
+      static_for<S / 4>([&](auto vv) KVD_ALWAYS_INLINE {
+        constexpr int v = decltype(vv)::value;
+        const typename IV::I c = IV::load(codes + (k0 + 4 * v) * L);
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+          std::int32_t a;
+          std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
+          t32[r] = IV::dot(t32[r], c, IV::set1(a));
+        }
+      });
+    } else {
+      KVD_UNROLL(1) for (int v0 = 0; v0 < S / 4; v0 += W) {
+        typename IV::I t16[MR];
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t16[r] = IV::zero();
+        static_for<W>([&](auto vv) KVD_ALWAYS_INLINE {
+          const int v = v0 + decltype(vv)::value;
+          const typename IV::I c = IV::load(codes + (k0 + 4 * v) * L);
+          KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+            std::int32_t a;
+            std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
+            t16[r] = IV::dot16(t16[r], c, IV::set1(a));
+          }
+        });
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = IV::widen(t32[r], t16[r]);
+      }
+    }
+    const typename IV::F Dv = IV::fload(D + L * s);
+    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+      const long row = m0 + r;
+      const typename IV::F d = IV::fset1(rows.d.data()[row * nbq + k0 / kFastBlock]);
+      typename IV::I I = t32[r];
+      if constexpr (kOffset != 0) {
+        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
+        I = IV::sub(I, IV::set1(kOffset * Q));
+      }
+      float* yp = y + r * ldy;
+      typename IV::F a = IV::fmadd(IV::mul(IV::to_float(I), d), Dv, IV::fload(yp));
+      if constexpr (Dec::kMin) {
+        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
+        a = IV::fmadd(IV::fset1(xq), IV::fload(N + L * s), a);
+      }
+      IV::fstore(yp, a);
+    }
+  }
+}
+
+template <class IV, class Dec, int MR = IV::kRows>
+inline void fast_planes_tile_any(int mr, const FastRows& rows, long m0, const unsigned char* codes, const float* D,
+                                 const float* N, float* y, long ldy) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return fast_planes_tile<IV, Dec, MR>(rows, m0, codes, D, N, y, ldy);
+    return fast_planes_tile_any<IV, Dec, MR - 1>(mr, rows, m0, codes, D, N, y, ldy);
+  }
+}
 
 /// Large M: threads take ranges of units (half panels; with kWide, the 512-bit
 /// planes, whole panels); each unit is decoded over all of k into the thread's
@@ -237,11 +243,12 @@ void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, floa
         const int mr = static_cast<int>(std::min<long>(kRows, M - m0));
 #if defined(KVDECODE_FAST_PLANES_512)
         if constexpr (kWide) {
-          fast_planes_tile_512_any<Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + u * L, ldy);
+          fast_planes_tile_any<FastPlaneVec512, Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + u * L,
+                                                     ldy);
           continue;
         }
 #endif
-        fast_planes_tile_any<Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + u * L, ldy);
+        fast_planes_tile_any<FastPlaneVec256, Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + u * L, ldy);
       }
     }
   });
@@ -260,7 +267,7 @@ inline constexpr bool kFastPlanes =
 #if defined(KVDECODE_FAST_PLANES_512)
     true;
 #else
-    kFastFive<Dec> || std::is_same_v<Dec, Avx2DecodeQ3_K> || std::is_same_v<Dec, Avx2DecodeQ6_K>;
+    kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3 || Dec::kFastCodes == FastCodes::kSix;
 #endif
 #endif  // KVDECODE_FAST_AVX2
 

@@ -80,7 +80,7 @@ inline float fast_round_block_portable(const float* x, std::int32_t* qi) {
   return d;
 }
 
-/// One block of 32 values rounded (top of this file): the integer codes in natural order, the scale.
+/// One block of 32 values rounded (top of fast_int8.hpp): the integer codes in natural order, the scale.
 inline float fast_round_block(const float* x, std::int32_t* qi) {
 #if defined(KVDECODE_VEC_AVX2)
   // The same operations as the scalar code: max skipping NaNs (vmaxps returns

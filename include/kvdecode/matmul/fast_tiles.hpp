@@ -37,17 +37,12 @@ KVD_ALWAYS_INLINE inline __m256i fast_dpbusd(__m256i acc, __m256i u8, __m256i s8
 #endif
 /// Whether Dec decodes 5-bit codes (a nibble plus one high bit per value).
 template <class Dec>
-inline constexpr bool kFastFive =
-    std::is_same_v<Dec, Avx2DecodeQ5<false>> || std::is_same_v<Dec, Avx2DecodeQ5<true>> || std::is_same_v<Dec, Avx2DecodeQK4<true>>;
+inline constexpr bool kFastFive = Dec::kFastCodes == FastCodes::kFive;
 
 /// The fast mode's offset of Dec's unsigned codes (subtracted as offset * Q_s).
 template <class Dec>
 constexpr int fast_code_offset() {
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ4<false>>) return 8;
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ5<false>>) return 16;
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ3_K>) return 4;
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return 32;
-  return 0;
+  return Dec::kFastOffset;
 }
 
 /// The word of high bits a 5-bit decoder loaded in begin() (bit v = value v of the sub-block).
@@ -377,7 +372,8 @@ constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
 /// at M = 5 either way; their 8-row tiles fell at M = 8, q2_K 55 -> 33, q6_K 39 -> 28).
 template <class Dec>
 constexpr int fast_max_rows() {
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K> || std::is_same_v<Dec, Avx2DecodeQ2_K> || std::is_same_v<Dec, Avx2DecodeQ3_K>)
+  if constexpr (Dec::kFastCodes == FastCodes::kSix || Dec::kFastCodes == FastCodes::kCrumbs ||
+                Dec::kFastCodes == FastCodes::kCrumbs3)
     return kFastTileRows;
   return kFastMaxRows;
 }
@@ -386,8 +382,8 @@ constexpr int fast_max_rows() {
 /// beyond; the q5 and q3_K tiles hold a word of high bits per half panel besides.
 template <class Dec>
 constexpr int fast_halves_of(int mr) {
-  if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return mr <= 1 ? 2 : 1;
-  if constexpr (kFastFive<Dec> || std::is_same_v<Dec, Avx2DecodeQ3_K>) return mr <= 2 ? 2 : 1;
+  if constexpr (Dec::kFastCodes == FastCodes::kSix) return mr <= 1 ? 2 : 1;
+  if constexpr (kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3) return mr <= 2 ? 2 : 1;
   return fast_halves(mr);
 }
 
@@ -395,9 +391,9 @@ template <class Dec, int MR, int NH = fast_halves_of<Dec>(MR)>
 inline void fast_tile_avx2_nh(int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   if constexpr (NH >= 1) {
     if (nh == NH) {
-      if constexpr (std::is_same_v<Dec, Avx2DecodeQ6_K>) return fast_tile_q6k_avx2<MR, NH>(rows, m0, w, h0, y, ldy);
-      else if constexpr (std::is_same_v<Dec, Avx2DecodeQ2_K>) return fast_tile_k2_avx2<false, MR, NH>(rows, m0, w, h0, y, ldy);
-      else if constexpr (std::is_same_v<Dec, Avx2DecodeQ3_K>) return fast_tile_k2_avx2<true, MR, NH>(rows, m0, w, h0, y, ldy);
+      if constexpr (Dec::kFastCodes == FastCodes::kSix) return fast_tile_q6k_avx2<MR, NH>(rows, m0, w, h0, y, ldy);
+      else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs) return fast_tile_k2_avx2<false, MR, NH>(rows, m0, w, h0, y, ldy);
+      else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs3) return fast_tile_k2_avx2<true, MR, NH>(rows, m0, w, h0, y, ldy);
       else return fast_tile_avx2<Dec, MR, NH>(rows, m0, w, h0, y, ldy);
     }
     return fast_tile_avx2_nh<Dec, MR, NH - 1>(nh, rows, m0, w, h0, y, ldy);

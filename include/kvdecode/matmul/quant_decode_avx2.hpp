@@ -67,10 +67,24 @@ inline __m256 q2_neg(__m256 v) { return _mm256_sub_ps(_mm256_set1_ps(-0.f), v); 
 template <class Row>
 struct Avx2DecoderOf;
 
+/// How the fast mode's AVX2 tiles (fast_tiles.hpp, fast_planes.hpp) read a
+/// decoder's codes as bytes: each decoder's kFastCodes, with kFastOffset the offset
+/// its unsigned codes carry (subtracted after the integer sums as offset * Q_s).
+enum class FastCodes {
+  kNone,     ///< not computed in fast mode (q8_0)
+  kNibbles,  ///< 4-bit codes in nibble planes (q4_0, q4_1, q4_K)
+  kFive,     ///< nibble planes plus one high bit per value from a word of high bits (q5_0, q5_1, q5_K)
+  kCrumbs,   ///< 2-bit codes, 16 to a word (q2_K); rows of order 16
+  kCrumbs3,  ///< 2-bit codes plus one high bit per value (q3_K); rows of order 16
+  kSix       ///< nibble planes plus two high bits per value (q6_K)
+};
+
 struct Avx2DecodeQ8_0 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = false;
   static constexpr bool kHeavy = false;
+  static constexpr FastCodes kFastCodes = FastCodes::kNone;
+  static constexpr int kFastOffset = 0;
   const unsigned char* q;
   __m256 D, N;
   void begin(const unsigned char* pb, int, int h) {
@@ -92,6 +106,8 @@ struct Avx2DecodeQ4 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = kHasMin;
   static constexpr bool kHeavy = false;
+  static constexpr FastCodes kFastCodes = FastCodes::kNibbles;
+  static constexpr int kFastOffset = kHasMin ? 0 : 8;
   const unsigned char* q;
   __m256 D, N;
   void begin(const unsigned char* pb, int, int h) {
@@ -120,6 +136,8 @@ struct Avx2DecodeQ5 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = kHasMin;
   static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kFive;
+  static constexpr int kFastOffset = kHasMin ? 0 : 16;
   const unsigned char* q;
   __m256 D, N;
   __m256i qh;
@@ -149,6 +167,8 @@ struct Avx2DecodeQ2_K {
   static constexpr int kBlock = 256, kSub = 16;
   static constexpr bool kMin = true;
   static constexpr bool kHeavy = false;
+  static constexpr FastCodes kFastCodes = FastCodes::kCrumbs;
+  static constexpr int kFastOffset = 0;
   __m256i words;
   __m256 D, N;
   void begin(const unsigned char* pb, int s, int h) {
@@ -170,6 +190,8 @@ struct Avx2DecodeQ3_K {
   static constexpr int kBlock = 256, kSub = 16;
   static constexpr bool kMin = false;
   static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kCrumbs3;
+  static constexpr int kFastOffset = 4;
   __m256i lw, hw;
   __m256 D, N;
   void begin(const unsigned char* pb, int s, int h) {
@@ -216,6 +238,8 @@ struct Avx2DecodeQK4 {
   static constexpr int kBlock = 256, kSub = 32;
   static constexpr bool kMin = true;
   static constexpr bool kHeavy = kFive;
+  static constexpr FastCodes kFastCodes = kFive ? FastCodes::kFive : FastCodes::kNibbles;
+  static constexpr int kFastOffset = 0;
   const unsigned char* q;
   __m256 D, N;
   __m256i hw;
@@ -252,6 +276,8 @@ struct Avx2DecodeQ6_K {
   static constexpr int kBlock = 256, kSub = 16;
   static constexpr bool kMin = false;
   static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kSix;
+  static constexpr int kFastOffset = 32;
   const unsigned char* ql;
   __m256i hw;
   __m256 D, N;

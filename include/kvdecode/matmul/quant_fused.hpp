@@ -62,7 +62,7 @@ inline const float* interleave_tile_rows(const float* x, long ldx, long M, long 
 // gives the same bits (tests/quant_matrix_test.cpp compares every path).
 #if defined(KVDECODE_QUANT_FUSED)
 /// Small-M register tile (AVX-512, float): MR rows x NP panels over all of k,
-/// the codes decoded in registers, in the factored order (top of this file).
+/// the codes decoded in registers, in the factored order (top of quant_kernels.hpp).
 /// xp = the MR rows interleaved, xp[k * MR + r] = x[r][k] (interleave_tile_rows()).
 /// xs (MR x K / kSub, row stride ldxs) = the rows' sub-block sums (types with a min).
 /// y rows get all 16 NP columns.
@@ -191,7 +191,7 @@ void matmul_quant_fused(const T* x, long ldx, long M, const T* xs, long ldxs, co
 #if defined(KVDECODE_QUANT_FUSED_AVX2)
 /// Small-M register tile (AVX2, float): MR rows x NH half panels (8 outputs each,
 /// half panel i = lanes 8 (i % 2) .. of panel i / 2) over all of k, the codes
-/// decoded in registers, in the factored order (top of this file). The running
+/// decoded in registers, in the factored order (top of quant_kernels.hpp). The running
 /// sums live in y (read and written once per sub-block), the sub-block's partial
 /// sums in registers: MR NH of them, beside the NH code vectors and one broadcast.
 /// xp = the MR rows interleaved, xp[k * MR + r] = x[r][k] (interleave_tile_rows()).

@@ -72,7 +72,7 @@
 namespace kvd::detail {
 
 /// How a panel block becomes floats: kPortable (scalar, weights/blocks.hpp),
-/// kAvx2 or kAvx512 (the decoders above). All give the same bits. A request for
+/// kAvx2 or kAvx512 (quant_decode_avx2.hpp, quant_decode_avx512.hpp). All give the same bits. A request for
 /// decoders the build lacks takes the next one it has (AVX-512, then AVX2, then
 /// the scalar code); kQuantDequantBest is the fastest the build has.
 enum class QuantDequant { kPortable, kAvx2, kAvx512 };

@@ -24,7 +24,7 @@
 namespace kvd {
 
 /// A weight matrix W (n_out x n_in, y = W x) of one ggml block type, repacked
-/// into panel blocks (see the top of this file). Move-only.
+/// into panel blocks (see the top of quant_kernels.hpp). Move-only.
 class QuantMatrix {
  public:
   /// Rows of one part: `n_out` consecutive rows in ggml's bytes
@@ -121,7 +121,7 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantMatrix& w, T* y,
 }  // namespace detail
 
 /// y (M x Npad, row stride ldy) = x (M x K, row stride ldx) * W^T for a quantized W,
-/// in the factored order (top of this file): the same bits for every M, path,
+/// in the factored order (top of quant_kernels.hpp): the same bits for every M, path,
 /// tiling and thread count; writes all n_out_padded() columns (padding columns
 /// get 0). Uses per-thread buffers allocated at their first use on each thread.
 /// Preconditions (asserted): x and y do not overlap; ldx >= K; ldy >= n_out_padded().
@@ -130,8 +130,8 @@ void matmul(const T* x, long ldx, long M, const QuantMatrix& w, T* y, long ldy) 
   detail::matmul_quant_with<T, detail::Vec16<T>>(x, ldx, M, w.panels(), y, ldy);
 }
 
-/// y (M x Npad, row stride ldy) = x (M x K) * W^T in the fast mode (top of this
-/// file): the same bits for every M, tiling and thread count. Throws ConfigError
+/// y (M x Npad, row stride ldy) = x (M x K) * W^T in the fast mode (top of
+/// fast_int8.hpp): the same bits for every M, tiling and thread count. Throws ConfigError
 /// naming the type if the fast mode does not compute W's type (fast_matmul_type()).
 inline void matmul_fast(const float* x, long ldx, long M, const QuantMatrix& w, float* y, long ldy) {
   if (!detail::fast_matmul_type(w.type()))
