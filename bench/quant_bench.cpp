@@ -26,6 +26,7 @@
 #include "kvdecode/matmul/quant_kernels.hpp"
 #include "kvdecode/matmul/fast_bf16.hpp"
 #include "kvdecode/matmul/fast_int8.hpp"
+#include "kvdecode/matmul/quant_matrix.hpp"
 
 namespace {
 

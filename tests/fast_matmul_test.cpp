@@ -16,6 +16,7 @@
 
 #include "kvdecode/matmul/matmul.hpp"
 #include "kvdecode/matmul/fast_int8.hpp"
+#include "kvdecode/matmul/quant_matrix.hpp"
 #include "quant_rows.hpp"
 #include "test_util.hpp"
 

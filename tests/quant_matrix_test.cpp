@@ -13,6 +13,7 @@
 
 #include "kvdecode/matmul/matmul.hpp"
 #include "kvdecode/matmul/quant_kernels.hpp"
+#include "kvdecode/matmul/quant_matrix.hpp"
 #include "quant_rows.hpp"
 
 namespace {

@@ -440,4 +440,37 @@ TEST(Quantize, RowLayoutMatchesBlockByBlock) {
   }
 }
 
+
+// The block-type table (weights/block_types.hpp): exactly the ten types kvdecode
+// computes with have a row, each row agrees with weight_type_traits() and fills its
+// block with its panel layout, and the quantizer's fallback types are the ones the
+// converter has always written.
+TEST(BlockTypes, OneRowPerComputedTypeAgreeingWithTheTypeTable) {
+  const std::map<WeightType, WeightType> fallback = {
+      {WeightType::kQ8_0, WeightType::kF16}, {WeightType::kQ4_0, WeightType::kF16}, {WeightType::kQ4_1, WeightType::kF16},
+      {WeightType::kQ5_0, WeightType::kF16}, {WeightType::kQ5_1, WeightType::kF16}, {WeightType::kQ2_K, WeightType::kQ4_0},
+      {WeightType::kQ3_K, WeightType::kQ4_0}, {WeightType::kQ4_K, WeightType::kQ5_0}, {WeightType::kQ5_K, WeightType::kQ5_1},
+      {WeightType::kQ6_K, WeightType::kQ8_0}};
+  int rows = 0;
+  for (std::uint32_t code = 0; code < 64; ++code) {
+    const auto t = static_cast<WeightType>(code);
+    const auto tr = weight_type_traits(t);
+    const bool has_row = detail::visit_block_type(t, [&](auto row) {
+      using Row = decltype(row);
+      EXPECT_EQ(Row::kType, t) << code;
+      EXPECT_EQ(static_cast<std::uint32_t>(Row::kValues), tr.block_size) << code;
+      EXPECT_EQ(sizeof(typename Row::Block), tr.block_bytes) << code;
+      int bytes = 0;
+      for (int f = 0; f < Row::kLayout.n_fields; ++f) bytes += Row::kLayout.fields[f].width * Row::kLayout.fields[f].count;
+      EXPECT_EQ(static_cast<std::uint32_t>(bytes), tr.block_bytes) << code;
+      EXPECT_EQ(detail::quant_factoring(t).sub, Row::kSub) << code;
+    });
+    EXPECT_EQ(has_row, fallback.count(t) == 1) << code;
+    EXPECT_EQ(detail::is_block_type(t), has_row) << code;
+    EXPECT_EQ(detail::block_type_fallback(t), has_row ? fallback.at(t) : WeightType::kF16) << code;
+    rows += has_row;
+  }
+  EXPECT_EQ(rows, 10);
+}
+
 }  // namespace

@@ -27,7 +27,10 @@ if(CMAKE_HOST_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")  # a dispatch b
   list(APPEND _cases "kvdecode/matmul/matmul.hpp|-DKVDECODE_DISPATCH" "kvdecode/matmul/build_info.hpp|-DKVDECODE_DISPATCH")
 endif()
 foreach(_h kvdecode/matmul/matmul.hpp kvdecode/matmul/dense_kernels.hpp kvdecode/matmul/quant_kernels.hpp
-           kvdecode/matmul/fast_int8.hpp kvdecode/matmul/fast_bf16.hpp kvdecode/matmul/instances_list.hpp)
+           kvdecode/matmul/quant_decode_avx512.hpp kvdecode/matmul/quant_decode_avx2.hpp kvdecode/matmul/quant_fused.hpp
+           kvdecode/matmul/quant_matrix.hpp kvdecode/matmul/fast_int8.hpp kvdecode/matmul/fast_rows.hpp
+           kvdecode/matmul/fast_tiles.hpp kvdecode/matmul/fast_planes.hpp kvdecode/matmul/fast_bf16.hpp
+           kvdecode/matmul/instances_list.hpp)
   list(APPEND _cases "${_h}|-DKVDECODE_EXTERN_KERNELS")
 endforeach()
 list(LENGTH _cases _n)

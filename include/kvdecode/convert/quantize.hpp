@@ -230,14 +230,7 @@ inline WeightType choose_tensor_type(QuantScheme scheme, const std::string& name
     else if (scheme == QuantScheme::kQ3_K_M) t = WeightType::kQ4_K;
   }
   if (nx % weight_type_traits(t).block_size != 0) {
-    switch (t) {
-      case WeightType::kQ2_K:
-      case WeightType::kQ3_K: t = WeightType::kQ4_0; break;
-      case WeightType::kQ4_K: t = WeightType::kQ5_0; break;
-      case WeightType::kQ5_K: t = WeightType::kQ5_1; break;
-      case WeightType::kQ6_K: t = WeightType::kQ8_0; break;
-      default: t = WeightType::kF16; break;
-    }
+    t = detail::block_type_fallback(t);
     if (nx % weight_type_traits(t).block_size != 0) t = WeightType::kF16;
   }
   return t;

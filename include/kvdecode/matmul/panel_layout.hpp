@@ -9,64 +9,24 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kvdecode/weights/blocks.hpp"
 #include "kvdecode/core/simd.hpp"
+#include "kvdecode/weights/block_types.hpp"
+#include "kvdecode/weights/blocks.hpp"
 #include "kvdecode/weights/weight_type.hpp"
 
 namespace kvd::detail {
 
-/// How a field is stored in a panel block.
-enum class QuantFieldKind {
-  kPlain,       ///< element e of the 16 rows side by side: (e, row) -> width bytes
-  kNibbles32,   ///< q4_0/q4_1/q5_x's 16 code bytes: 32 4-bit codes
-  kNibbles256,  ///< q4_K/q5_K's 128 code bytes: 256 4-bit codes
-  kHighBits256, ///< q5_K's qh, q3_K's hmask (32 bytes): 256 1-bit codes (value i: byte i % 32, bit i / 32)
-  kCrumbs256,   ///< q2_K/q3_K's 64 code bytes: 256 2-bit codes
-  kQ6Low256,    ///< q6_K's ql (128 bytes): the low 4 bits of 256 codes
-  kQ6High256    ///< q6_K's qh (64 bytes): the high 2 bits of 256 codes
-};
-
-/// One field of a block: `count` elements of `width` bytes at byte `offset` of
-/// ggml's block. Code fields (every kind but kPlain) are rewritten as 32-bit
-/// code words: word w of a row holds the b-bit codes of values (32/b) w + j at
-/// bits b j (b = 4, 1 or 2), and the 16 rows' words w are side by side. One
-/// 64-byte load then holds the codes of 32/b consecutive k for 16 outputs, and
-/// each code comes out with one shift. The bytes are the same in number.
-struct QuantField {
-  int offset, width, count;
-  QuantFieldKind kind = QuantFieldKind::kPlain;
-};
-
-/// The fields of a block in the order the panel block stores them.
-struct QuantLayout {
-  int n_fields = 0;
-  QuantField fields[5] = {};
-};
-
-/// Panel-block field order per type (offsets are ggml's, see weights/blocks.hpp).
-/// The kernels below read the panel block at the offsets this order implies.
+/// Panel-block field order of block type t: its row's kLayout
+/// (weights/block_types.hpp); no fields for a type that is not a block type.
+/// The kernels read the panel block at the offsets this order implies. Never throws.
 inline QuantLayout quant_layout(WeightType t) {
-  using K = QuantFieldKind;
-  switch (t) {
-    case WeightType::kQ8_0: return {2, {{0, 2, 1}, {2, 1, 32}}};
-    case WeightType::kQ4_0: return {2, {{0, 2, 1}, {2, 1, 16, K::kNibbles32}}};
-    case WeightType::kQ4_1: return {3, {{0, 2, 1}, {2, 2, 1}, {4, 1, 16, K::kNibbles32}}};
-    case WeightType::kQ5_0: return {3, {{0, 2, 1}, {2, 4, 1}, {6, 1, 16, K::kNibbles32}}};
-    case WeightType::kQ5_1: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 4, 1}, {8, 1, 16, K::kNibbles32}}};
-    case WeightType::kQ2_K: return {4, {{80, 2, 1}, {82, 2, 1}, {0, 1, 16}, {16, 1, 64, K::kCrumbs256}}};
-    case WeightType::kQ3_K:
-      return {4, {{108, 2, 1}, {96, 1, 12}, {0, 1, 32, K::kHighBits256}, {32, 1, 64, K::kCrumbs256}}};
-    case WeightType::kQ4_K: return {4, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 128, K::kNibbles256}}};
-    case WeightType::kQ5_K:
-      return {5, {{0, 2, 1}, {2, 2, 1}, {4, 1, 12}, {16, 1, 32, K::kHighBits256}, {48, 1, 128, K::kNibbles256}}};
-    case WeightType::kQ6_K:
-      return {4, {{208, 2, 1}, {192, 1, 16}, {0, 1, 128, K::kQ6Low256}, {128, 1, 64, K::kQ6High256}}};
-    default: return QuantLayout();
-  }
+  QuantLayout l;
+  visit_block_type(t, [&](auto row) { l = decltype(row)::kLayout; });
+  return l;
 }
 
-/// True for the block types QuantMatrix holds.
-inline bool is_quant_block_type(WeightType t) { return quant_layout(t).n_fields > 0; }
+/// True for the block types the kernels compute with (they have a row).
+inline bool is_quant_block_type(WeightType t) { return is_block_type(t); }
 
 /// Bits per code of a code field.
 inline int code_bits(QuantFieldKind k) {

@@ -58,7 +58,8 @@ struct WeightTypeTraits {
 };
 
 /// The traits of code `t`. Codes that ggml does not define give name == nullptr. Never throws.
-inline WeightTypeTraits weight_type_traits(WeightType t) {
+/// (The block types' rows in block_types.hpp are checked against this table at compile time.)
+constexpr WeightTypeTraits weight_type_traits(WeightType t) {
   switch (t) {
     case WeightType::kF32: return {"f32", 1, 4, true};
     case WeightType::kF16: return {"f16", 1, 2, true};

@@ -1,0 +1,274 @@
+// The fast mode's large-M path (fast_int8.hpp): each half panel's (or, with
+// 512-bit planes, each panel's) codes over all of k decoded once into byte planes,
+// then tiles of rows over them. The same integer sums and float steps as the
+// small-M tiles (fast_tiles.hpp), so the same bits. Empty unless KVDECODE_FAST_AVX2.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kvdecode/core/isa.hpp"
+#include "kvdecode/core/parallel.hpp"
+#include "kvdecode/core/simd.hpp"
+#include "kvdecode/matmul/dense_kernels.hpp"
+#include "kvdecode/matmul/fast_rows.hpp"
+#include "kvdecode/matmul/fast_tiles.hpp"
+#include "kvdecode/matmul/panel_layout.hpp"
+#include "kvdecode/matmul/quant_decode_avx2.hpp"
+#include "kvdecode/matmul/static_for.hpp"
+
+namespace kvd::detail {
+
+#if defined(KVDECODE_FAST_AVX2)
+// ---- Large M (prefill): the codes decoded once into byte planes ---------------------
+// The small-M tiles (fast_tiles.hpp) rebuild every code for each tile of at most 4 rows, which for the
+// heavy decoders (q3_K, q5, q6_K) costs more than the integer products. For large M
+// each half panel's codes over all of k are decoded once, per thread, into byte
+// planes: per sub-block of S values, S / 4 vectors of 32 bytes, vector v holding
+// the 4 values of 8 outputs whose rounded activations are the row's bytes
+// [k0 + 4 v, k0 + 4 v + 4) (the rows' order makes that so for every type), as
+// unsigned codes (the type's offset is subtracted after the integer sum, as in
+// those tiles). The same integer sums and float steps, so the same bits.
+
+/// Sub-block s of half h of panel block pb as byte planes (out: Dec::kSub / 4
+/// vectors of 32 bytes, vstride bytes apart) and its scales D (8 floats) and
+/// offsets N (8 floats, types with a min).
+template <class Dec>
+inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned char* out, float* D, float* N,
+                             long vstride = 32) {
+  Dec dec;
+  dec.begin(pb, s, h);
+  _mm256_storeu_ps(D, dec.D);
+  if constexpr (Dec::kMin) _mm256_storeu_ps(N, dec.N);
+  auto put = [&](int v, __m256i c) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + vstride * v), c); };
+  if constexpr (Dec::kFastCodes == FastCodes::kCrumbs || Dec::kFastCodes == FastCodes::kCrumbs3) {
+    constexpr bool kThree = Dec::kFastCodes == FastCodes::kCrumbs3;
+    __m256i wv, hx;
+    fast_k2_words<kThree>(pb, s, h, wv, hx);
+    static_for<4>([&](auto jj) KVD_ALWAYS_INLINE { put(decltype(jj)::value, fast_k2_codes<kThree, decltype(jj)::value>(wv, hx)); });
+  } else if constexpr (Dec::kFastCodes == FastCodes::kSix) {
+    const unsigned char* ql = pb + 288 + 128 * s + 32 * h;  // Avx2DecodeQ6_K's fields
+    const __m256i hw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2336 + 64 * s + 32 * h));
+    for (int g = 0; g < 2; ++g) {
+      __m256i lo, hi;
+      fast_q6_planes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * g)), hw, g, lo, hi);
+      put(2 * g, lo);
+      put(2 * g + 1, hi);
+    }
+  } else {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    for (int g = 0; g < 4; ++g) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dec.q + 64 * g));
+      __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+      if constexpr (kFastFive<Dec>) fast_or_high_bits(fast_high_word(dec), g, lo, hi);
+      put(2 * g, lo);
+      put(2 * g + 1, hi);
+    }
+  }
+}
+
+/// Rows of a 512-bit byte-plane tile (defined on every ISA: matmul_fast_planes names it
+/// in both of its instances). One Zen 5 core in L2, M = 64, G multiply-adds/s,
+/// 3 / 4 / 6 / 10 rows: q5_0 87 / 97 / 88 / 57, q3_K 70 / 70-73 / 67 / 47, q6_K 70 /
+/// 74-75 / 68 / 47-49 (the 256-bit planes: q5_0 66, q3_K 47, q6_K 49).
+inline constexpr int kFastPlaneRows512 = 4;
+
+// ---- The vectors of a byte-plane tile ------------------------------------------------
+// fast_planes_tile() is written once over an integer vector trait IV, as Vec16 is
+// for the float kernels: IV::I holds IV::kOutputs 32-bit sums (8 for a half panel
+// in 256 bits, 16 for a whole panel in 512), IV::F as many floats. With kDot, one
+// dot(acc, codes, activations) adds each lane's 4 byte products (vpdpbusd); without
+// it (256 bits, no VNNI), dot16() adds them in 16-bit sums that widen() adds to
+// the 32-bit ones. The same integer sums and float steps per output either way.
+
+/// 256 bits: one half panel (8 outputs) per tile.
+struct FastPlaneVec256 {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int kOutputs = 8;
+  static constexpr int kRows = kFastPlaneRows;
+#if defined(KVDECODE_FAST_VNNI)
+  static constexpr bool kDot = true;
+  KVD_ALWAYS_INLINE static I dot(I acc, I u8, I s8) { return fast_dpbusd(acc, u8, s8); }
+#else
+  static constexpr bool kDot = false;
+#endif
+  KVD_ALWAYS_INLINE static I dot16(I acc16, I u8, I s8) { return _mm256_add_epi16(acc16, _mm256_maddubs_epi16(u8, s8)); }
+  KVD_ALWAYS_INLINE static I widen(I acc32, I acc16) {
+    return _mm256_add_epi32(acc32, _mm256_madd_epi16(acc16, _mm256_set1_epi16(1)));
+  }
+  KVD_ALWAYS_INLINE static I zero() { return _mm256_setzero_si256(); }
+  KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  KVD_ALWAYS_INLINE static I set1(std::int32_t a) { return _mm256_set1_epi32(a); }
+  KVD_ALWAYS_INLINE static I sub(I a, I b) { return _mm256_sub_epi32(a, b); }
+  KVD_ALWAYS_INLINE static F to_float(I v) { return _mm256_cvtepi32_ps(v); }
+  KVD_ALWAYS_INLINE static F fzero() { return _mm256_setzero_ps(); }
+  KVD_ALWAYS_INLINE static F fload(const float* p) { return _mm256_loadu_ps(p); }
+  KVD_ALWAYS_INLINE static F fset1(float a) { return _mm256_set1_ps(a); }
+  KVD_ALWAYS_INLINE static void fstore(float* p, F v) { _mm256_storeu_ps(p, v); }
+  KVD_ALWAYS_INLINE static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  KVD_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+};
+
+#if defined(KVDECODE_FAST_PLANES_512)
+// With AVX-512 the planes of a panel's two halves sit side by side, 64 bytes per
+// 4 values of 16 outputs, and one zmm vpdpbusd does what two ymm ones did: the
+// same integer sums, the same float steps per output, so the same bits.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own 512-bit intrinsics
+#endif
+/// 512 bits (AVX512-VNNI and BW): one whole panel (16 outputs) per tile.
+struct FastPlaneVec512 {
+  using I = __m512i;
+  using F = __m512;
+  static constexpr int kOutputs = 16;
+  static constexpr int kRows = kFastPlaneRows512;
+  static constexpr bool kDot = true;
+  KVD_ALWAYS_INLINE static I dot(I acc, I u8, I s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
+  KVD_ALWAYS_INLINE static I zero() { return _mm512_setzero_si512(); }
+  KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm512_loadu_si512(p); }
+  KVD_ALWAYS_INLINE static I set1(std::int32_t a) { return _mm512_set1_epi32(a); }
+  KVD_ALWAYS_INLINE static I sub(I a, I b) { return _mm512_sub_epi32(a, b); }
+  KVD_ALWAYS_INLINE static F to_float(I v) { return _mm512_cvtepi32_ps(v); }
+  KVD_ALWAYS_INLINE static F fzero() { return _mm512_setzero_ps(); }
+  KVD_ALWAYS_INLINE static F fload(const float* p) { return _mm512_loadu_ps(p); }
+  KVD_ALWAYS_INLINE static F fset1(float a) { return _mm512_set1_ps(a); }
+  KVD_ALWAYS_INLINE static void fstore(float* p, F v) { _mm512_storeu_ps(p, v); }
+  KVD_ALWAYS_INLINE static F mul(F a, F b) { return _mm512_mul_ps(a, b); }
+  KVD_ALWAYS_INLINE static F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+};
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // 512-bit planes
+
+/// A tile over byte planes: MR rows x IV::kOutputs outputs (a half panel, or with
+/// 512 bits a panel) over all of k. codes: the planes over k (kOutputs bytes per
+/// value); D, N: kOutputs floats per sub-block. Without kDot: 16-bit sums over W
+/// vectors (W 4 values of codes below 32, 2 for q6_K's 6-bit codes: 2 x 2 x 63 x
+/// 127 = 32004), then widened.
+template <class IV, class Dec, int MR>
+inline void fast_planes_tile(const FastRows& rows, long m0, const unsigned char* codes, const float* D, const float* N,
+                             float* y, long ldy) {
+  constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>(), L = IV::kOutputs;
+  [[maybe_unused]] constexpr int W = Dec::kFastCodes == FastCodes::kSix ? 2 : 4;
+  const long K = rows.K, nbq = K / kFastBlock;
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) IV::fstore(y + r * ldy, IV::fzero());
+  for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
+    typename IV::I t32[MR];
+    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = IV::zero();
+    if constexpr (IV::kDot) {
+      static_for<S / 4>([&](auto vv) KVD_ALWAYS_INLINE {
+        constexpr int v = decltype(vv)::value;
+        const typename IV::I c = IV::load(codes + (k0 + 4 * v) * L);
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+          std::int32_t a;
+          std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
+          t32[r] = IV::dot(t32[r], c, IV::set1(a));
+        }
+      });
+    } else {
+      KVD_UNROLL(1) for (int v0 = 0; v0 < S / 4; v0 += W) {
+        typename IV::I t16[MR];
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t16[r] = IV::zero();
+        static_for<W>([&](auto vv) KVD_ALWAYS_INLINE {
+          const int v = v0 + decltype(vv)::value;
+          const typename IV::I c = IV::load(codes + (k0 + 4 * v) * L);
+          KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+            std::int32_t a;
+            std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
+            t16[r] = IV::dot16(t16[r], c, IV::set1(a));
+          }
+        });
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = IV::widen(t32[r], t16[r]);
+      }
+    }
+    const typename IV::F Dv = IV::fload(D + L * s);
+    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+      const long row = m0 + r;
+      const typename IV::F d = IV::fset1(rows.d.data()[row * nbq + k0 / kFastBlock]);
+      typename IV::I I = t32[r];
+      if constexpr (kOffset != 0) {
+        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
+        I = IV::sub(I, IV::set1(kOffset * Q));
+      }
+      float* yp = y + r * ldy;
+      typename IV::F a = IV::fmadd(IV::mul(IV::to_float(I), d), Dv, IV::fload(yp));
+      if constexpr (Dec::kMin) {
+        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
+        a = IV::fmadd(IV::fset1(xq), IV::fload(N + L * s), a);
+      }
+      IV::fstore(yp, a);
+    }
+  }
+}
+
+template <class IV, class Dec, int MR = IV::kRows>
+inline void fast_planes_tile_any(int mr, const FastRows& rows, long m0, const unsigned char* codes, const float* D,
+                                 const float* N, float* y, long ldy) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return fast_planes_tile<IV, Dec, MR>(rows, m0, codes, D, N, y, ldy);
+    return fast_planes_tile_any<IV, Dec, MR - 1>(mr, rows, m0, codes, D, N, y, ldy);
+  }
+}
+
+/// Large M: threads take ranges of units (half panels; with kWide, the 512-bit
+/// planes, whole panels); each unit is decoded over all of k into the thread's
+/// planes (L bytes per value: 8 outputs or 16), then every row tile runs over them.
+template <class Dec, bool kWide>
+void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
+  constexpr int S = Dec::kSub, kSubs = Dec::kBlock / S, L = kWide ? 16 : 8;
+  const long K = rows.K;
+  parallel_parts(kWide ? w.n_panels() : 2 * w.n_panels(), parallel, [&](long u0, long u1) {
+    static thread_local AlignedBuffer<unsigned char> codes;
+    static thread_local AlignedBuffer<float> D, N;
+    codes.reserve(static_cast<std::size_t>(K * L));
+    D.reserve(static_cast<std::size_t>(K / S * L));
+    N.reserve(static_cast<std::size_t>(K / S * L));
+    for (long u = u0; u < u1; ++u) {
+      for (long b = 0; b < w.n_blocks(); ++b)
+        for (int s = 0; s < kSubs; ++s)
+          for (int h = 0; h < (kWide ? 2 : 1); ++h) {  // the halves side by side: 32 bytes, 8 floats each
+            const long j = b * kSubs + s;
+            fast_planes_avx2<Dec>(w.panel_block(kWide ? u : u / 2, b), s, kWide ? h : static_cast<int>(u % 2),
+                                  codes.data() + j * S * L + 32 * h, D.data() + L * j + 8 * h, N.data() + L * j + 8 * h,
+                                  4 * L);
+          }
+      constexpr long kRows = kWide ? kFastPlaneRows512 : kFastPlaneRows;
+      for (long m0 = 0; m0 < M; m0 += kRows) {
+        const int mr = static_cast<int>(std::min<long>(kRows, M - m0));
+#if defined(KVDECODE_FAST_PLANES_512)
+        if constexpr (kWide) {
+          fast_planes_tile_any<FastPlaneVec512, Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + u * L,
+                                                     ldy);
+          continue;
+        }
+#endif
+        fast_planes_tile_any<FastPlaneVec256, Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + u * L, ldy);
+      }
+    }
+  });
+}
+
+/// Whether large M takes the byte planes for Dec: the heavy decoders (q5, q3_K, q6_K);
+/// every type with the 512-bit planes (one Zen 5 core in L2, M = 64, G multiply-adds/s,
+/// 256-bit tiles -> 512-bit planes: q4_0 75 -> 91-96, q4_1 73 -> 87-92, q4_K 71 -> 87,
+/// q2_K 55 -> 68).
+/// One core in L2 at M = 64 (Zen 3, G multiply-adds/s, tiles -> planes, noisy):
+/// q5_0 26.6 -> 36.1, q5_1 29.3 -> 43.5, q5_K 29.1 -> 39.4, q3_K 23.8 -> 32.9, q6_K
+/// 28.3 -> 34.8; q4_K 40-43 -> 30-42 and q2_K 28-34 -> 22-32 stay with the tiles,
+/// whose two half panels share each broadcast.
+template <class Dec>
+inline constexpr bool kFastPlanes =
+#if defined(KVDECODE_FAST_PLANES_512)
+    true;
+#else
+    kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3 || Dec::kFastCodes == FastCodes::kSix;
+#endif
+#endif  // KVDECODE_FAST_AVX2
+
+}  // namespace kvd::detail

@@ -1,0 +1,412 @@
+// The fast mode's AVX2 register tiles for small M (fast_int8.hpp): MR rows x NH
+// half panels over all of k, the codes rebuilt in registers from the panel blocks
+// through the AVX2 decoders (quant_decode_avx2.hpp) and multiplied with the rounded
+// rows (fast_rows.hpp) by vpmaddubsw or, with VNNI, vpdpbusd. Three tile kinds: the
+// nibble planes (q4, q5), the 2-bit planes (q2_K, q3_K) and q6_K. Empty unless
+// KVDECODE_FAST_AVX2.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kvdecode/core/isa.hpp"
+#include "kvdecode/core/simd.hpp"
+#include "kvdecode/matmul/dense_kernels.hpp"
+#include "kvdecode/matmul/fast_rows.hpp"
+#include "kvdecode/matmul/panel_layout.hpp"
+#include "kvdecode/matmul/quant_decode_avx2.hpp"
+#include "kvdecode/matmul/static_for.hpp"
+
+namespace kvd::detail {
+
+#if defined(KVDECODE_FAST_AVX2)
+#if defined(KVDECODE_FAST_VNNI)
+// VNNI: vpdpbusd adds the 4 products of unsigned code bytes and signed activation
+// bytes of each 32-bit lane to it in one instruction, exactly (no 16-bit step,
+// no saturation), where AVX2 takes vpmaddubsw, a 16-bit add and a vpmaddwd. The
+// integer sums are the same, so are the bits.
+/// acc + for each 32-bit lane the sum of its 4 products u8[b] * s8[b] (vpdpbusd).
+KVD_ALWAYS_INLINE inline __m256i fast_dpbusd(__m256i acc, __m256i u8, __m256i s8) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(acc, u8, s8);
+#else
+  return _mm256_dpbusd_avx_epi32(acc, u8, s8);
+#endif
+}
+#endif
+/// Whether Dec decodes 5-bit codes (a nibble plus one high bit per value).
+template <class Dec>
+inline constexpr bool kFastFive = Dec::kFastCodes == FastCodes::kFive;
+
+/// The fast mode's offset of Dec's unsigned codes (subtracted as offset * Q_s).
+template <class Dec>
+constexpr int fast_code_offset() {
+  return Dec::kFastOffset;
+}
+
+/// The word of high bits a 5-bit decoder loaded in begin() (bit v = value v of the sub-block).
+template <class Dec>
+inline __m256i fast_high_word(const Dec& d) {
+  if constexpr (std::is_same_v<Dec, Avx2DecodeQK4<true>>)
+    return d.hw;
+  else
+    return d.qh;
+}
+
+/// q5: ors group g's 8 high bits (bits 8 g .. 8 g + 7 of the high word) into bit 4
+/// of the nibble planes' bytes: lo holds values 8 g + 2 b, hi values 8 g + 2 b + 1.
+KVD_ALWAYS_INLINE inline void fast_or_high_bits(__m256i hword, int g, __m256i& lo, __m256i& hi) {
+  // bits 2 b and 2 b + 1 of the group to byte b, then to bit 4 of lo and hi
+  __m256i x = _mm256_and_si256(_mm256_srl_epi32(hword, _mm_cvtsi32_si128(8 * g)), _mm256_set1_epi32(0xFF));
+  x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 12)), _mm256_set1_epi32(0x000F000F));
+  x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 6)), _mm256_set1_epi32(0x03030303));
+  const __m256i b4 = _mm256_set1_epi8(16);
+  lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi32(x, 4), b4));
+  hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi32(x, 3), b4));
+}
+
+/// The low 16 bits of each lane of v, nibble n -> byte n (bits 0..3).
+KVD_ALWAYS_INLINE inline __m256i fast_nibbles_to_bytes(__m256i v16) {
+  __m256i v = _mm256_and_si256(_mm256_or_si256(v16, _mm256_slli_epi32(v16, 8)), _mm256_set1_epi32(0x00FF00FF));
+  return _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), _mm256_set1_epi8(15));
+}
+
+/// q2_K / q3_K: the code word of sub-block s, half h (value v at bits 2 v), and for
+/// q3_K the high bits of values 4 n .. 4 n + 3 in bits 0..3 of byte n (hx).
+template <bool kThree>
+KVD_ALWAYS_INLINE inline void fast_k2_words(const unsigned char* pb, int s, int h, __m256i& wv, __m256i& hx) {
+  // Avx2DecodeQ2_K's / Avx2DecodeQ3_K's fields
+  wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + (kThree ? 736 : 320) + 64 * s + 32 * h));
+  if constexpr (kThree) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 224 + 64 * (s / 2) + 32 * h));
+    hx = fast_nibbles_to_bytes(s % 2 ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)));
+  } else {
+    hx = _mm256_setzero_si256();  // unused
+  }
+}
+
+/// q2_K / q3_K code vector j (0..3): values j, j + 4, j + 8, j + 12 of 8 outputs in
+/// their 4 bytes, unsigned (q3_K: code + 4).
+template <bool kThree, int j>
+KVD_ALWAYS_INLINE inline __m256i fast_k2_codes(__m256i wv, [[maybe_unused]] __m256i hx) {
+  __m256i c = _mm256_and_si256(j == 0 ? wv : _mm256_srli_epi32(wv, 2 * j), _mm256_set1_epi8(3));
+  if constexpr (kThree) {
+    const __m256i hb = j < 2 ? _mm256_slli_epi32(hx, 2 - j) : j == 2 ? hx : _mm256_srli_epi32(hx, 1);
+    c = _mm256_or_si256(c, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+  }
+  return c;
+}
+
+/// q6_K: group g (0, 1) of a sub-block as two byte planes, lo (values 8 g + 2 b) and
+/// hi (8 g + 2 b + 1), 6-bit unsigned codes (code + 32), from the low word wv and
+/// the sub-block's high word hw.
+KVD_ALWAYS_INLINE inline void fast_q6_planes(__m256i wv, __m256i hw, int g, __m256i& lo, __m256i& hi) {
+  // the group's 8 pairs of high bits (16 bits), nibble n -> byte n: byte n then
+  // holds the high bits of values 2n (bits 0..1) and 2n + 1 (bits 2..3)
+  const __m256i v = fast_nibbles_to_bytes(g == 0 ? _mm256_and_si256(hw, _mm256_set1_epi32(0xFFFF)) : _mm256_srli_epi32(hw, 16));
+  const __m256i m4 = _mm256_set1_epi8(15);
+  lo = _mm256_or_si256(_mm256_and_si256(wv, m4), _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi8(3)), 4));
+  hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
+                       _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi8(12)), 2));
+}
+
+/// The tiles' running sums in y (MR rows x NH half panels from h0) set to +0.
+template <int MR, int NH>
+inline void fast_tile_zero(float* y, long ldy, long h0) {
+  KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
+}
+
+/// Panel block b of each of the NH half panels from h0.
+template <int NH>
+KVD_ALWAYS_INLINE inline void fast_panel_blocks(const QuantPanels& w, long nblk, std::size_t pbb, long h0, long b,
+                                                const unsigned char* (&pb)[NH]) {
+  KVD_UNROLL(4) for (int i = 0; i < NH; ++i) pb[i] = w.data + (static_cast<std::size_t>((h0 + i) / 2) * nblk + b) * pbb;
+}
+
+/// AVX2 register tile for codes in nibble planes (q4_0, q4_1, q4_K; q5_0, q5_1,
+/// q5_K with their high bits): MR rows x NH half panels over all of k (see the top
+/// of this file). The running sums live in y, the sub-block's partial sums in
+/// registers (16-bit for 4-bit codes, widened to 32 per group of 8 for 5-bit ones).
+template <class Dec, int MR, int NH>
+inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
+  constexpr bool kFive = kFastFive<Dec>;
+  constexpr int kOffset = fast_code_offset<Dec>();  // q4_0: codes - 8, q5_0: codes - 16
+  constexpr int kSubs = Dec::kBlock / kFastBlock;
+  const long K = rows.K, nbq = K / kFastBlock;
+  fast_tile_zero<MR, NH>(y, ldy, h0);
+  const __m256i m4 = _mm256_set1_epi8(15);
+  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
+  const std::size_t pbb = w.panel_block_bytes();
+  const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  for (long b = 0; b < nblk; ++b) {
+    const unsigned char* pb[NH];
+    fast_panel_blocks<NH>(w, nblk, pbb, h0, b, pb);
+    for (int s = 0; s < kSubs; ++s) {
+      const long j = b * kSubs + s;
+      // The code words' addresses now, the scales and offsets after the sub-block's
+      // integer loop (computed before it, GCC keeps them in registers the loop needs).
+      const unsigned char* qw[NH];
+      [[maybe_unused]] __m256i hword[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+        Dec where;
+        where.begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+        qw[i] = where.q;
+        if constexpr (kFive) hword[i] = fast_high_word(where);
+        prefetch_half_panel_share(pb[i], pbb, s, kSubs, (h0 + i) % 2);
+      }
+      __m256i t[MR][NH];
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_si256();
+      // A loop, not unrolled: unrolled, GCC reassociates the 16-bit sums and
+      // computes every product of the sub-block first, spilling them to the stack.
+      // VNNI has no 16-bit sums, and unrolled its tiles keep the broadcasts in registers.
+#if defined(KVDECODE_FAST_VNNI)
+      KVD_UNROLL(4)
+#else
+      KVD_UNROLL(1)
+#endif
+      for (int g = 0; g < 4; ++g) {
+        // every half panel's two code vectors, then each row's two broadcasts used
+        // for all of them: 2 NH + MR NH + 2 + 1 registers
+        __m256i lo[NH], hi[NH];
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw[i] + 64 * g));
+          lo[i] = _mm256_and_si256(wv, m4);
+          hi[i] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
+          if constexpr (kFive) fast_or_high_bits(hword[i], g, lo[i], hi[i]);
+        }
+        KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+          const std::int8_t* qa = q0 + r * K + j * kFastBlock + 8 * g;
+          std::int32_t a0, a1;
+          std::memcpy(&a0, qa, 4);
+          std::memcpy(&a1, qa + 4, 4);
+          const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);
+          KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+#if defined(KVDECODE_FAST_VNNI)
+            t[r][i] = fast_dpbusd(fast_dpbusd(t[r][i], lo[i], b0), hi[i], b1);
+#else
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0), _mm256_maddubs_epi16(hi[i], b1));
+            t[r][i] = kFive ? _mm256_add_epi32(t[r][i], _mm256_madd_epi16(p, ones)) : _mm256_add_epi16(t[r][i], p);
+#endif
+          }
+        }
+      }
+      Dec dec[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+        const long e = (m0 + r) * nbq + j;
+        const __m256 d = _mm256_set1_ps(rows.d.data()[e]);
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+#if defined(KVDECODE_FAST_VNNI)
+          __m256i I = t[r][i];
+#else
+          __m256i I = kFive ? t[r][i] : _mm256_madd_epi16(t[r][i], ones);
+#endif
+          if constexpr (kOffset != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * rows.qsum.data()[e]));
+          float* yp = y + r * ldy + (h0 + i) * 8;
+          __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp));
+          if constexpr (Dec::kMin) a = _mm256_fmadd_ps(_mm256_set1_ps(rows.xq.data()[e]), dec[i].N, a);
+          _mm256_storeu_ps(yp, a);
+        }
+      }
+    }
+  }
+}
+
+/// The q2_K (kThree = false) and q3_K tile: MR rows x NH half panels, sub-blocks of
+/// 16 values, one code word per row (value v at bits 2 v); rows of order 16.
+/// Vector j = (w >> 2 j) & 3 holds values j, j + 4, j + 8, j + 12 in its bytes;
+/// q3_K ors in its high bit at bit 2 (code + 4) and subtracts 4 Q_s after.
+template <bool kThree, int MR, int NH>
+inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
+  using Dec = std::conditional_t<kThree, Avx2DecodeQ3_K, Avx2DecodeQ2_K>;
+  const long K = rows.K, nbq = K / kFastBlock;
+  fast_tile_zero<MR, NH>(y, ldy, h0);
+  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
+  const std::size_t pbb = w.panel_block_bytes();
+  const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  for (long b = 0; b < nblk; ++b) {
+    const unsigned char* pb[NH];
+    fast_panel_blocks<NH>(w, nblk, pbb, h0, b, pb);
+    for (int s = 0; s < 16; ++s) {
+      __m256i wv[NH], hx[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+        fast_k2_words<kThree>(pb[i], s, static_cast<int>((h0 + i) % 2), wv[i], hx[i]);
+        prefetch_half_panel_share(pb[i], pbb, s, 16, (h0 + i) % 2);
+      }
+      __m256i t[MR][NH];
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_si256();
+      const long k0 = b * 256 + 16 * s;
+      static_for<4>([&](auto jj) KVD_ALWAYS_INLINE {
+        constexpr int j = decltype(jj)::value;
+        __m256i bq[MR];
+        KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+          std::int32_t a;
+          std::memcpy(&a, q0 + r * K + k0 + 4 * j, 4);
+          bq[r] = _mm256_set1_epi32(a);
+        }
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          const __m256i c = fast_k2_codes<kThree, j>(wv[i], hx[i]);
+#if defined(KVDECODE_FAST_VNNI)
+          KVD_UNROLL(4) for (int r = 0; r < MR; ++r) t[r][i] = fast_dpbusd(t[r][i], c, bq[r]);
+#else
+          KVD_UNROLL(4) for (int r = 0; r < MR; ++r) t[r][i] = _mm256_add_epi16(t[r][i], _mm256_maddubs_epi16(c, bq[r]));
+#endif
+        }
+      });
+      Dec dec[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+        const long row = m0 + r, e16 = row * (K / 16) + k0 / 16;
+        const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+#if defined(KVDECODE_FAST_VNNI)
+          __m256i I = t[r][i];
+#else
+          __m256i I = _mm256_madd_epi16(t[r][i], ones);
+#endif
+          if constexpr (kThree) I = _mm256_sub_epi32(I, _mm256_set1_epi32(fast_code_offset<Dec>() * rows.qsum16.data()[e16]));
+          float* yp = y + r * ldy + (h0 + i) * 8;
+          __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp));
+          if constexpr (!kThree) a = _mm256_fmadd_ps(_mm256_set1_ps(rows.xq16.data()[e16]), dec[i].N, a);
+          _mm256_storeu_ps(yp, a);
+        }
+      }
+    }
+  }
+}
+
+/// The q6_K tile: MR rows x NH half panels; per group of 8 values the two nibble
+/// planes get their two high bits (bits 4..5 of each byte) from the high word.
+template <int MR, int NH>
+inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
+  const long K = rows.K, nbq = K / kFastBlock;
+  fast_tile_zero<MR, NH>(y, ldy, h0);
+  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
+  const std::size_t pbb = w.panel_block_bytes();
+  const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  for (long b = 0; b < nblk; ++b) {
+    const unsigned char* pb[NH];
+    fast_panel_blocks<NH>(w, nblk, pbb, h0, b, pb);
+    for (int s = 0; s < 16; ++s) {
+      const unsigned char* ql[NH];
+      const unsigned char* qh[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+        const int h = static_cast<int>((h0 + i) % 2);
+        ql[i] = pb[i] + 288 + 128 * s + 32 * h;  // Avx2DecodeQ6_K's fields
+        qh[i] = pb[i] + 2336 + 64 * s + 32 * h;
+        prefetch_half_panel_share(pb[i], pbb, s, 16, (h0 + i) % 2);
+      }
+      __m256i t[MR][NH];
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_si256();
+      const long k0 = b * 256 + 16 * s;
+      KVD_UNROLL(1) for (int g = 0; g < 2; ++g) {
+        __m256i lo[NH], hi[NH];
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          fast_q6_planes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql[i] + 64 * g)),
+                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh[i])), g, lo[i], hi[i]);
+        }
+        KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+          const std::int8_t* qa = q0 + r * K + k0 + 8 * g;
+          std::int32_t a0, a1;
+          std::memcpy(&a0, qa, 4);
+          std::memcpy(&a1, qa + 4, 4);
+          const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);
+          KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+#if defined(KVDECODE_FAST_VNNI)
+            t[r][i] = fast_dpbusd(fast_dpbusd(t[r][i], lo[i], b0), hi[i], b1);
+#else
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0), _mm256_maddubs_epi16(hi[i], b1));
+            t[r][i] = _mm256_add_epi32(t[r][i], _mm256_madd_epi16(p, ones));
+#endif
+          }
+        }
+      }
+      Avx2DecodeQ6_K dec[NH];
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+        const long row = m0 + r;
+        const __m256 d = _mm256_set1_ps(rows.d.data()[row * nbq + k0 / kFastBlock]);
+        const __m256i off = _mm256_set1_epi32(fast_code_offset<Avx2DecodeQ6_K>() * rows.qsum16.data()[row * (K / 16) + k0 / 16]);
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          const __m256i I = _mm256_sub_epi32(t[r][i], off);  // codes - 32
+          float* yp = y + r * ldy + (h0 + i) * 8;
+          _mm256_storeu_ps(yp, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp)));
+        }
+      }
+    }
+  }
+}
+
+#if defined(__AVX512VL__)
+// EVEX encodings reach 32 vector registers: tiles of up to 7 rows (M = 5 to 7).
+inline constexpr int kFastVectorRegisters = 32;
+#else
+inline constexpr int kFastVectorRegisters = 16;
+#endif
+/// The rows of a tile for M > kFastMaxRows (and every M with 16 registers).
+inline constexpr int kFastTileRows = 4;
+/// The rows of a tile: 4, or with 32 registers M itself for M = 5 to 7 (a speculative
+/// verification), which would otherwise run as 4 rows and a remainder. One core in L2,
+/// Zen 5, G multiply-adds/s at M = 5, 4 + 1 -> 5 rows: q4_0 44 -> 66-69, q4_K 54 -> 68-70,
+/// q5_K 36 -> 51-56. Larger M keeps 4-row tiles: 8-row tiles lost at M = 8 and 64
+/// (q4_K 60 -> 53, 62 -> 55).
+inline constexpr int kFastMaxRows = kFastVectorRegisters == 32 ? 7 : kFastTileRows;
+/// Rows of a byte-plane tile (large M): 2 MR sums, a code vector, a broadcast and a constant in 16 registers.
+/// (12 rows in 32 registers measured slower: 43 against 67 G multiply-adds/s for q5_0 at M = 64, Zen 5.)
+inline constexpr int kFastPlaneRows = 6;
+/// The smallest M that takes the byte planes.
+inline constexpr long kFastPlanesMinM = 16;
+/// Half panels per tile: 4 for 1 or 2 rows, 2 beyond (8 to 16 accumulators).
+constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
+
+/// The most rows of a tile for Dec: kFastMaxRows for the nibble planes; 4 for q2_K,
+/// q3_K and q6_K, whose 5-row tiles gained nothing (Zen 5, one core in L2: q6_K 31
+/// at M = 5 either way; their 8-row tiles fell at M = 8, q2_K 55 -> 33, q6_K 39 -> 28).
+template <class Dec>
+constexpr int fast_max_rows() {
+  if constexpr (Dec::kFastCodes == FastCodes::kSix || Dec::kFastCodes == FastCodes::kCrumbs ||
+                Dec::kFastCodes == FastCodes::kCrumbs3)
+    return kFastTileRows;
+  return kFastMaxRows;
+}
+
+/// q6_K's tiles hold 32-bit sums and more constants: 2 half panels for 1 row, 1
+/// beyond; the q5 and q3_K tiles hold a word of high bits per half panel besides.
+template <class Dec>
+constexpr int fast_halves_of(int mr) {
+  if constexpr (Dec::kFastCodes == FastCodes::kSix) return mr <= 1 ? 2 : 1;
+  if constexpr (kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3) return mr <= 2 ? 2 : 1;
+  return fast_halves(mr);
+}
+
+template <class Dec, int MR, int NH = fast_halves_of<Dec>(MR)>
+inline void fast_tile_avx2_nh(int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
+  if constexpr (NH >= 1) {
+    if (nh == NH) {
+      if constexpr (Dec::kFastCodes == FastCodes::kSix) return fast_tile_q6k_avx2<MR, NH>(rows, m0, w, h0, y, ldy);
+      else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs) return fast_tile_k2_avx2<false, MR, NH>(rows, m0, w, h0, y, ldy);
+      else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs3) return fast_tile_k2_avx2<true, MR, NH>(rows, m0, w, h0, y, ldy);
+      else return fast_tile_avx2<Dec, MR, NH>(rows, m0, w, h0, y, ldy);
+    }
+    return fast_tile_avx2_nh<Dec, MR, NH - 1>(nh, rows, m0, w, h0, y, ldy);
+  }
+}
+template <class Dec, int MR = fast_max_rows<Dec>()>
+inline void fast_tile_avx2_any(int mr, int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y,
+                               long ldy) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return fast_tile_avx2_nh<Dec, MR>(nh, rows, m0, w, h0, y, ldy);
+    return fast_tile_avx2_any<Dec, MR - 1>(mr, nh, rows, m0, w, h0, y, ldy);
+  }
+}
+#endif  // KVDECODE_FAST_AVX2
+
+}  // namespace kvd::detail

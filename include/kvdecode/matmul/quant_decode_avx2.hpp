@@ -1,0 +1,335 @@
+// The AVX2 decoders of the block types: the AVX-512 decoders' arithmetic
+// (quant_decode_avx512.hpp) on half a panel, 8 lanes per vector. Avx2DecoderOf<Row>
+// names each row's decoder (weights/block_types.hpp), with_decoder_avx2() looks one
+// up for a run-time type, and factor_panel_block_avx2() is the buffered paths' use
+// of them. The fused tiles (quant_fused.hpp) and the fast mode's AVX2 tiles
+// (fast_tiles.hpp, fast_planes.hpp) read panel blocks through them too.
+// Empty unless KVDECODE_QUANT_AVX2.
+#pragma once
+
+#include <cstddef>
+
+#include "kvdecode/core/isa.hpp"
+#include "kvdecode/core/parallel.hpp"
+#include "kvdecode/core/simd.hpp"
+#include "kvdecode/error.hpp"
+#include "kvdecode/matmul/panel_layout.hpp"
+#include "kvdecode/matmul/static_for.hpp"
+#include "kvdecode/weights/block_types.hpp"
+
+namespace kvd::detail {
+
+#if defined(KVDECODE_QUANT_AVX2)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// ---- AVX2 decoders -----------------------------------------------------------------
+// The AVX-512 decoders' arithmetic on half a panel: lanes 8 h .. 8 h + 7 (h = 0, 1)
+// of a panel block, one 8-lane ymm vector per value. begin(pb, s, h) loads
+// sub-block s's scales D and (kMin) offsets N for those 8 rows; code<kk>() gives
+// their codes at k = s * kSub + kk as floats. kHeavy: the decoder keeps a code
+// word in a register besides the words it loads (q5_0, q5_1, q3_K, q5_K, q6_K),
+// which shapes the tiles below. Every code is a small integer,
+// converted exactly; D and N are the same float operations as the scalar
+// factoring (weights/blocks.hpp), so the same bits. Half h of a field sits at
+// +16 h bytes in an f16 field (16 x 2 bytes), +8 h in a byte field (16 x 1)
+// and +32 h in a code-word field (16 x 4).
+
+inline __m256 q2_f16x8(const unsigned char* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i q2_u8x8(const unsigned char* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i q2_i8x8(const unsigned char* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m256i q2_words(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+/// Bits shift .. shift + width - 1 of each lane of v, at bit 0.
+template <int kShift, int kWidth>
+inline __m256i q2_bits(__m256i v) {
+  if constexpr (kShift + kWidth == 32) return _mm256_srli_epi32(v, kShift);
+  const __m256i s = kShift == 0 ? v : _mm256_srli_epi32(v, kShift);
+  return _mm256_and_si256(s, _mm256_set1_epi32((1 << kWidth) - 1));
+}
+/// Bit kBit of each lane of v, moved to bit kTo (the other bits 0).
+template <int kBit, int kTo>
+inline __m256i q2_bit_to(__m256i v) {
+  const __m256i s = kBit == kTo ? v : kBit > kTo ? _mm256_srli_epi32(v, kBit - kTo) : _mm256_slli_epi32(v, kTo - kBit);
+  return _mm256_and_si256(s, _mm256_set1_epi32(1 << kTo));
+}
+inline __m256 q2_neg(__m256 v) { return _mm256_sub_ps(_mm256_set1_ps(-0.f), v); }  // -v exactly, zeros included
+
+/// The AVX2 decoder of a block type's row (weights/block_types.hpp): `type`,
+/// specialised after each decoder below.
+template <class Row>
+struct Avx2DecoderOf;
+
+/// How the fast mode's AVX2 tiles (fast_tiles.hpp, fast_planes.hpp) read a
+/// decoder's codes as bytes: each decoder's kFastCodes, with kFastOffset the offset
+/// its unsigned codes carry (subtracted after the integer sums as offset * Q_s).
+enum class FastCodes {
+  kNone,     ///< not computed in fast mode (q8_0)
+  kNibbles,  ///< 4-bit codes in nibble planes (q4_0, q4_1, q4_K)
+  kFive,     ///< nibble planes plus one high bit per value from a word of high bits (q5_0, q5_1, q5_K)
+  kCrumbs,   ///< 2-bit codes, 16 to a word (q2_K); rows of order 16
+  kCrumbs3,  ///< 2-bit codes plus one high bit per value (q3_K); rows of order 16
+  kSix       ///< nibble planes plus two high bits per value (q6_K)
+};
+
+struct Avx2DecodeQ8_0 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = false;
+  static constexpr bool kHeavy = false;
+  static constexpr FastCodes kFastCodes = FastCodes::kNone;
+  static constexpr int kFastOffset = 0;
+  const unsigned char* q;
+  __m256 D, N;
+  void begin(const unsigned char* pb, int, int h) {
+    D = q2_f16x8(pb + 16 * h);
+    N = _mm256_setzero_ps();
+    q = pb + 32 + 8 * h;
+  }
+  template <int kk>
+  __m256 code() const { return _mm256_cvtepi32_ps(q2_i8x8(q + 16 * kk)); }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ8_0> {
+  using type = Avx2DecodeQ8_0;
+};
+
+/// q4_0 (code - 8) / q4_1 (code): one group of 32.
+template <bool kHasMin>
+struct Avx2DecodeQ4 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = kHasMin;
+  static constexpr bool kHeavy = false;
+  static constexpr FastCodes kFastCodes = FastCodes::kNibbles;
+  static constexpr int kFastOffset = kHasMin ? 0 : 8;
+  const unsigned char* q;
+  __m256 D, N;
+  void begin(const unsigned char* pb, int, int h) {
+    D = q2_f16x8(pb + 16 * h);
+    N = kMin ? q2_f16x8(pb + 32 + 16 * h) : _mm256_setzero_ps();
+    q = pb + (kMin ? 64 : 32) + 32 * h;
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i c = q2_bits<4 * (kk % 8), 4>(q2_words(q + 64 * (kk / 8)));
+    return _mm256_cvtepi32_ps(kMin ? c : _mm256_sub_epi32(c, _mm256_set1_epi32(8)));
+  }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ4_0> {
+  using type = Avx2DecodeQ4<false>;
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ4_1> {
+  using type = Avx2DecodeQ4<true>;
+};
+
+/// q5_0 (code - 16) / q5_1 (code): nibble | bit kk of the row's qh << 4.
+template <bool kHasMin>
+struct Avx2DecodeQ5 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = kHasMin;
+  static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kFive;
+  static constexpr int kFastOffset = kHasMin ? 0 : 16;
+  const unsigned char* q;
+  __m256 D, N;
+  __m256i qh;
+  void begin(const unsigned char* pb, int, int h) {
+    D = q2_f16x8(pb + 16 * h);
+    N = kMin ? q2_f16x8(pb + 32 + 16 * h) : _mm256_setzero_ps();
+    qh = q2_words(pb + (kMin ? 64 : 32) + 32 * h);
+    q = pb + (kMin ? 128 : 96) + 32 * h;
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i c = _mm256_or_si256(q2_bits<4 * (kk % 8), 4>(q2_words(q + 64 * (kk / 8))), q2_bit_to<kk, 4>(qh));
+    return _mm256_cvtepi32_ps(kMin ? c : _mm256_sub_epi32(c, _mm256_set1_epi32(16)));
+  }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ5_0> {
+  using type = Avx2DecodeQ5<false>;
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ5_1> {
+  using type = Avx2DecodeQ5<true>;
+};
+
+/// q2_K: 16 sub-blocks of 16, sub-block s = code word s; D = d (sc & 15), N = -(dmin (sc >> 4)).
+struct Avx2DecodeQ2_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = true;
+  static constexpr bool kHeavy = false;
+  static constexpr FastCodes kFastCodes = FastCodes::kCrumbs;
+  static constexpr int kFastOffset = 0;
+  __m256i words;
+  __m256 D, N;
+  void begin(const unsigned char* pb, int s, int h) {
+    const __m256i sc = q2_u8x8(pb + 64 + 16 * s + 8 * h);
+    D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(_mm256_and_si256(sc, _mm256_set1_epi32(15))));
+    N = q2_neg(_mm256_mul_ps(q2_f16x8(pb + 32 + 16 * h), _mm256_cvtepi32_ps(_mm256_srli_epi32(sc, 4))));
+    words = q2_words(pb + 320 + 64 * s + 32 * h);
+  }
+  template <int kk>
+  __m256 code() const { return _mm256_cvtepi32_ps(q2_bits<2 * kk, 2>(words)); }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ2_K> {
+  using type = Avx2DecodeQ2_K;
+};
+
+/// q3_K: 16 sub-blocks of 16, D = d (6-bit scale - 32), code = 2-bit + 4 high bit - 4.
+struct Avx2DecodeQ3_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = false;
+  static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kCrumbs3;
+  static constexpr int kFastOffset = 4;
+  __m256i lw, hw;
+  __m256 D, N;
+  void begin(const unsigned char* pb, int s, int h) {
+    const unsigned char* sc = pb + 32 + 8 * h;
+    const __m256i lo = s < 8 ? _mm256_and_si256(q2_u8x8(sc + 16 * s), _mm256_set1_epi32(15))
+                             : _mm256_srli_epi32(q2_u8x8(sc + 16 * (s - 8)), 4);
+    const __m256i hi = _mm256_and_si256(_mm256_srl_epi32(q2_u8x8(sc + 16 * (8 + s % 4)), _mm_cvtsi32_si128(2 * (s / 4))),
+                                        _mm256_set1_epi32(3));
+    const __m256i v = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(v));
+    N = _mm256_setzero_ps();
+    lw = q2_words(pb + 736 + 64 * s + 32 * h);
+    // high bits of values 16 s .. 16 s + 15: word s / 2, from bit 16 (s % 2)
+    hw = _mm256_srl_epi32(q2_words(pb + 224 + 64 * (s / 2) + 32 * h), _mm_cvtsi32_si128(16 * (s % 2)));
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i idx = _mm256_or_si256(q2_bits<2 * kk, 2>(lw), q2_bit_to<kk, 2>(hw));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(idx, _mm256_set1_epi32(4)));
+  }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ3_K> {
+  using type = Avx2DecodeQ3_K;
+};
+
+/// q4_K / q5_K's 6-bit scale and min of sub-block s for 8 rows (sc: the scale bytes at +8 h).
+inline void q2_k4_scale_min(const unsigned char* sc, int s, __m256i& scale, __m256i& min) {
+  const __m256i m63 = _mm256_set1_epi32(63);
+  if (s < 4) {
+    scale = _mm256_and_si256(q2_u8x8(sc + 16 * s), m63);
+    min = _mm256_and_si256(q2_u8x8(sc + 16 * (s + 4)), m63);
+  } else {
+    const __m256i b = q2_u8x8(sc + 16 * (s + 4));
+    scale = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi32(15)),
+                            _mm256_slli_epi32(_mm256_srli_epi32(q2_u8x8(sc + 16 * (s - 4)), 6), 4));
+    min = _mm256_or_si256(_mm256_srli_epi32(b, 4), _mm256_slli_epi32(_mm256_srli_epi32(q2_u8x8(sc + 16 * s), 6), 4));
+  }
+}
+
+/// q4_K (kFive = false) and q5_K (true): 8 sub-blocks of 32, D = d sc, N = -(dmin m).
+template <bool kFive>
+struct Avx2DecodeQK4 {
+  static constexpr int kBlock = 256, kSub = 32;
+  static constexpr bool kMin = true;
+  static constexpr bool kHeavy = kFive;
+  static constexpr FastCodes kFastCodes = kFive ? FastCodes::kFive : FastCodes::kNibbles;
+  static constexpr int kFastOffset = 0;
+  const unsigned char* q;
+  __m256 D, N;
+  __m256i hw;
+  void begin(const unsigned char* pb, int s, int h) {
+    __m256i sc, mn;
+    q2_k4_scale_min(pb + 64 + 8 * h, s, sc, mn);
+    D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(sc));
+    N = q2_neg(_mm256_mul_ps(q2_f16x8(pb + 32 + 16 * h), _mm256_cvtepi32_ps(mn)));
+    q = pb + (kFive ? 768 : 256) + 256 * s + 32 * h;
+    hw = kFive ? q2_words(pb + 256 + 64 * s + 32 * h) : _mm256_setzero_si256();
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i c = q2_bits<4 * (kk % 8), 4>(q2_words(q + 64 * (kk / 8)));
+    if constexpr (!kFive) return _mm256_cvtepi32_ps(c);
+    return _mm256_cvtepi32_ps(_mm256_or_si256(c, q2_bit_to<kk, 4>(hw)));
+  }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ4_K> {
+  using type = Avx2DecodeQK4<false>;
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ5_K> {
+  using type = Avx2DecodeQK4<true>;
+};
+
+/// q6_K: 16 sub-blocks of 16, D = d sc, code = 6-bit - 32. Value 16 s + kk: low 4
+/// bits in low word 2 s + kk / 8, high 2 bits in high word s (bits 2 kk, 2 kk + 1).
+/// As in the AVX-512 decoder, the upper high bit is inverted once per sub-block and
+/// an arithmetic shift turns the two high bits into (high - 2) << 4, the two's
+/// complement of the code's high part minus 32.
+struct Avx2DecodeQ6_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = false;
+  static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kSix;
+  static constexpr int kFastOffset = 32;
+  const unsigned char* ql;
+  __m256i hw;
+  __m256 D, N;
+  void begin(const unsigned char* pb, int s, int h) {
+    D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(q2_i8x8(pb + 32 + 16 * s + 8 * h)));
+    N = _mm256_setzero_ps();
+    ql = pb + 288 + 128 * s + 32 * h;
+    hw = _mm256_xor_si256(q2_words(pb + 2336 + 64 * s + 32 * h), _mm256_set1_epi32(static_cast<int>(0xAAAAAAAAu)));
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i lo = q2_bits<4 * (kk % 8), 4>(q2_words(ql + 64 * (kk / 8)));
+    // the 2 high bits to the top, then arithmetically down to bits 4..5 (sign above), low bits cleared
+    const __m256i hi = _mm256_slli_epi32(_mm256_srai_epi32(kk == 15 ? hw : _mm256_slli_epi32(hw, 30 - 2 * kk), 30), 4);
+    return _mm256_cvtepi32_ps(_mm256_or_si256(lo, hi));
+  }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeQ6_K> {
+  using type = Avx2DecodeQ6_K;
+};
+
+/// Calls f(Dec{}) with the AVX2 decoder of block type t (one look-up per call:
+/// call it outside the tiles). Asserts that t is a block type.
+template <class F>
+inline void with_decoder_avx2(WeightType t, F&& f) {
+  if (!visit_block_type(t, [&](auto row) { f(typename Avx2DecoderOf<decltype(row)>::type{}); })) KVD_ASSERT(false);
+}
+
+/// Panel block pb in the factored form, as factor_panel_block_portable() gives it.
+template <class Dec>
+KVDECODE_GCC_NOIPA inline void factor_panel_block_avx2(const unsigned char* pb, float* c, float* D, float* N) {
+  for (int s = 0; s < Dec::kBlock / Dec::kSub; ++s)
+    for (int h = 0; h < 2; ++h) {
+      Dec dec;
+      dec.begin(pb, s, h);
+      _mm256_storeu_ps(D + s * kLanes + 8 * h, dec.D);
+      if constexpr (Dec::kMin) _mm256_storeu_ps(N + s * kLanes + 8 * h, dec.N);
+      static_for<Dec::kSub>(
+          [&](auto kk) KVD_ALWAYS_INLINE { _mm256_storeu_ps(c + (s * Dec::kSub + kk) * kLanes + 8 * h, dec.template code<kk>()); });
+    }
+}
+
+/// Prefetches two panel blocks ahead in a panel stream, sub-block s's share of
+/// n_subs (never faults); half h takes the even lines, the other half the odd ones.
+inline void prefetch_half_panel_share(const unsigned char* pb, std::size_t pbb, int s, int n_subs, long h) {
+  const std::size_t line0 = pbb * s / n_subs / 64, line1 = (pbb * (s + 1) / n_subs + 63) / 64;
+  for (std::size_t l = line0 + static_cast<std::size_t>(h); l < line1; l += 2) prefetch_read_at(pb, 2 * pbb + 64 * l);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // AVX2
+
+}  // namespace kvd::detail

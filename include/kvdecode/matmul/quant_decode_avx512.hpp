@@ -1,0 +1,325 @@
+// The AVX-512 decoders of the block types: for each row of weights/block_types.hpp,
+// a struct that reads one panel block (matmul/panel_layout.hpp) one sub-block at a
+// time and gives its scales, offsets and the 16 rows' codes as float vectors,
+// exactly the factored form of weights/block_formats.hpp. Avx512DecoderOf<Row>
+// names each row's decoder, with_decoder() looks one up for a run-time type, and
+// factor_panel_block_avx512() is the buffered paths' use of them; the fused tiles
+// (quant_fused.hpp) decode in registers. Empty unless KVDECODE_QUANT_AVX512.
+#pragma once
+
+#include "kvdecode/core/isa.hpp"
+#include "kvdecode/core/simd.hpp"
+#include "kvdecode/error.hpp"
+#include "kvdecode/matmul/panel_layout.hpp"
+#include "kvdecode/matmul/static_for.hpp"
+#include "kvdecode/weights/block_types.hpp"
+
+namespace kvd::detail {
+
+#if defined(KVDECODE_QUANT_AVX512)
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12 reports its own intrinsics' undefined-source idiom as maybe-uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+// ---- AVX-512 decoders ------------------------------------------------------------
+// Each decoder reads one panel block one sub-block at a time: begin(pb, s)
+// loads sub-block s's scales D and (kMin) offsets N for the 16 rows, code<kk>()
+// gives the 16 rows' codes at k = s * kSub + kk as floats (the factored form of
+// weights/blocks.hpp). They read the panel block at the offsets of quant_layout().
+
+inline __m512 qk_f16x16(const unsigned char* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+inline __m512i qk_u8x16(const unsigned char* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m512i qk_i8x16(const unsigned char* p) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+/// Floats 0..15: vpermps with it turns the low 4 bits of each lane into that float.
+inline __m512 qk_iota16() {
+  return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+
+/// The AVX-512 decoder of a block type's row (weights/block_types.hpp): `type`,
+/// specialised after each decoder below. A row without one does not compile here.
+template <class Row>
+struct Avx512DecoderOf;
+
+struct DecodeQ8_0 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = false;
+  const unsigned char* q;
+  __m512 D, N;
+  void begin(const unsigned char* pb, int) {
+    D = qk_f16x16(pb);
+    q = pb + 32;
+  }
+  template <int kk>
+  __m512 code() const { return _mm512_cvtepi32_ps(qk_i8x16(q + 16 * kk)); }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ8_0> {
+  using type = DecodeQ8_0;
+};
+
+/// The 4-bit code of value kk (0..31) of a group of 32 from its 4 code words
+/// (kNibbles* layout), as 16 lanes of int32.
+/// `table` gives the float of each code (qk_iota16(): the code itself).
+template <int kk>
+inline __m512 qk_nibble_float(const unsigned char* words, __m512 table = qk_iota16()) {
+  const __m512i v = _mm512_loadu_si512(words + 64 * (kk / 8));
+  return _mm512_permutexvar_ps(kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8)), table);
+}
+template <int kk>
+inline __m512i qk_nibble(const unsigned char* words) {
+  const __m512i v = _mm512_loadu_si512(words + 64 * (kk / 8));
+  if constexpr (kk % 8 == 7) return _mm512_srli_epi32(v, 28);
+  return _mm512_and_si512(_mm512_srli_epi32(v, 4 * (kk % 8)), _mm512_set1_epi32(15));
+}
+
+/// The 5-bit index of value kk (0..31): its nibble in bits 0..3, bit kk of the
+/// high-bit word hw in bit 4, anything above (vpermt2ps reads 5 bits only).
+template <int kk>
+inline __m512i qk_five_bit_index(const unsigned char* words, __m512i hw) {
+  const __m512i lo = _mm512_srli_epi32(_mm512_loadu_si512(words + 64 * (kk / 8)), 4 * (kk % 8));
+  __m512i hi;
+  if constexpr (kk >= 4)
+    hi = _mm512_srli_epi32(hw, kk - 4);
+  else
+    hi = _mm512_slli_epi32(hw, 4 - kk);
+  // bits 0..3 from lo, the rest from hi: (c ? a : b) with c = 15
+  return _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
+}
+
+/// q4_0 / q4_1: one group of 32. q4_0: (code - 8) d; q4_1: fma(code, d, m); as ggml.
+template <bool kHasMin>
+struct DecodeQ4 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = kHasMin;
+  const unsigned char* q;
+  __m512 D, N;
+  void begin(const unsigned char* pb, int) {
+    D = qk_f16x16(pb);
+    N = kMin ? qk_f16x16(pb + 32) : _mm512_setzero_ps();
+    q = pb + (kMin ? 64 : 32);
+  }
+  // q4_0 as ggml writes it, (code - 8) * d: the table holds code - 8. (fma(code, d,
+  // -8 d) rounds the same for finite d, but gives +0 where ggml gives -0 (code 8,
+  // d < 0) and NaN where ggml gives +-inf (an infinite scale).)
+  template <int kk>
+  __m512 code() const {
+    if constexpr (kMin) return qk_nibble_float<kk>(q);
+    return qk_nibble_float<kk>(q, _mm512_sub_ps(qk_iota16(), _mm512_set1_ps(8.f)));
+  }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ4_0> {
+  using type = DecodeQ4<false>;
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ4_1> {
+  using type = DecodeQ4<true>;
+};
+
+/// q5_0 / q5_1: code = nibble | bit kk of the row's qh << 4, looked up in a
+/// 32-float table (q5_0: code - 16, then * d; q5_1: code, then fma with d and m).
+template <bool kHasMin>
+struct DecodeQ5 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = kHasMin;
+  const unsigned char* q;
+  __m512 D, N;
+  __m512i qh;
+  void begin(const unsigned char* pb, int) {
+    D = qk_f16x16(pb);
+    N = kMin ? qk_f16x16(pb + 32) : _mm512_setzero_ps();
+    qh = _mm512_loadu_si512(pb + (kMin ? 64 : 32));
+    q = pb + (kMin ? 128 : 96);
+  }
+  template <int kk>
+  __m512 code() const {
+    const float o = kMin ? 0.f : -16.f;
+    const __m512 lo = _mm512_add_ps(qk_iota16(), _mm512_set1_ps(o)), hi = _mm512_add_ps(qk_iota16(), _mm512_set1_ps(o + 16));
+    return _mm512_permutex2var_ps(lo, qk_five_bit_index<kk>(q, qh), hi);
+  }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ5_0> {
+  using type = DecodeQ5<false>;
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ5_1> {
+  using type = DecodeQ5<true>;
+};
+
+/// q2_K: 16 sub-blocks of 16, sub-block s = code word s; y = fma(code, dl, -ml), exact.
+struct DecodeQ2_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = true;
+  __m512i words;
+  __m512 D, N;
+  void begin(const unsigned char* pb, int s) {
+    const __m512i sc = qk_u8x16(pb + 64 + 16 * s);
+    D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
+    const __m512 ml = _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
+    N = _mm512_sub_ps(_mm512_set1_ps(-0.f), ml);  // -ml exactly (-0 - x negates every x, zeros included)
+    words = _mm512_loadu_si512(pb + 320 + 64 * s);
+  }
+  template <int kk>
+  __m512 code() const {
+    // vpermps reads the low 4 bits: the 2-bit code and 2 bits of the next one, so the table repeats 0..3.
+    const __m512 table = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+    return _mm512_permutexvar_ps(kk == 0 ? words : _mm512_srli_epi32(words, 2 * kk), table);
+  }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ2_K> {
+  using type = DecodeQ2_K;
+};
+
+/// q3_K: 16 sub-blocks of 16, y = dl * code with code = 2-bit - (high bit ? 0 : 4) in [-4, 4):
+/// the 2-bit code and the high bit form a 3-bit index into a table of the codes.
+struct DecodeQ3_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = false;
+  __m512i lw, hw;
+  __m512 D, N;
+  void begin(const unsigned char* pb, int s) {
+    const unsigned char* sc = pb + 32;
+    const __m512i lo = s < 8 ? _mm512_and_si512(qk_u8x16(sc + 16 * s), _mm512_set1_epi32(15))
+                             : _mm512_srli_epi32(qk_u8x16(sc + 16 * (s - 8)), 4);
+    const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(qk_u8x16(sc + 16 * (8 + s % 4)), _mm_cvtsi32_si128(2 * (s / 4))),
+                                        _mm512_set1_epi32(3));
+    const __m512i v = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+    D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(v));
+    lw = _mm512_loadu_si512(pb + 736 + 64 * s);
+    // high bits of values 16 s .. 16 s + 15: word s / 2, from bit 16 (s % 2)
+    hw = _mm512_srl_epi32(_mm512_loadu_si512(pb + 224 + 64 * (s / 2)), _mm_cvtsi32_si128(16 * (s % 2)));
+  }
+  template <int kk>
+  __m512 code() const {
+    const __m512 table = _mm512_setr_ps(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3);
+    const __m512i lo = kk == 0 ? lw : _mm512_srli_epi32(lw, 2 * kk);
+    __m512i hi;
+    if constexpr (kk >= 2)
+      hi = _mm512_srli_epi32(hw, kk - 2);
+    else
+      hi = _mm512_slli_epi32(hw, 2 - kk);
+    // bits 0..1 from lo, bit 2 (and above, ignored but for bit 3, which the table repeats over) from hi
+    const __m512i idx = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(3), 0xE4);
+    return _mm512_permutexvar_ps(idx, table);
+  }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ3_K> {
+  using type = DecodeQ3_K;
+};
+
+/// q4_K / q5_K's 6-bit scale and min of sub-block s for 16 rows.
+inline void qk_k4_scale_min(const unsigned char* sc, int s, __m512i& scale, __m512i& min) {
+  const __m512i m63 = _mm512_set1_epi32(63);
+  if (s < 4) {
+    scale = _mm512_and_si512(qk_u8x16(sc + 16 * s), m63);
+    min = _mm512_and_si512(qk_u8x16(sc + 16 * (s + 4)), m63);
+  } else {
+    const __m512i b = qk_u8x16(sc + 16 * (s + 4));
+    scale = _mm512_or_si512(_mm512_and_si512(b, _mm512_set1_epi32(15)),
+                            _mm512_slli_epi32(_mm512_srli_epi32(qk_u8x16(sc + 16 * (s - 4)), 6), 4));
+    min = _mm512_or_si512(_mm512_srli_epi32(b, 4), _mm512_slli_epi32(_mm512_srli_epi32(qk_u8x16(sc + 16 * s), 6), 4));
+  }
+}
+
+/// q4_K (kHigh = false) and q5_K (true): 8 sub-blocks of 32, y = fma(code, d sc, -(dmin m)).
+template <bool kFive>
+struct DecodeQK4 {
+  static constexpr int kBlock = 256, kSub = 32;
+  static constexpr bool kMin = true;
+  const unsigned char* q;
+  __m512 D, N;
+  __m512i hw;
+  void begin(const unsigned char* pb, int s) {
+    __m512i sc, mn;
+    qk_k4_scale_min(pb + 64, s, sc, mn);
+    D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(sc));
+    N = _mm512_sub_ps(_mm512_set1_ps(-0.f), _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(mn)));  // -m exactly
+    q = pb + (kFive ? 768 : 256) + 256 * s;
+    if constexpr (kFive) hw = _mm512_loadu_si512(pb + 256 + 64 * s);
+  }
+  template <int kk>
+  __m512 code() const {
+    if constexpr (!kFive) {
+      return qk_nibble_float<kk>(q);
+    } else {
+      return _mm512_permutex2var_ps(qk_iota16(), qk_five_bit_index<kk>(q, hw),
+                                    _mm512_add_ps(qk_iota16(), _mm512_set1_ps(16.f)));
+    }
+  }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ4_K> {
+  using type = DecodeQK4<false>;
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ5_K> {
+  using type = DecodeQK4<true>;
+};
+
+/// q6_K: 16 sub-blocks of 16, y = (d sc) (code - 32), as ggml writes it.
+/// Value 16 s + kk: low 4 bits in low word 2 s + kk / 8, high 2 bits in high word s.
+/// code - 32 comes out of the bit merge directly: with the upper bit of every
+/// high pair inverted once per sub-block, an arithmetic shift puts bit 4 in place
+/// and copies the inverted bit 5 into bits 5..31, which is the two's complement
+/// of code - 32.
+struct DecodeQ6_K {
+  static constexpr int kBlock = 256, kSub = 16;
+  static constexpr bool kMin = false;
+  const unsigned char* ql;
+  __m512i hw;
+  __m512 D, N;
+  void begin(const unsigned char* pb, int s) {
+    D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(qk_i8x16(pb + 32 + 16 * s)));
+    ql = pb + 288 + 128 * s;
+    hw = _mm512_xor_si512(_mm512_loadu_si512(pb + 2336 + 64 * s), _mm512_set1_epi32(static_cast<int>(0xAAAAAAAAu)));
+  }
+  template <int kk>
+  __m512 code() const {
+    const __m512i v = _mm512_loadu_si512(ql + 64 * (kk / 8));
+    const __m512i lo = kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8));
+    // the 2 high bits to the top, then arithmetically down to bits 4..5 (sign above)
+    const __m512i hi = _mm512_srai_epi32(kk == 15 ? hw : _mm512_slli_epi32(hw, 30 - 2 * kk), 26);
+    const __m512i code_minus_32 = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
+    return _mm512_cvtepi32_ps(code_minus_32);
+  }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeQ6_K> {
+  using type = DecodeQ6_K;
+};
+
+/// Panel block pb in the factored form, as factor_panel_block_portable() gives it.
+template <class Dec>
+KVDECODE_GCC_NOIPA inline void factor_panel_block_avx512(const unsigned char* pb, float* c, float* D, float* N) {
+  for (int s = 0; s < Dec::kBlock / Dec::kSub; ++s) {
+    Dec dec;
+    dec.begin(pb, s);
+    _mm512_storeu_ps(D + s * kLanes, dec.D);
+    if constexpr (Dec::kMin) _mm512_storeu_ps(N + s * kLanes, dec.N);
+    static_for<Dec::kSub>([&](auto kk) KVD_ALWAYS_INLINE { _mm512_storeu_ps(c + (s * Dec::kSub + kk) * kLanes, dec.template code<kk>()); });
+  }
+}
+
+/// Calls f(Dec{}) with the AVX-512 decoder of block type t (one look-up per call:
+/// call it outside the tiles). Asserts that t is a block type.
+template <class F>
+inline void with_decoder(WeightType t, F&& f) {
+  if (!visit_block_type(t, [&](auto row) { f(typename Avx512DecoderOf<decltype(row)>::type{}); })) KVD_ASSERT(false);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // AVX-512
+
+}  // namespace kvd::detail
