@@ -5,6 +5,8 @@
 #include <cstring>
 #include <iostream>
 
+float old_paths_first_logit(const kvd::ModelConfig& c);  // old_paths.cpp
+
 int main() {
   kvd::ModelConfig c;
   c.vocab_size = 64; c.d_model = 32; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2;
@@ -25,6 +27,10 @@ int main() {
           "behavior": "Isolated"}, "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}})",
       "", "consumer.json");
   same = same && tok->encode("ab b\xC3\xA9" "a") == std::vector<int>{2, 1, 0};
+  // The same step through the old flat paths (old_paths.cpp) gives the same bits.
+  kvd::KVCache<float> fresh(c);
+  const float first = model.decode_step(3, fresh).data()[0], old = old_paths_first_logit(c);
+  same = same && std::memcmp(&first, &old, sizeof first) == 0;
   std::cout << "kvdecode " << kvd::kVersion << ": cached and cache-free logits "
             << (same ? "identical" : "DIFFERENT") << "\n";
   return same ? 0 : 1;

@@ -1,0 +1,3 @@
+// Moved to <kvdecode/io/load_options.hpp>; this forwarding header stays for one version.
+#pragma once
+#include "kvdecode/io/load_options.hpp"

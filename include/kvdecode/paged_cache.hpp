@@ -1,0 +1,3 @@
+// Moved to <kvdecode/cache/paged_cache.hpp>; this forwarding header stays for one version.
+#pragma once
+#include "kvdecode/cache/paged_cache.hpp"

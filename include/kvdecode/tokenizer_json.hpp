@@ -1,0 +1,3 @@
+// Moved to <kvdecode/text/tokenizer_json.hpp>; this forwarding header stays for one version.
+#pragma once
+#include "kvdecode/text/tokenizer_json.hpp"
