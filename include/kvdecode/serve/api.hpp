@@ -20,6 +20,7 @@
 // body over RequestLimits::max_body_bytes, 503 when the queue is full.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>

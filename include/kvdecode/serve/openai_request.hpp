@@ -17,6 +17,7 @@
 //   completions: logprobs (integer: the number of top log-probabilities)
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
