@@ -4,9 +4,9 @@
 #   bench/server.sh MODEL.gguf [LLAMA_SERVER]
 # Both servers get 2 threads, 8 slots (-np 8), a context of 2048 per slot (llama-server:
 # -c 16384 shared by its 8 slots) and their prompt caches on. For each server:
-# aggregate tokens/s of 1 and of 8 concurrent streams (64 tokens each, greedy,
+# aggregate tokens/s of 1 and of 8 concurrent streams (128 tokens each, greedy,
 # ignore_eos), p50/p99 time to first token, whether repeating the same 8 requests gave
-# identical text, and the time to first token of a ~1000-token prompt cold and with its
+# identical text, and the time to first token of a 1000-token prompt cold and with its
 # prefix cached. Prints one JSON line per measurement.
 set -euo pipefail
 model=${1:?usage: bench/server.sh MODEL.gguf [LLAMA_SERVER]}
@@ -28,9 +28,9 @@ wait_ready() {
 measure() {  # name
   local url=http://127.0.0.1:$port
   for n in 1 8; do
-    echo "{\"server\": \"$1\", \"measure\": $(node "$here/server_bench.mjs" "$url" throughput $n 64)}"
+    echo "{\"server\": \"$1\", \"measure\": $(node "$here/server_bench.mjs" "$url" throughput $n 128)}"
   done
-  echo "{\"server\": \"$1\", \"measure\": $(node "$here/server_bench.mjs" "$url" prefix 900)}"
+  echo "{\"server\": \"$1\", \"measure\": $(node "$here/server_bench.mjs" "$url" prefix 1000)}"
 }
 
 OMP_WAIT_POLICY=PASSIVE "$server" -m "$model" -t "$threads" -c 2048 -np 8 --port $port --quiet &

@@ -1,12 +1,14 @@
 // Load generator for bench/server.sh (any OpenAI-compatible server: kvdecode-server,
 // llama-server). Node 18+, fetch only.
 //   node server_bench.mjs URL throughput N TOKENS   N concurrent streamed completions of
-//        TOKENS tokens each (distinct short prompts, greedy, ignore_eos): aggregate
-//        generated tokens/s, p50/p99 time to first token, and whether a repeat of the
-//        same requests gave identical text
-//   node server_bench.mjs URL prefix PREFIX_WORDS   time to first token of a prompt of
-//        about PREFIX_WORDS words, cold (a prefix never seen) and warm (the same prefix,
-//        another question), each the median of 5
+//        TOKENS tokens each (distinct 8-token prompts given as ids, greedy, ignore_eos):
+//        aggregate generated tokens/s, p50/p99 time to first token, and whether a repeat
+//        of the same requests gave identical text
+//   node server_bench.mjs URL prefix PREFIX_TOKENS  time to first token (max_tokens 1) of a
+//        prompt of PREFIX_TOKENS + 8 ids, cold (a prefix never seen) and warm (the same
+//        prefix, another 8-token ending), each the median of 3
+// Prompts are token ids in [100, 30000), so the measure does not depend on the
+// vocabulary's text.
 // Prints one JSON object.
 const [url, mode, a, b] = process.argv.slice(2);
 
@@ -45,13 +47,13 @@ const median = (xs) => pct(xs, 0.5);
 
 if (mode === 'throughput') {
   const n = Number(a), max = Number(b);
-  const prompts = Array.from({ length: n }, (_, i) => `Story number ${i + 1}: once upon a time, in a land far away,`);
+  const prompts = Array.from({ length: n }, (_, i) => [1, 100 + i, 200 + i, 300 + i, 400, 500, 600, 700]);
   const run = async () => {
     const t0 = performance.now();
     const rs = await Promise.all(prompts.map((p) => stream(p, max)));
     return { seconds: (performance.now() - t0) / 1000, rs };
   };
-  await stream('Warm up.', 4);
+  await stream([1, 2000, 3000], 4);
   const first = await run();
   const second = await run();
   const tokens = first.rs.length * max;
@@ -63,14 +65,14 @@ if (mode === 'throughput') {
     repeat_identical: first.rs.every((r, i) => r.text === second.rs[i].text),
   }));
 } else if (mode === 'prefix') {
-  const words = Number(a);
-  const body = (seed) => Array.from({ length: words }, (_, i) => ['the', 'little', 'dog', 'ran', 'to', 'a', 'big', 'tree', 'and', 'sat'][(i * 7 + seed) % 10]).join(' ');
+  const n = Number(a);
+  const ids = (seed, len) => Array.from({ length: len }, (_, i) => 100 + ((i * 7919 + seed * 104729) % 29900));
   const cold = [], warm = [];
-  for (let k = 0; k < 5; ++k) {
-    const prefix = `Document ${k} ${Math.random()}: ` + body(k);
-    cold.push((await stream(prefix + ' Question one?', 1)).ttft);
-    warm.push((await stream(prefix + ' Question two?', 1)).ttft);
+  for (let k = 0; k < 3; ++k) {
+    const prefix = [1, ...ids(1000 + k + Math.floor(Math.random() * 1e6), n)];
+    cold.push((await stream([...prefix, ...ids(1, 8)], 1)).ms);
+    warm.push((await stream([...prefix, ...ids(2, 8)], 1)).ms);
   }
-  console.log(JSON.stringify({ prefix_words: words, ttft_cold_ms: +median(cold).toFixed(1), ttft_warm_ms: +median(warm).toFixed(1),
+  console.log(JSON.stringify({ prefix_tokens: n, ttft_cold_ms: +median(cold).toFixed(1), ttft_warm_ms: +median(warm).toFixed(1),
                                warm_over_cold: +(median(warm) / median(cold)).toFixed(3) }));
 }
