@@ -115,6 +115,7 @@ enum Program : unsigned {
   kTokenize = 1u << 4,     ///< kvdecode-tokenize
   kQuantize = 1u << 5,     ///< kvdecode-quantize
   kConversation = 1u << 6, ///< kvdecode-conversation (bench/conversation.cpp)
+  kServer = 1u << 7,       ///< kvdecode-server (examples/server/server.cpp)
 };
 
 /// Every value any program's options can set. A program sets its own defaults
@@ -163,6 +164,15 @@ struct Params {
   std::optional<double> memory_gb, bandwidth_gb_s, weights_gb;
   std::optional<std::string> gpu;
   bool list_gpus = false;
+  // kvdecode-server
+  std::string host = "127.0.0.1";          ///< --host
+  int port = 8080;                         ///< --port
+  int n_parallel = 4;                      ///< --parallel: requests generating at once
+  int cache_blocks = 0;                    ///< --cache-blocks: 16-token blocks of the paged cache; 0 = planned
+  std::string api_key;                     ///< --api-key: "" = none
+  int max_queue = 64;                      ///< --max-queue: requests waiting before new ones get 503
+  std::uint64_t max_body_bytes = 1u << 20; ///< --max-body-bytes: a request body's size limit (413 above)
+  std::string alias;                       ///< --alias: the model id /v1/models lists ("" = the file's name)
   // kvdecode-roofline
   std::string out_dir;
   bool quick = false;
@@ -219,17 +229,18 @@ inline std::vector<Option> all_options(Params& p) {
   add({{"--model", "-m"}, "PATH", "model file, told apart by content: GGUF (architectures llama, qwen2, qwen3; tensors in f32, f16, bf16, "
        "q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K; its own vocabulary), a Hugging Face folder (config.json + "
        "safetensors; its tokenizer.json) or a llama2.c checkpoint (legacy or version-1 float32)", in,
-       kGenerate | kCacheReport | kPlan | kTokenize, none, [&p](const S&, const S& v) { p.model = v; }});
+       kGenerate | kCacheReport | kPlan | kTokenize | kServer, none, [&p](const S&, const S& v) { p.model = v; }});
   add({{"--tokenizer"}, "PATH", "tokenizer for --prompt and text output: GGUF, tokenizer.json (any name) or its "
-       "folder, or llama2.c tokenizer.bin", in, kGenerate | kQuantize | kConversation, none,
+       "folder, or llama2.c tokenizer.bin", in, kGenerate | kQuantize | kConversation | kServer, none,
        [&p](const S&, const S& v) { p.tokenizer = v; }});
   add({{"--ctx-size", "-c"}, "N",
        "longest sequence to plan for (RoPE table, KV cache); caps a GGUF file's context_length, a model "
-       "folder's max_position_embeddings or a checkpoint's seq_len (default: the model's, at most 4096)", in, kGenerate, none,
+       "folder's max_position_embeddings or a checkpoint's seq_len (default: the model's, at most 4096); for "
+       "kvdecode-server, the context of each request", in, kGenerate | kServer, none,
        [&p](const S& n, const S& v) { p.ctx_size = static_cast<int>(parse_positive(n, v, 1u << 20)); }});
   add({{"--allow-unused-tensors"}, "", "load a GGUF file or model folder holding tensors its architecture and layer "
        "count do not use (refused by default, naming the first), with a warning listing them", in,
-       kGenerate | kPlan | kQuantize, none,
+       kGenerate | kPlan | kQuantize | kServer, none,
        flag(p.allow_unused_tensors)});
   add({{"--prompt", "-p"}, "TEXT", "prompt text, encoded with BOS prepended (default: just BOS)", in, kGenerate, none,
        [&p](const S&, const S& v) { p.prompt = v; }});
@@ -320,15 +331,15 @@ inline std::vector<Option> all_options(Params& p) {
 
   // ---- execution
   add({{"--threads", "-t"}, "N", "OpenMP threads (results are identical for any N)", exe,
-       kGenerate | kCacheReport | kRoofline | kQuantize | kConversation,
+       kGenerate | kCacheReport | kRoofline | kQuantize | kConversation | kServer,
        [&p, str] { return p.threads > 0 ? str(p.threads) : S("OpenMP's default"); },
        [&p](const S& n, const S& v) { p.threads = static_cast<int>(parse_integer(n, v, 1, 1024)); }});
   add({{"--fast-matmul"}, "", "fast mode: matrices of every block type but q8_0 round their input rows to int8 blocks of 32 "
        "and use integer dot products, as llama.cpp does; on CPUs with AVX512-BF16, f16 and bf16 matrices round "
        "them to bf16 and use bf16 dot products (faster; logits move about 1% of the largest with int8, 0.5% "
-       "with bf16; still identical across every path and thread count)", exe, kGenerate | kRoofline, none,
+       "with bf16; still identical across every path and thread count)", exe, kGenerate | kRoofline | kServer, none,
        flag(p.fast_matmul)});
-  add({{"--cache-dtype"}, "T", "KV cache element type: f32, bf16, f16", exe, kGenerate,
+  add({{"--cache-dtype"}, "T", "KV cache element type: f32, bf16, f16", exe, kGenerate | kServer,
        [&p] { return p.cache_dtype; },
        [&p](const S& n, const S& v) {
          try {
@@ -415,10 +426,34 @@ inline std::vector<Option> all_options(Params& p) {
        "{\"messages\": [{\"role\", \"content\"}...], \"add_generation_prompt\": bool}; prints a JSON array of the "
        "rendered strings", tok, kTokenize, none, [&p](const S&, const S& v) { p.render_chat = v; }});
   add({{"--chat-template"}, "NAME", "use this built-in chat template instead of the model's: chatml, llama3, llama2, "
-       "mistral, phi3 (BOS/EOS text from the model's vocabulary)", tok, kTokenize | kGenerate, none,
+       "mistral, phi3 (BOS/EOS text from the model's vocabulary)", tok, kTokenize | kGenerate | kServer, none,
        [&p](const S&, const S& v) { p.chat_template = v; }});
   add({{"--bench"}, "", "measure encoding throughput (MB/s) on the --text or --cases input", tok, kTokenize, none,
        flag(p.bench)});
+
+  // ---- server
+  const S srv = "Server";
+  add({{"--host"}, "ADDR", "address to listen on", srv, kServer, [&p] { return p.host; },
+       [&p](const S&, const S& v) { p.host = v; }});
+  add({{"--port"}, "N", "TCP port to listen on", srv, kServer, [&p, str] { return str(p.port); },
+       [&p](const S& n, const S& v) { p.port = static_cast<int>(parse_integer(n, v, 1, 65535)); }});
+  add({{"--parallel", "-np"}, "N", "requests generating at once, each advanced in the same batched forward", srv,
+       kServer, [&p, str] { return str(p.n_parallel); },
+       [&p](const S& n, const S& v) { p.n_parallel = static_cast<int>(parse_integer(n, v, 1, 4096)); }});
+  add({{"--cache-blocks"}, "N", "16-token blocks of the paged KV cache shared by all requests and the prefix cache "
+       "(default: 2 x --parallel x (ctx / 16 + 1), every request a whole context and as much again for the prefix cache)",
+       srv, kServer, none,
+       [&p](const S& n, const S& v) { p.cache_blocks = static_cast<int>(parse_integer(n, v, 1, 1 << 30)); }});
+  add({{"--api-key"}, "KEY", "require 'Authorization: Bearer KEY' on the API endpoints (401 otherwise)", srv, kServer,
+       none, [&p](const S&, const S& v) { p.api_key = v; }});
+  add({{"--max-queue"}, "N", "requests that may wait for a slot or cache blocks; more get 503", srv, kServer,
+       [&p, str] { return str(p.max_queue); },
+       [&p](const S& n, const S& v) { p.max_queue = static_cast<int>(parse_integer(n, v, 0, 1 << 20)); }});
+  add({{"--max-body-bytes"}, "N", "largest request body accepted (413 above)", srv, kServer,
+       [&p, str] { return str(p.max_body_bytes); },
+       [&p](const S& n, const S& v) { p.max_body_bytes = parse_positive(n, v, 1u << 30); }});
+  add({{"--alias", "-a"}, "NAME", "model id listed by /v1/models and echoed in responses (default: the file name)",
+       srv, kServer, none, [&p](const S&, const S& v) { p.alias = v; }});
 
   // ---- output
   add({{"--ids"}, "", "print prompt ids on line 1 and generated ids on line 2", out, kGenerate, none, flag(p.ids)});
@@ -429,8 +464,8 @@ inline std::vector<Option> all_options(Params& p) {
   add({{"--json"}, "", "also print the results as one JSON object on the last line", out,
        kGenerate | kCacheReport | kPlan, none, flag(p.json)});
   add({{"--list-gpus"}, "", "print the built-in card table and exit", out, kPlan, none, flag(p.list_gpus)});
-  add({{"--quiet"}, "", "no progress or timing on stderr", out, kGenerate | kCacheReport | kQuantize, none, flag(p.quiet)});
-  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline | kTokenize | kQuantize | kConversation, none,
+  add({{"--quiet"}, "", "no progress or timing on stderr", out, kGenerate | kCacheReport | kQuantize | kServer, none, flag(p.quiet)});
+  add({{"--help", "-h"}, "", "print this text and exit", out, kGenerate | kCacheReport | kPlan | kRoofline | kTokenize | kQuantize | kConversation | kServer, none,
        flag(p.help)});
   return o;
 }

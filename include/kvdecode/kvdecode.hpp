@@ -7,6 +7,7 @@
 //   cache/     KV caches and their files;                     text/  tokenizers
 //   model/     the transformer;  chat/  chat templates;       convert/  quantizer and vocabulary writer
 //   generate/  sampling, generation, conversations;           load/  open_model
+//   serve/     the OpenAI-compatible server's requests, scheduler and endpoints
 #pragma once
 
 #include "kvdecode/version.hpp"
@@ -65,3 +66,11 @@
 #include "kvdecode/generate/speculative.hpp"
 
 #include "kvdecode/load/model_loader.hpp"
+
+#include "kvdecode/serve/request_error.hpp"
+#include "kvdecode/serve/openai_request.hpp"
+#include "kvdecode/serve/stop_strings.hpp"
+#include "kvdecode/serve/scheduler.hpp"
+#include "kvdecode/serve/metrics.hpp"
+#include "kvdecode/serve/engine.hpp"
+#include "kvdecode/serve/api.hpp"
