@@ -9,8 +9,11 @@
 //   V block: (n_kv_heads, 16, head_dim)   position-major, so out += w_t * v_t is a vector op
 // Layout of the whole cache: (n_layers, n_blocks, [K block | V block]).
 //
-// The element type S is the storage type (float, double, Eigen::bfloat16,
-// Eigen::half); compute happens in T. Values are rounded to S when written.
+// The storage types are S for keys and SV (default S) for values: float, double,
+// Eigen::bfloat16, Eigen::half, or the block types CacheQ8_0 / CacheQ4_0 (32
+// values along the head dimension per f16 scale; kv_quant.hpp); compute happens
+// in T. Values are rounded to the storage type when written, and every reader
+// sees the stored value.
 //
 // With a sliding window (config.sliding_window = W > 0) a row attends to the
 // last W positions only, so the cache keeps only those: a ring of blocks, block
@@ -29,33 +32,11 @@
 #include "kvdecode/error.hpp"
 #include "kvdecode/core/parallel.hpp"
 #include "kvdecode/core/simd.hpp"
+#include "kvdecode/cache/kv_quant.hpp"
 
 namespace kvd {
 
 namespace detail {
-/// Converts a compute value to the storage type (round to nearest even) and back.
-template <class S, class T>
-inline S to_storage(T x) {
-  if constexpr (std::is_same_v<S, T>) return x;
-  else if constexpr (std::is_floating_point_v<S>) return static_cast<S>(x);
-  else return S(static_cast<float>(x));
-}
-template <class T, class S>
-inline T from_storage(S x) {
-  if constexpr (std::is_same_v<S, T>) return x;
-  else return static_cast<T>(static_cast<float>(x));
-}
-/// Writes one position's K and V (each n_kv_heads * head_dim values) into lane
-/// `lane` of a 16-position block pair: kb (n_kv_heads, head_dim, 16), vb
-/// (n_kv_heads, 16, head_dim). The one definition of the block layout's writes.
-template <class S, class T>
-inline void store_kv_lane(S* kb, S* vb, int lane, const T* k, const T* v, int n_kv_heads, int head_dim) {
-  for (int h = 0; h < n_kv_heads; ++h)
-    for (int d = 0; d < head_dim; ++d) {
-      kb[(h * head_dim + d) * kLanes + lane] = to_storage<S>(k[h * head_dim + d]);
-      vb[(h * kLanes + lane) * head_dim + d] = to_storage<S>(v[h * head_dim + d]);
-    }
-}
 /// a * b for a cache size, or ConfigError naming `what` if the product does not fit in
 /// size_t. ModelConfig::validate() already bounds every product a valid config forms;
 /// this keeps each size formed in the caches checked where it is formed.
@@ -82,12 +63,15 @@ struct CacheShape {
 };
 
 /// A contiguous KV cache for one sequence, holding up to capacity() positions.
-/// T is the compute scalar, S the storage element type.
-template <class T, class S = T>
+/// T is the compute scalar, S the keys' storage type and SV the values'.
+template <class T, class S = T, class SV = S>
 class KVCache {
  public:
   using Scalar = T;
-  using Storage = S;
+  using Storage = S;        ///< keys
+  using ValueStorage = SV;  ///< values
+  using KRef = typename detail::KVStore<S>::KRef;   ///< what k_block() returns
+  using VRef = typename detail::KVStore<SV>::VRef;  ///< what v_block() returns
   static constexpr int kBlock = detail::kLanes;  ///< positions per block
 
   /// Default rows per call for a sliding-window cache (longer prefills are split).
@@ -98,9 +82,12 @@ class KVCache {
   /// only a ring of W + max_append positions (rounded up to blocks), where
   /// max_append (0 = kDefaultWindowChunk) is the most positions one call may append.
   /// Throws ConfigError if config is invalid, capacity is outside [1, max_seq_len],
-  /// max_append is negative or a size overflows; std::bad_alloc if the memory is not there.
+  /// max_append is negative, a block type (q8_0, q4_0) meets a head_dim that is not
+  /// a multiple of 32, or a size overflows; std::bad_alloc if the memory is not there.
   explicit KVCache(const ModelConfig& config, int capacity = 0, int max_append = 0) {
     config.validate();
+    detail::KVStore<S>::check_head_dim(config.head_dim, "KVCache keys");
+    detail::KVStore<SV>::check_head_dim(config.head_dim, "KVCache values");
     if (capacity == 0) capacity = config.max_seq_len;
     if (capacity < 1 || capacity > config.max_seq_len)
       throw ConfigError(detail::msg("KVCache capacity ", capacity, " must be in [1, max_seq_len = ", config.max_seq_len, "]"));
@@ -122,12 +109,13 @@ class KVCache {
         cache_size_mul(static_cast<std::size_t>(shape_.n_kv_heads), static_cast<std::size_t>(shape_.head_dim),
                        "KVCache n_kv_heads x head_dim"),
         kBlock, "KVCache block elements");  // one of K or V
-    const std::size_t layer_elems = cache_size_mul(cache_size_mul(static_cast<std::size_t>(n_blocks_), 2, "KVCache blocks"),
-                                                   block_elems, "KVCache elements per layer");
-    const std::size_t elems = cache_size_mul(static_cast<std::size_t>(shape_.n_layers), layer_elems, "KVCache elements");
-    cache_size_mul(elems, sizeof(S), "KVCache bytes");
+    cache_size_mul(block_elems, 8, "KVCache block bytes");
+    k_bytes_ = detail::KVStore<S>::bytes(block_elems);
+    v_bytes_ = detail::KVStore<SV>::bytes(block_elems);
+    const std::size_t layer_bytes = cache_size_mul(static_cast<std::size_t>(n_blocks_), k_bytes_ + v_bytes_, "KVCache bytes per layer");
+    const std::size_t bytes = cache_size_mul(static_cast<std::size_t>(shape_.n_layers), layer_bytes, "KVCache bytes");
     block_elems_ = static_cast<long>(block_elems);
-    data_.resize(elems);
+    data_.resize(bytes);
   }
 
   KVCache(const KVCache&) = delete;             // big: copy explicitly with copy()
@@ -139,9 +127,10 @@ class KVCache {
   KVCache copy() const {
     KVCache c;
     c.shape_ = shape_; c.capacity_ = capacity_; c.n_blocks_ = n_blocks_; c.block_elems_ = block_elems_; c.length_ = length_;
+    c.k_bytes_ = k_bytes_; c.v_bytes_ = v_bytes_;
     c.max_append_ = max_append_; c.high_water_ = high_water_; c.restored_first_ = restored_first_;
     c.data_.resize(data_.size());
-    std::memcpy(static_cast<void*>(c.data_.data()), data_.data(), data_.size() * sizeof(S));
+    std::memcpy(static_cast<void*>(c.data_.data()), data_.data(), data_.size());
     return c;
   }
 
@@ -153,14 +142,16 @@ class KVCache {
   /// Oldest position a future row can attend to (0 without a sliding window).
   int first_position() const { return detail::first_visible(length_, shape_.sliding_window); }
   int stored_positions() const { return n_blocks_ * kBlock; }  ///< positions the allocation holds
-  DType dtype() const { return DTypeOf<S>::value; }
+  DType dtype() const { return DTypeOf<S>::value; }         ///< the keys' storage type
+  DType value_dtype() const { return DTypeOf<SV>::value; }  ///< the values' storage type
 
-  /// Bytes one position takes: 2 (K, V) * n_layers * n_kv_heads * head_dim * sizeof(S).
+  /// Bytes one position takes: n_layers * n_kv_heads * (bytes of head_dim keys + of head_dim values).
   std::uint64_t bytes_per_token() const {
-    return 2ull * shape_.n_layers * shape_.n_kv_heads * shape_.head_dim * sizeof(S);
+    return static_cast<std::uint64_t>(shape_.n_layers) * shape_.n_kv_heads *
+           (dtype_bytes_for(DTypeOf<S>::value, shape_.head_dim) + dtype_bytes_for(DTypeOf<SV>::value, shape_.head_dim));
   }
   std::uint64_t bytes_used() const { return bytes_per_token() * static_cast<std::uint64_t>(length_); }  ///< live positions
-  std::uint64_t bytes_reserved() const { return static_cast<std::uint64_t>(data_.size()) * sizeof(S); }  ///< allocated
+  std::uint64_t bytes_reserved() const { return static_cast<std::uint64_t>(data_.size()); }  ///< allocated
 
   /// Forgets every position (keeps the allocation).
   void clear() { length_ = 0; high_water_ = 0; restored_first_ = 0; }
@@ -220,8 +211,9 @@ class KVCache {
   void prepare_append(int /*n*/) {}
   /// Writes one position's K and V (each n_kv_heads * head_dim) for one layer; pos < capacity.
   void write(int layer, int pos, const T* k, const T* v) {
-    S* kb = k_block_mut(layer, pos / kBlock);
-    detail::store_kv_lane(kb, kb + block_elems_, pos % kBlock, k, v, shape_.n_kv_heads, shape_.head_dim);
+    std::uint8_t* kb = block_bytes(layer, pos / kBlock);
+    detail::KVStore<S>::store_k(kb, block_elems_, pos % kBlock, k, shape_.n_kv_heads, shape_.head_dim);
+    detail::KVStore<SV>::store_v(kb + k_bytes_, block_elems_, pos % kBlock, v, shape_.n_kv_heads, shape_.head_dim);
   }
   /// Undoes prepare_append(n) when a later cache of the same call could not make room.
   void cancel_append(int /*n*/) {}
@@ -245,22 +237,27 @@ class KVCache {
   }
   /// K block b of a layer: (n_kv_heads, head_dim, 16). With a sliding window the
   /// block lives in ring slot b % n_blocks.
-  const S* k_block(int layer, int b) const {
-    return data_.data() + (static_cast<std::size_t>(layer) * n_blocks_ + b % n_blocks_) * 2 * block_elems_;
+  KRef k_block(int layer, int b) const {
+    return detail::KVStore<S>::k_ref(block_bytes(layer, b), block_elems_);
   }
   /// V block b of a layer: (n_kv_heads, 16, head_dim).
-  const S* v_block(int layer, int b) const { return k_block(layer, b) + block_elems_; }
+  VRef v_block(int layer, int b) const { return detail::KVStore<SV>::v_ref(block_bytes(layer, b) + k_bytes_, block_elems_); }
 
  private:
   KVCache() = default;
-  S* k_block_mut(int layer, int b) { return const_cast<S*>(k_block(layer, b)); }
+  // The bytes of block b's pair [K block | V block] in a layer.
+  const std::uint8_t* block_bytes(int layer, int b) const {
+    return data_.data() + (static_cast<std::size_t>(layer) * n_blocks_ + b % n_blocks_) * (k_bytes_ + v_bytes_);
+  }
+  std::uint8_t* block_bytes(int layer, int b) { return data_.data() + (static_cast<std::size_t>(layer) * n_blocks_ + b % n_blocks_) * (k_bytes_ + v_bytes_); }
 
   CacheShape shape_;
   int capacity_ = 0, n_blocks_ = 0, length_ = 0, max_append_ = 0;
   int high_water_ = 0;  // most positions ever committed since the last clear (what the ring has overwritten)
   int restored_first_ = 0;  // oldest position a restore brought back (older ones were never written)
-  long block_elems_ = 0;
-  detail::AlignedBuffer<S> data_;  // (n_layers, n_blocks, 2, block_elems)
+  long block_elems_ = 0;                // values in one K or V block: n_kv_heads * head_dim * 16
+  std::size_t k_bytes_ = 0, v_bytes_ = 0;  // bytes of one K block, one V block
+  detail::AlignedBuffer<std::uint8_t> data_;  // (n_layers, n_blocks, [K block | V block]) bytes
 };
 
 }  // namespace kvd
