@@ -1,4 +1,4 @@
-// Quantized KV caches (q8_0, q4_0; kv_quant.hpp): keys and values stored as 32
+// Quantized KV caches (q8_0, q4_0; kv_cache.hpp, KVStore): keys and values stored as 32
 // values along the head dimension per f16 scale, each read as float(q) * float(d).
 //  * A double-precision oracle, written here from the definition and sharing no
 //    code with the library, defines the rounding and the dequantization; the
@@ -38,7 +38,7 @@ double round_f16(double x) {
 double round_f32(double x) { return static_cast<double>(static_cast<float>(x)); }
 
 // The values a q8_0 (bits = 8) or q4_0 (bits = 4) block stores for x[0..32), by the
-// definition in kv_quant.hpp, computed in double.
+// definition in kv_cache.hpp, KVStore, computed in double.
 std::vector<double> oracle_block(const float* x, int bits) {
   double amax = 0, m = 0;
   for (int j = 0; j < 32; ++j)

@@ -34,7 +34,7 @@
 //                      head_dim / 32 blocks of [f16 d, codes] as ggml stores them
 //                      (q8_0: 32 int8; q4_0: 16 bytes, byte j = (q[j] + 8) | (q[j + 16] + 8) << 4)
 //   every other field as in version 1 (data bytes = (length - first) * the cache's bytes_per_token()).
-// A block must be one the quantizer writes (kv_quant.hpp): its scale finite, and
+// A block must be one the quantizer writes (kv_cache.hpp, KVStore): its scale finite, and
 // quantizing the values it reads as gives it back; a block type needs a head_dim
 // that is a multiple of 32. So a restored quantized cache reads exactly the
 // values that were saved.
@@ -467,7 +467,7 @@ std::uint64_t file_bytes_of(const Cache& cache) {
 /// Appends one row (head_dim values of one head) of a K or V block in the file's
 /// form to `out`: a plain type's raw elements, or a block type's [f16 d, codes]
 /// blocks, re-quantized from the values it reads as (which gives the stored block
-/// back, kv_quant.hpp). `at(d)` is the row's value d as the block reference reads it.
+/// back, kv_cache.hpp, KVStore). `at(d)` is the row's value d as the block reference reads it.
 template <class S, class Ref>
 void append_row(const Ref& ref, long first, long stride, int head_dim, std::vector<unsigned char>& out) {
   if constexpr (!KVStore<S>::kQuantized) {

@@ -72,7 +72,7 @@ struct PoolStats {
 };
 
 /// A fixed pool of KV blocks for one model shape, shared by many PagedSequences.
-/// T is the compute scalar, S the keys' storage type and SV the values' (kv_quant.hpp).
+/// T is the compute scalar, S the keys' storage type and SV the values' (kv_cache.hpp, KVStore).
 template <class T, class S = T, class SV = S>
 class BlockPool {
  public:

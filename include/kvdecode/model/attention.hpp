@@ -208,7 +208,7 @@ class Attention {
   /// The cache-free reference: xn (n, D) normalised inputs at positions 0..n-1
   /// -> (n, D). K is rounded through storage type S and V through SV at the point
   /// the cache would store them (a block type: per 32 values of each head,
-  /// kv_quant.hpp), so it matches a cache of those types bit for bit. Throws
+  /// kv_cache.hpp, KVStore), so it matches a cache of those types bit for bit. Throws
   /// ConfigError naming head_dim when a block type meets a head_dim that is not a
   /// multiple of 32.
   template <class S = T, class SV = S>

@@ -221,7 +221,7 @@ class Transformer {
   /// The cache-free reference: recomputes K and V for every position of tokens
   /// (positions 0..n-1) and forms the full square score matrix with the causal
   /// mask. K is rounded through S and V through SV as a KVCache<T, S, SV> would
-  /// store them (q8_0 / q4_0: quantized per 32 values of each head, kv_quant.hpp).
+  /// store them (q8_0 / q4_0: quantized per 32 values of each head, kv_cache.hpp, KVStore).
   /// Returns the logits of every position (n, V), or of the last one only (1, V)
   /// when all_logits is false (what a cache-free generation step needs).
   /// Throws TokenError for an empty sequence, an id outside [0, vocab_size) or
