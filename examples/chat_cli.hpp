@@ -95,7 +95,7 @@ inline std::vector<int> stop_tokens_of(const Params& o, const TextTokenizer* tok
 /// new positions), --ids (one line of generated ids per turn) and the --json object.
 /// With --prompt-cache, the opening messages' rendering comes from / goes to the file.
 /// Returns the exit status. Throws what the tokenizer, the model or the files throw.
-template <class S>
+template <class S, class SV = S>
 int run_conversation(LoadedModel& m, const Params& o) {
   Transformer<float>& model = m.model;
   const TextTokenizer& tok = *m.tokenizer;
@@ -103,12 +103,12 @@ int run_conversation(LoadedModel& m, const Params& o) {
   const bool progress = !o.quiet;
   ConversationOptions copt;
   copt.reuse_cache = !o.no_cache_reuse;
-  Conversation<float, KVCache<float, S>> conv(model, KVCache<float, S>(c), copt);
+  Conversation<float, KVCache<float, S, SV>> conv(model, KVCache<float, S, SV>(c), copt);
   std::vector<Message> opening;
   if (o.system) opening.push_back({"system", *o.system});
   const ChatTemplate tmpl = chat_template_for(o, m, tok);
   auto render = [&tmpl](const std::vector<Message>& m, bool gen) { return tmpl.render(m, gen); };
-  Chat<float, KVCache<float, S>, Message> chat(
+  Chat<float, KVCache<float, S, SV>, Message> chat(
       conv, render, [&](const std::string& text) { return encode_chat(tok, text); },
       [&](const std::vector<int>& ids) { return tok.decode(ids); }, opening);
 
@@ -253,13 +253,13 @@ int prime_from_prompt_cache(Conversation<float, Cache>& conv, const std::vector<
 /// generates. Tokens and logits are the same as without the file.
 /// *kv_bytes = the cache's bytes used at the end, *reused = prompt positions restored.
 /// Throws what generation throws; a file that cannot be written is a warning.
-template <class S>
+template <class S, class SV = S>
 GenerateResult<float> generate_with_prompt_cache(Transformer<float>& model, const std::vector<int>& prompt,
                                                  const Params& o, const GenerateOptions& gopt,
                                                  const GenerateHooks<float>& hooks, std::uint64_t* kv_bytes,
                                                  int* reused) {
   const ModelConfig& c = model.config();
-  Conversation<float, KVCache<float, S>> conv(model, KVCache<float, S>(c));
+  Conversation<float, KVCache<float, S, SV>> conv(model, KVCache<float, S, SV>(c));
   const std::vector<int> head(prompt.begin(), prompt.end() - 1);
   double head_seconds = 0;
   const int restored = prime_from_prompt_cache(conv, head, o, &head_seconds);

@@ -96,6 +96,26 @@ decltype(auto) visit_cache_dtype(const std::string& name, F&& f) {
   return visit_dtype_among<float, Eigen::bfloat16, Eigen::half>(parse_dtype(name), std::forward<F>(f));
 }
 
+/// The canonical name ("f32", "bf16", "f16", "q8_0", "q4_0") of a KV cache type
+/// given to option `opt`; ArgumentError naming the option, the text and the names.
+inline std::string cache_type_name(const std::string& opt, const std::string& text) {
+  DType t = DType::kF32;
+  try {
+    t = parse_dtype(text);
+  } catch (const ArgumentError&) {
+    t = DType::kF64;  // refused below
+  }
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+    case DType::kQ8: return "q8_0";
+    case DType::kQ4: return "q4_0";
+    default: break;
+  }
+  throw ArgumentError(detail::msg(opt, " must be f32, bf16, f16, q8_0 or q4_0, got '", text, "'"));
+}
+
 inline DType parse_dtype_value(const std::string& opt, const std::string& text) {
   try {
     return parse_dtype(text);
@@ -142,7 +162,9 @@ struct Params {
   // Execution
   int threads = 0;                         ///< --threads: 0 = OpenMP's default
   bool fast_matmul = false;                ///< --fast-matmul: int8-rounded activations for q4 matrices
-  std::string cache_dtype = "f32";         ///< --cache-dtype (generate): f32, bf16, f16
+  std::string cache_dtype = "f32";         ///< --cache-dtype (generate): f32, bf16, f16 for keys and values
+  std::string cache_type_k;                ///< --cache-type-k / -ctk: the keys' type; empty = cache_dtype
+  std::string cache_type_v;                ///< --cache-type-v / -ctv: the values' type; empty = cache_dtype
   bool no_cache = false, compare = false, demo = false;
   // Output
   bool ids = false, json = false, quiet = false, help = false;
@@ -188,6 +210,29 @@ struct Params {
   std::optional<std::string> render_chat;  ///< --render-chat: conversations to render
   std::string chat_template;               ///< --chat-template: a built-in template's name ("" = the model's)
 };
+
+/// Calls f(K(), V()) with the key and value storage types the options name
+/// (--cache-type-k / --cache-type-v, each defaulting to --cache-dtype) and returns
+/// what f returns. The pairs compiled: one type for both (f32, bf16, f16, q8_0,
+/// q4_0), q8_0 or q4_0 keys with f16 values (llama.cpp's usual -ctk), and q4_0
+/// keys with q8_0 values. Throws ArgumentError naming any other pair, before calling f.
+template <class F>
+decltype(auto) visit_cache_types(const Params& o, F&& f) {
+  const std::string k = o.cache_type_k.empty() ? cache_type_name("--cache-dtype", o.cache_dtype) : o.cache_type_k;
+  const std::string v = o.cache_type_v.empty() ? cache_type_name("--cache-dtype", o.cache_dtype) : o.cache_type_v;
+  if (k == v) {
+    if (k == "q8_0") return f(CacheQ8_0(), CacheQ8_0());
+    if (k == "q4_0") return f(CacheQ4_0(), CacheQ4_0());
+    return visit_cache_dtype(k, [&](auto s) { return f(s, s); });
+  }
+  if (k == "q8_0" && v == "f16") return f(CacheQ8_0(), Eigen::half());
+  if (k == "q4_0" && v == "f16") return f(CacheQ4_0(), Eigen::half());
+  if (k == "q4_0" && v == "q8_0") return f(CacheQ4_0(), CacheQ8_0());
+  throw ArgumentError(detail::msg("cache types ", k, " keys with ", v, " values are not a pair this program "
+                                  "compiles: use one type for both, q8_0 or q4_0 keys with f16 values, or q4_0 keys "
+                                  "with q8_0 values"));
+}
+
 
 /// One option: declared once in all_options(), taken by the programs in `programs`.
 struct Option {
@@ -315,7 +360,7 @@ inline std::vector<Option> all_options(Params& p) {
        "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q3_K_M, Q4_K, Q4_K_M, Q5_K, Q5_K_M, Q6_K: each tensor's "
        "type and exact bytes); default: the file's tensors as stored",
        shape, kPlan, none, [&p](const S&, const S& v) { p.weight_dtype = v; }});
-  add({{"--dtype"}, "T", "cache element type: f32, f64, bf16, f16, q8 (also fp16, int8, ...)", plan, kPlan,
+  add({{"--dtype"}, "T", "cache element type of keys and values: f32, f64, bf16, f16, q8_0, q4_0 (also fp16, int8, ...)", plan, kPlan,
        [&p] { return S(dtype_name(p.dtype)); }, [&p](const S& n, const S& v) { p.dtype = parse_dtype_value(n, v); }});
   add({{"--tokens", "-c", "--ctx-size"}, "N",
        "positions per sequence at full context (default with --model: its max_seq_len)", plan, kPlan, none,
@@ -349,6 +394,14 @@ inline std::vector<Option> all_options(Params& p) {
          }
          p.cache_dtype = v;
        }});
+  add({{"--cache-type-k", "-ctk"}, "T", "KV cache key type: f32, bf16, f16, q8_0, q4_0 (q8_0/q4_0: 32 values per f16 "
+       "scale, head_dim a multiple of 32; default: --cache-dtype)", exe, kGenerate | kPlan,
+       [&p] { return p.cache_type_k.empty() ? p.cache_dtype : p.cache_type_k; },
+       [&p](const S& n, const S& v) { p.cache_type_k = cache_type_name(n, v); }});
+  add({{"--cache-type-v", "-ctv"}, "T", "KV cache value type: f32, bf16, f16, q8_0, q4_0 (default: --cache-dtype); "
+       "kvdecode-generate takes a pair of one type, or q8_0/q4_0 keys with f16 values, or q4_0 keys with q8_0 values",
+       exe, kGenerate | kPlan, [&p] { return p.cache_type_v.empty() ? p.cache_dtype : p.cache_type_v; },
+       [&p](const S& n, const S& v) { p.cache_type_v = cache_type_name(n, v); }});
   add({{"--no-cache"}, "", "recompute the whole sequence at every step (the cache-free reference)", exe, kGenerate,
        none, flag(p.no_cache)});
   add({{"--compare"}, "", "run with and without the cache; report identity and savings", exe, kGenerate, none,

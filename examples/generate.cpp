@@ -50,6 +50,10 @@ Exit status: 0 success, 1 model file unusable or results not identical, 2 bad ar
 
 using Options = kvd::cli::Params;
 
+// The cache types in effect: --cache-type-k / --cache-type-v, or --cache-dtype for both.
+std::string key_type(const Options& o) { return o.cache_type_k.empty() ? kvd::cli::cache_type_name("--cache-dtype", o.cache_dtype) : o.cache_type_k; }
+std::string value_type(const Options& o) { return o.cache_type_v.empty() ? kvd::cli::cache_type_name("--cache-dtype", o.cache_dtype) : o.cache_type_v; }
+
 /// Context planned for a GGUF model without --ctx-size (files declare up to 128k).
 constexpr int kDefaultGGUFContext = 4096;
 
@@ -137,14 +141,14 @@ struct DraftSetup {
   bool on() const { return draft_model || lookup > 0; }
 };
 
-template <class S>
+template <class S, class SV = S>
 Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o, bool use_cache,
              bool keep_logits, const kvd::TextTokenizer* tok, bool stream_text, bool progress,
              const DraftSetup& ds = {}) {
   Run run;
   const int V = model.config().vocab_size;
   // (with --prompt-cache the conversation in chat_cli.hpp holds the cache; this one is not used)
-  kvd::KVCache<float, S> cache(model.config(), o.prompt_cache.empty() ? 0 : 1);
+  kvd::KVCache<float, S, SV> cache(model.config(), o.prompt_cache.empty() ? 0 : 1);
   kvd::GenerateOptions gopt;
   gopt.max_new_tokens = o.steps;
   gopt.use_cache = use_cache;
@@ -181,7 +185,7 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
                 << " s\n";
   };
   if (!o.prompt_cache.empty() && use_cache) {
-    run.result = kvd::cli::generate_with_prompt_cache<S>(model, prompt, o, gopt, hooks, &run.kv_bytes, &run.reused);
+    run.result = kvd::cli::generate_with_prompt_cache<S, SV>(model, prompt, o, gopt, hooks, &run.kv_bytes, &run.reused);
   } else if (use_cache && ds.on()) {
     // The draft proposes with its own sampler of the same settings: the same draw at
     // the same position, so it agrees with the target wherever their distributions do.
@@ -221,8 +225,8 @@ Run run_once(kvd::Transformer<float>& model, const std::vector<int>& prompt, con
 Run run_dtype(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o, bool use_cache,
               bool keep_logits, const kvd::TextTokenizer* tok, bool stream_text, bool progress,
               const DraftSetup& ds = {}) {
-  return kvd::cli::visit_cache_dtype(o.cache_dtype, [&](auto s) {
-    return run_once<decltype(s)>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress, ds);
+  return kvd::cli::visit_cache_types(o, [&](auto k, auto v) {
+    return run_once<decltype(k), decltype(v)>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress, ds);
   });
 }
 
@@ -285,9 +289,10 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
      << ",\"decode_tokens_per_second\":" << run.result.decode_tokens_per_second()
      << ",\"weight_bytes_per_token\":" << weight_bytes
      << ",\"decode_weight_gb_per_second\":" << weight_bytes * run.result.decode_tokens_per_second() / 1e9
-     << ",\"kv_cache_bytes\":" << run.kv_bytes << ",\"kv_bytes_per_token\":" << c.kv_bytes_per_token(kvd::parse_dtype(o.cache_dtype))
+     << ",\"kv_cache_bytes\":" << run.kv_bytes << ",\"kv_bytes_per_token\":" << (c.kv_bytes_per_token(kvd::parse_dtype(key_type(o))) + c.kv_bytes_per_token(kvd::parse_dtype(value_type(o)))) / 2
      << ",\"fast_matmul\":" << (o.fast_matmul ? "true" : "false")
      << ",\"cache\":" << (use_cache ? "true" : "false") << ",\"cache_dtype\":\"" << o.cache_dtype << "\""
+     << ",\"cache_type_k\":\"" << key_type(o) << "\",\"cache_type_v\":\"" << value_type(o) << "\""
      << ",\"peak_rss_bytes\":" << kvd::cli::peak_rss_bytes() << ",\"threads\":" << kvd::num_threads()
      << ",\"kernels\":" << kvd::cli::json_string(kvd::build_info().summary()) << ",\"stop_reason\":\"" << kvd::stop_reason_name(run.result.stop) << "\"";
   if (identical) js << ",\"identical\":" << (*identical ? "true" : "false");
@@ -360,8 +365,8 @@ int real_main(int argc, char** argv) {
   }
 
   if (o.conversation || o.chat) {  // chat_cli.hpp
-    return kvd::cli::visit_cache_dtype(o.cache_dtype,
-                                       [&](auto s) { return kvd::cli::run_conversation<decltype(s)>(*loaded, o); });
+    return kvd::cli::visit_cache_types(
+        o, [&](auto k, auto v) { return kvd::cli::run_conversation<decltype(k), decltype(v)>(*loaded, o); });
   }
 
   // The prompt.
@@ -432,7 +437,7 @@ int real_main(int argc, char** argv) {
               << " ms (time to first token); decode: " << r.decode_steps << " steps, " << std::setprecision(1)
               << r.decode_tokens_per_second() << " tokens/s" << (o.no_cache ? " (cache-free)" : "")
               << "; stop: " << kvd::stop_reason_name(r.stop) << "; KV cache " << kvd::format_count(run.kv_bytes) << " bytes ("
-              << o.cache_dtype << ")\n";
+              << key_type(o) << " keys, " << value_type(o) << " values)\n";
     if (run.speculative)
       std::cerr << "speculative: " << run.draft_accepted << " of " << run.draft_proposed << " drafted tokens accepted ("
                 << std::setprecision(1) << (run.draft_proposed > 0 ? 100.0 * run.draft_accepted / run.draft_proposed : 0.0)

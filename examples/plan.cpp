@@ -49,7 +49,7 @@ Exit status: 0 success, 1 model file unusable, 2 bad argument.
 )";
 
 // The dtypes compared on the "by cache dtype" line.
-const kvd::DType kCompared[] = {kvd::DType::kF32, kvd::DType::kBF16, kvd::DType::kF16, kvd::DType::kQ8};
+const kvd::DType kCompared[] = {kvd::DType::kF32, kvd::DType::kBF16, kvd::DType::kF16, kvd::DType::kQ8, kvd::DType::kQ4};
 
 using Options = kvd::cli::Params;
 
@@ -165,6 +165,11 @@ int run(const Options& o) {
   // read; without --tokens the plan is for the cap, which is said, never left silent.
   const bool context_capped =
       info && !o.tokens && static_cast<std::uint64_t>(info->config.max_seq_len) < info->file_context;
+  // --cache-type-k / --cache-type-v override --dtype for the keys or the values.
+  const kvd::DType key_type = o.cache_type_k.empty() ? o.dtype : kvd::parse_dtype(o.cache_type_k);
+  const kvd::DType value_type = o.cache_type_v.empty() ? o.dtype : kvd::parse_dtype(o.cache_type_v);
+  in.dtype = key_type;
+  if (value_type != key_type) in.value_dtype = value_type;
   if (o.tokens) in.tokens_per_sequence = *o.tokens;
   if (in.tokens_per_sequence == 0) throw ArgumentError("missing --tokens N (positions per sequence)");
 
@@ -186,6 +191,7 @@ int run(const Options& o) {
   for (kvd::DType t : kCompared) {
     kvd::PlanInput other = in;
     other.dtype = t;
+    other.value_dtype.reset();  // keys and values both of type t
     try {
       by_dtype.push_back(kvd::plan_memory(other).max_sequences);
     } catch (const ArgumentError&) {
@@ -195,7 +201,8 @@ int run(const Options& o) {
 
   std::ostream& os = std::cout;
   os << "KV cache plan: L=" << in.n_layers << " Hk=" << in.n_kv_heads << " Dh=" << in.head_dim << ", cache "
-     << kvd::dtype_name(in.dtype) << ", " << kvd::format_count(in.tokens_per_sequence) << " tokens per sequence\n";
+     << kvd::dtype_name(in.dtype) << (in.value_dtype ? msg(" keys + ", kvd::dtype_name(*in.value_dtype), " values") : std::string())
+     << ", " << kvd::format_count(in.tokens_per_sequence) << " tokens per sequence\n";
   if (info) {
     row(os, "model", msg(*o.model, " (", info->description, ", ", info->config.summary(), ")"));
     if (in.tokens_per_sequence > info->file_context)
@@ -248,7 +255,8 @@ int run(const Options& o) {
   if (o.json) {
     std::ostringstream j;
     j << "{\"n_layers\":" << in.n_layers << ",\"n_kv_heads\":" << in.n_kv_heads << ",\"head_dim\":" << in.head_dim
-      << ",\"dtype\":" << json_string(kvd::dtype_name(in.dtype)) << ",\"tokens_per_sequence\":" << in.tokens_per_sequence
+      << ",\"dtype\":" << json_string(kvd::dtype_name(in.dtype))
+      << ",\"value_dtype\":" << json_string(kvd::dtype_name(in.value_dtype.value_or(in.dtype))) << ",\"tokens_per_sequence\":" << in.tokens_per_sequence
       << ",\"model\":" << (o.model ? json_string(*o.model) : "null")
       << ",\"model_format\":" << (info ? json_string(info->description) : "null")
       << ",\"model_context\":" << (info ? std::to_string(info->file_context) : std::string("null"))

@@ -4,7 +4,10 @@
 // past the checksum. read_cache_info, then, for a cache of at most 64 MB,
 // load_cache into a KVCache of the file's element type, and save it again: a
 // f32/f64 file must come back byte for byte; a bf16/f16 one value for value
-// (NaN payloads may be quieted on the way through float).
+// (NaN payloads may be quieted on the way through float). A version 3 file of
+// q8_0 / q4_0 blocks or of K and V types of their own (a pair kvdecode-generate
+// compiles) must come back byte for byte: its blocks are re-quantized from the
+// values they read as, which gives them back.
 #include <fstream>
 #include <iterator>
 #include <vector>
@@ -29,7 +32,7 @@ bool same_value(const unsigned char* a, const unsigned char* b) {
   return std::memcmp(a, b, sizeof(S)) == 0;
 }
 
-template <class T, class S>
+template <class T, class S, class SV = S>
 void round_trip(const std::string& path, const kvd::CacheFileInfo& info, const std::vector<unsigned char>& input) {
   kvd::ModelConfig c;  // the caller's model: only the cache shape has to match the file
   c.n_layers = info.shape.n_layers;
@@ -40,7 +43,7 @@ void round_trip(const std::string& path, const kvd::CacheFileInfo& info, const s
   c.d_model = 2; c.hidden_dim = 2; c.vocab_size = 3;
   kvd::CacheLoadOptions opt;
   opt.model_id = info.model_id;
-  kvd::KVCache<T, S> cache = kvd::load_cache<T, S>(path, c, opt);
+  kvd::KVCache<T, S, SV> cache = kvd::load_cache<T, S, SV>(path, c, opt);
   if (cache.length() != info.length || cache.first_position() != info.first || cache.capacity() != info.capacity) {
     std::fprintf(stderr, "FINDING: loaded cache has length %d first %d capacity %d, the file says %d %d %d\n",
                  cache.length(), cache.first_position(), cache.capacity(), info.length, info.first, info.capacity);
@@ -51,8 +54,8 @@ void round_trip(const std::string& path, const kvd::CacheFileInfo& info, const s
   const std::vector<unsigned char> out = read_all(copy);
   std::remove(copy.c_str());
   bool same = out.size() == input.size();
-  if (same && std::is_same_v<T, S>) {
-    same = out == input;
+  if constexpr (std::is_same_v<T, S> || !std::is_same_v<S, SV> || kvd::detail::KVStore<S>::kQuantized) {
+    same = same && out == input;
   } else if (same) {
     const std::size_t header = 64, data_end = input.size() - 8;
     same = std::memcmp(out.data(), input.data(), header) == 0;
@@ -69,8 +72,18 @@ void one(const std::vector<unsigned char>& bytes) {
   kvd_fuzz::run([&] {
     const std::string& path = kvd_fuzz::write_scratch("cache.kvdc", bytes.data(), bytes.size());
     const kvd::CacheFileInfo info = kvd::read_cache_info(path);
-    const std::uint64_t per_token = 2ull * info.shape.n_layers * info.shape.n_kv_heads * info.shape.head_dim * 8;
+    const std::uint64_t per_token = 2ull * info.shape.n_layers * info.shape.n_kv_heads * info.shape.head_dim * 8;  // the widest type
     if (per_token * static_cast<std::uint64_t>(info.capacity + 16) > (64ull << 20)) return;  // the caller's budget
+    using kvd::DType;
+    if (info.dtype != info.value_dtype || info.dtype == DType::kQ8 || info.dtype == DType::kQ4) {
+      const auto pair = [&](DType k, DType v) { return info.dtype == k && info.value_dtype == v; };
+      if (pair(DType::kQ8, DType::kQ8)) round_trip<float, kvd::CacheQ8_0>(path, info, bytes);
+      else if (pair(DType::kQ4, DType::kQ4)) round_trip<float, kvd::CacheQ4_0>(path, info, bytes);
+      else if (pair(DType::kQ8, DType::kF16)) round_trip<float, kvd::CacheQ8_0, Eigen::half>(path, info, bytes);
+      else if (pair(DType::kQ4, DType::kF16)) round_trip<float, kvd::CacheQ4_0, Eigen::half>(path, info, bytes);
+      else if (pair(DType::kQ4, DType::kQ8)) round_trip<float, kvd::CacheQ4_0, kvd::CacheQ8_0>(path, info, bytes);
+      return;  // other pairs are sound files of types this harness does not compile
+    }
     switch (info.dtype) {
       case kvd::DType::kF32: round_trip<float, float>(path, info, bytes); break;
       case kvd::DType::kF64: round_trip<double, double>(path, info, bytes); break;

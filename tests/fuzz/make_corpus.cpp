@@ -126,9 +126,9 @@ void tokenizers() {
   put("tokenizer-bin", "negative-length", neg);
 }
 
-template <class S>
+template <class S, class SV = S>
 void cache_file(const fs::path& tmp, const std::string& name, kvd::ModelConfig c, int length, int capacity) {
-  kvd::KVCache<float, S> cache(c, capacity);
+  kvd::KVCache<float, S, SV> cache(c, capacity);
   std::vector<float> k(static_cast<std::size_t>(c.n_layers) * c.kv_dim()), v(k.size());
   for (int pos = 0; pos < length; ++pos) {
     for (std::size_t i = 0; i < k.size(); ++i) { k[i] = 0.25f * pos + 0.01f * i; v[i] = -k[i]; }
@@ -153,9 +153,23 @@ void cache_files(const fs::path& tmp) {
   cache_file<float>(tmp, "f32-window3-20of40", c, 20, 40);
   Bytes b = read_all(tmp / "cache.kvdc");
   put("cache-file", "window-truncated", truncated(b, 9));
+  // Version 3: q8_0 / q4_0 blocks (head_dim 32: one block per head row), and K and V of different types.
+  c = tiny(true);
+  c.head_dim = 32;
+  cache_file<kvd::CacheQ8_0>(tmp, "q8_0-3of8", c, 3, 8);
+  Bytes bad_scale = read_all(tmp / "cache.kvdc");
+  bad_scale[64] = 0x00;  // the first K block's f16 scale: +inf
+  bad_scale[65] = 0x7C;
+  put("cache-file", "q8_0-3of8-inf-scale", bad_scale);
+  cache_file<kvd::CacheQ4_0>(tmp, "q4_0-2of4", c, 2, 4);
+  cache_file<kvd::CacheQ8_0, Eigen::half>(tmp, "q8_0-keys-f16-values-3of8", c, 3, 8);
+  cache_file<kvd::CacheQ4_0, kvd::CacheQ8_0>(tmp, "q4_0-keys-q8_0-values-1of1", c, 1, 1);
+  c.sliding_window = 3;
+  c.max_seq_len = 40;
+  cache_file<kvd::CacheQ4_0>(tmp, "q4_0-window3-20of40", c, 20, 40);
 }
 
-template <class S>
+template <class S, class SV = S>
 void prompt_cache_file(const fs::path& tmp, const std::string& name, kvd::ModelConfig c, int length, int capacity,
                        bool paged = false) {
   std::vector<float> k(static_cast<std::size_t>(c.n_layers) * c.kv_dim()), v(k.size());
@@ -172,12 +186,12 @@ void prompt_cache_file(const fs::path& tmp, const std::string& name, kvd::ModelC
   };
   const fs::path p = tmp / "prompt.kvdp";
   if (paged) {
-    kvd::BlockPool<float, S> pool(c, c.max_seq_len / 16 + 2, 16);
-    kvd::PagedSequence<float, S> seq(pool);
+    kvd::BlockPool<float, S, SV> pool(c, c.max_seq_len / 16 + 2, 16);
+    kvd::PagedSequence<float, S, SV> seq(pool);
     fill(seq);
     kvd::save_prompt_cache(seq, tokens, c.vocab_size, p.string(), kvd::config_fingerprint(c));
   } else {
-    kvd::KVCache<float, S> cache(c, capacity);
+    kvd::KVCache<float, S, SV> cache(c, capacity);
     fill(cache);
     kvd::save_prompt_cache(cache, tokens, c.vocab_size, p.string(), kvd::config_fingerprint(c));
   }
@@ -200,6 +214,13 @@ void prompt_cache_files(const fs::path& tmp) {
   prompt_cache_file<float>(tmp, "paged-window3-20of40", c, 20, 0, true);
   Bytes b = read_all(tmp / "prompt.kvdp");
   put("prompt-cache", "window-truncated", truncated(b, 9));
+  // Version 3 cache files inside: q8_0 / q4_0 blocks, K and V of different types.
+  c = tiny(true);
+  c.head_dim = 32;
+  prompt_cache_file<kvd::CacheQ8_0>(tmp, "q8_0-3of8", c, 3, 8);
+  prompt_cache_file<kvd::CacheQ4_0, Eigen::half>(tmp, "q4_0-keys-f16-values-2of4", c, 2, 4);
+  c.max_seq_len = 32;
+  prompt_cache_file<kvd::CacheQ8_0, kvd::CacheQ4_0>(tmp, "paged-q8_0-keys-q4_0-values-20of32", c, 20, 0, true);
 }
 
 void ggufs() {

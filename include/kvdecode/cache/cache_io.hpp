@@ -6,7 +6,7 @@
 // a file written by either kind restores into either. prompt_cache.hpp embeds
 // these files, with their tokens, in prompt cache files.
 //
-// File layout (version 1, little-endian):
+// File layout (version 1, little-endian; keys and values of one element type):
 //   offset  bytes  field
 //        0      4  magic "KVDC"
 //        4      4  u32 format version (1)
@@ -24,6 +24,21 @@
 //                      (max(0, length - sliding_window + 1) with a window, else 0)
 //       64      -  data: (length - first, 2 [K then V], n_layers, n_kv_heads, head_dim) raw elements of dtype
 //   end - 8     8  u64 checksum: FNV-1a 64 of every byte before it
+//
+// Version 3 (written when keys and values differ in type, or either is a block
+// type q8_0 / q4_0; version 1 is written otherwise, byte for byte as before):
+//       36      1  u8  K dtype (0 f32, 1 f64, 2 bf16, 3 f16, 4 q8_0, 5 q4_0)
+//       37      1  u8  V dtype (the same codes)
+//       64      -  data: (length - first, 2 [K then V], n_layers, n_kv_heads) rows of
+//                      head_dim values: a plain type's raw elements, or a block type's
+//                      head_dim / 32 blocks of [f16 d, codes] as ggml stores them
+//                      (q8_0: 32 int8; q4_0: 16 bytes, byte j = (q[j] + 8) | (q[j + 16] + 8) << 4)
+//   every other field as in version 1 (data bytes = (length - first) * the cache's bytes_per_token()).
+// A block must be one the quantizer writes (kv_cache.hpp, KVStore): its scale finite, and
+// quantizing the values it reads as gives it back; a block type needs a head_dim
+// that is a multiple of 32. So a restored quantized cache reads exactly the
+// values that were saved.
+//
 // Only positions [first, length) are written: never the unused capacity, and
 // for a sliding-window cache only the window later rows can still attend to.
 // The data is position-major, independent of the cache's 16-position block
@@ -67,7 +82,8 @@ namespace kvd {
 /// What a cache file's header says, after every check read_cache_info() makes.
 struct CacheFileInfo {
   CacheShape shape;                 ///< n_layers, n_kv_heads, head_dim, max_seq_len of the saved cache
-  DType dtype = DType::kF32;        ///< element type of the saved cache
+  DType dtype = DType::kF32;        ///< storage type of the saved cache's keys
+  DType value_dtype = DType::kF32;  ///< storage type of its values (= dtype in a version 1 file)
   int capacity = 0;                 ///< capacity of the saved cache, in [1, max_seq_len]
   int length = 0;                   ///< sequence length, in [0, capacity]
   int first = 0;                    ///< first position stored; the file holds [first, length)
@@ -88,7 +104,10 @@ namespace detail {
 namespace cache_file {
 
 inline constexpr char kMagic[4] = {'K', 'V', 'D', 'C'};
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 1;      // keys and values of one plain element type
+// Typed files are version 3: builds before it refused every version but 1, and
+// their tests pin 2 as an unsupported version, so 2 stays unused.
+inline constexpr std::uint32_t kVersionTyped = 3;  // K and V types of their own, block types allowed
 inline constexpr std::uint64_t kHeaderBytes = 64;
 inline constexpr std::uint64_t kChecksumBytes = 8;
 inline constexpr std::uint32_t kMaxDim = 1u << 20;  // ModelConfig's limit on every dimension
@@ -122,6 +141,12 @@ inline std::uint32_t element_bytes(DType t) {
   }
 }
 
+/// True for the codes a version 3 file may hold for K or V (f32, f64, bf16, f16, q8_0, q4_0).
+inline bool is_cache_type(DType t) { return static_cast<unsigned>(t) <= static_cast<unsigned>(DType::kQ4); }
+inline bool is_block_type(DType t) { return t == DType::kQ8 || t == DType::kQ4; }
+/// "f32", ..., "q8_0", "q4_0": the names the options take.
+inline const char* type_text(DType t) { return t == DType::kQ8 ? "q8_0" : t == DType::kQ4 ? "q4_0" : dtype_name(t); }
+
 /// "(layers 2, kv_heads 4, head_dim 16, max_seq_len 256, sliding_window 0)"
 inline std::string shape_text(const CacheShape& s) {
   return msg("(layers ", s.n_layers, ", kv_heads ", s.n_kv_heads, ", head_dim ", s.head_dim, ", max_seq_len ",
@@ -134,12 +159,13 @@ inline int first_kept(const CacheShape& s, int length) {
 }
 
 /// The 64-byte header for a cache; the checksum is appended after the data.
-inline std::array<unsigned char, kHeaderBytes> make_header(const CacheShape& shape, DType dtype, int capacity,
-                                                           int length, int first, std::uint64_t model_id,
+inline std::array<unsigned char, kHeaderBytes> make_header(const CacheShape& shape, DType dtype, DType value_dtype,
+                                                           int capacity, int length, int first, std::uint64_t model_id,
                                                            std::uint64_t data_bytes) {
+  const bool typed = dtype != value_dtype || is_block_type(dtype);
   std::array<unsigned char, kHeaderBytes> h{};
   std::memcpy(h.data(), kMagic, 4);
-  store_u32_le(h.data() + 4, kVersion);
+  store_u32_le(h.data() + 4, typed ? kVersionTyped : kVersion);
   store_u32_le(h.data() + 8, static_cast<std::uint32_t>(kHeaderBytes));
   store_u32_le(h.data() + 12, static_cast<std::uint32_t>(shape.n_layers));
   store_u32_le(h.data() + 16, static_cast<std::uint32_t>(shape.n_kv_heads));
@@ -148,7 +174,7 @@ inline std::array<unsigned char, kHeaderBytes> make_header(const CacheShape& sha
   store_u32_le(h.data() + 28, static_cast<std::uint32_t>(capacity));
   store_u32_le(h.data() + 32, static_cast<std::uint32_t>(length));
   h[36] = static_cast<unsigned char>(dtype);
-  h[37] = static_cast<unsigned char>(element_bytes(dtype));
+  h[37] = static_cast<unsigned char>(typed ? static_cast<unsigned>(value_dtype) : element_bytes(dtype));
   store_u64_le(h.data() + 40, model_id);
   store_u64_le(h.data() + 48, data_bytes);
   store_u32_le(h.data() + 56, static_cast<std::uint32_t>(shape.sliding_window));
@@ -167,12 +193,12 @@ struct Contents {
 /// Throws FileError naming the path, the field, its value and the limit.
 inline CacheFileInfo parse_header(const std::string& path, const unsigned char* h, std::uint64_t file_bytes) {
   const std::uint32_t version = load_u32_le(h + 4);
-  if (version != kVersion)
+  if (version != kVersion && version != kVersionTyped)
     bad(path, "unsupported cache file version ", version, " (this build of kvdecode reads version ", kVersion,
-         "; save the cache again with this build)");
+        ", and version ", kVersionTyped, " for keys and values of their own types; save the cache again with this build)");
   const std::uint32_t header_bytes = load_u32_le(h + 8);
   if (header_bytes != kHeaderBytes)
-    bad(path, "header size field = ", header_bytes, ", expected ", kHeaderBytes, " for version ", kVersion);
+    bad(path, "header size field = ", header_bytes, ", expected ", kHeaderBytes, " for version ", version);
 
   auto dim = [&](const char* name, int offset) {
     const std::uint32_t v = load_u32_le(h + offset);
@@ -204,13 +230,29 @@ inline CacheFileInfo parse_header(const std::string& path, const unsigned char* 
 
   const unsigned dtype_code = h[36];
   const DType dtype = static_cast<DType>(dtype_code);
-  const std::uint32_t elem = element_bytes(dtype);  // 0 for q8 and unknown codes (DType is 8-bit, so any code is a value)
-  if (elem == 0)
-    bad(path, "header field dtype = ", dtype_code, " is not a cache element type (0 f32, 1 f64, 2 bf16, 3 f16)");
-  if (h[37] != elem)
-    bad(path, "header field element bytes = ", unsigned(h[37]), " disagrees with dtype ", dtype_name(dtype),
-         " (", elem, " bytes)");
-  info.dtype = dtype;
+  std::uint32_t elem = element_bytes(dtype);  // 0 for q8 and unknown codes (DType is 8-bit, so any code is a value)
+  if (version == kVersion) {
+    if (elem == 0)
+      bad(path, "header field dtype = ", dtype_code, " is not a cache element type (0 f32, 1 f64, 2 bf16, 3 f16)");
+    if (h[37] != elem)
+      bad(path, "header field element bytes = ", unsigned(h[37]), " disagrees with dtype ", dtype_name(dtype),
+           " (", elem, " bytes)");
+    info.dtype = info.value_dtype = dtype;
+  } else {
+    for (int off : {36, 37}) {
+      const DType t = static_cast<DType>(h[off]);
+      const char* field = off == 36 ? "K dtype" : "V dtype";
+      if (!is_cache_type(t))
+        bad(path, "header field ", field, " = ", unsigned(h[off]),
+            " is not a cache type (0 f32, 1 f64, 2 bf16, 3 f16, 4 q8_0, 5 q4_0)");
+      if (is_block_type(t) && info.shape.head_dim % kQuantBlock != 0)
+        bad(path, "header field ", field, " = ", type_text(t), " needs a head_dim that is a multiple of ", kQuantBlock,
+            ", but head_dim = ", info.shape.head_dim);
+    }
+    info.dtype = dtype;
+    info.value_dtype = static_cast<DType>(h[37]);
+    elem = 1;  // sizes below come from the row bytes of each type
+  }
   for (int off : {38, 39})
     if (h[off] != 0) bad(path, "reserved header byte ", off, " = ", unsigned(h[off]), " must be 0");
   info.model_id = load_u64_le(h + 40);
@@ -220,10 +262,19 @@ inline CacheFileInfo parse_header(const std::string& path, const unsigned char* 
   const std::uint64_t stored = static_cast<std::uint64_t>(info.length - info.first);
   std::uint64_t expected_data = 0, expected_file = 0;
   try {
-    std::uint64_t per_token = checked_mul(2ull * static_cast<std::uint64_t>(info.shape.n_layers),
-                                          static_cast<std::uint64_t>(info.shape.n_kv_heads), "K/V rows");
-    per_token = checked_mul(per_token, static_cast<std::uint64_t>(info.shape.head_dim), "K/V elements per position");
-    per_token = checked_mul(per_token, elem, "K/V bytes per position");
+    std::uint64_t per_token = 0;
+    if (version == kVersion) {
+      per_token = checked_mul(2ull * static_cast<std::uint64_t>(info.shape.n_layers),
+                              static_cast<std::uint64_t>(info.shape.n_kv_heads), "K/V rows");
+      per_token = checked_mul(per_token, static_cast<std::uint64_t>(info.shape.head_dim), "K/V elements per position");
+      per_token = checked_mul(per_token, elem, "K/V bytes per position");
+    } else {  // each row at most 8 x 2^20 bytes: the sum cannot wrap
+      const std::uint64_t row_bytes = dtype_bytes_for(info.dtype, static_cast<std::uint64_t>(info.shape.head_dim)) +
+                                      dtype_bytes_for(info.value_dtype, static_cast<std::uint64_t>(info.shape.head_dim));
+      per_token = checked_mul(static_cast<std::uint64_t>(info.shape.n_layers),
+                              static_cast<std::uint64_t>(info.shape.n_kv_heads), "K/V rows");
+      per_token = checked_mul(per_token, row_bytes, "K/V bytes per position");
+    }
     expected_data = checked_mul(per_token, stored, "K/V data bytes");
     expected_file = checked_add(checked_add(kHeaderBytes, expected_data, "file size"), kChecksumBytes, "file size");
   } catch (const FormatError& e) {
@@ -286,6 +337,68 @@ inline void check_finite(const std::string& path, const CacheFileInfo& info, con
       "): a cache must hold finite values only");
 }
 
+/// Version 3 data: walks every row (position, K or V, layer, kv head) in its own
+/// type. Throws FormatError naming the first bad value or block (its position, K or
+/// V, layer, head, index or block, and file offset): a NaN or infinite element or
+/// scale, or a block the quantizer would not write (quantizing its values does not
+/// give it back: its largest code is not 127 / -8, or a code is out of range).
+inline void check_rows(const std::string& path, const CacheFileInfo& info, const unsigned char* data) {
+  const int L = info.shape.n_layers, Hk = info.shape.n_kv_heads, Dh = info.shape.head_dim;
+  const unsigned char* p = data;
+  auto where = [&](int pos, bool key, int l, int h) {
+    return msg(key ? "K" : "V", " row at position ", pos, ", layer ", l, ", kv head ", h);
+  };
+  for (int pos = info.first; pos < info.length; ++pos)
+    for (int kv = 0; kv < 2; ++kv) {
+      const DType t = kv == 0 ? info.dtype : info.value_dtype;
+      for (int l = 0; l < L; ++l)
+        for (int h = 0; h < Hk; ++h) {
+          const std::uint64_t offset = kHeaderBytes + static_cast<std::uint64_t>(p - data);
+          if (!is_block_type(t)) {
+            const std::uint32_t eb = element_bytes(t);
+            for (int d = 0; d < Dh; ++d, p += eb) {
+              bool finite = true;
+              if (t == DType::kF32) finite = (load_u32_le(p) & 0x7F800000u) != 0x7F800000u;
+              if (t == DType::kF64) finite = (load_u64_le(p) & 0x7FF0000000000000ull) != 0x7FF0000000000000ull;
+              if (t == DType::kBF16) finite = ((p[0] | (p[1] << 8)) & 0x7F80) != 0x7F80;
+              if (t == DType::kF16) finite = ((p[0] | (p[1] << 8)) & 0x7C00) != 0x7C00;
+              if (!finite)
+                bad(path, "non-finite ", where(pos, kv == 0, l, h), ", index ", d, " (file offset ",
+                    offset + static_cast<std::uint64_t>(d) * eb, "): a cache must hold finite values only");
+            }
+            continue;
+          }
+          for (int b = 0; b < Dh / kQuantBlock; ++b) {
+            const std::uint16_t bits = static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+            const std::uint64_t at = kHeaderBytes + static_cast<std::uint64_t>(p - data);
+            if ((bits & 0x7C00) == 0x7C00)
+              bad(path, "non-finite ", type_text(t), " scale (f16 bits 0x", std::hex, bits, std::dec, ") in ",
+                  where(pos, kv == 0, l, h), ", block ", b, " (file offset ", at, "): a cache must hold finite values only");
+            const Eigen::half d = Eigen::numext::bit_cast<Eigen::half>(bits);
+            std::int8_t q[kQuantBlock], again[kQuantBlock];
+            float x[kQuantBlock];
+            if (t == DType::kQ8) {
+              for (int j = 0; j < kQuantBlock; ++j) q[j] = static_cast<std::int8_t>(p[2 + j]);
+            } else {
+              for (int j = 0; j < kQuantBlock / 2; ++j) {
+                q[j] = static_cast<std::int8_t>((p[2 + j] & 15) - 8);
+                q[j + 16] = static_cast<std::int8_t>((p[2 + j] >> 4) - 8);
+              }
+            }
+            for (int j = 0; j < kQuantBlock; ++j) x[j] = dequantize(q[j], d);
+            const Eigen::half d2 = t == DType::kQ8 ? quantize_q8_0(x, again) : quantize_q4_0(x, again);
+            bool same = Eigen::numext::bit_cast<std::uint16_t>(d2) == bits;
+            for (int j = 0; j < kQuantBlock; ++j) same = same && again[j] == q[j];
+            if (!same)
+              bad(path, "a ", type_text(t), " block no quantizer writes in ", where(pos, kv == 0, l, h), ", block ", b,
+                  " (file offset ", at, "): its largest code must be ", t == DType::kQ8 ? "+-127 (codes in [-127, 127])" : "-8 (codes in [-8, 7])",
+                  " and its scale that block's own; the file is corrupt");
+            p += t == DType::kQ8 ? 34 : 18;
+          }
+        }
+    }
+}
+
 /// Checks the cache file held in bytes [h, h + file_bytes) (a whole file, or one
 /// embedded in another file such as a prompt cache) and fills c.info and c.data
 /// (pointing into those bytes, which must outlive c). `path` names it in errors.
@@ -311,7 +424,8 @@ inline void parse_into(Contents& c, const std::string& path, const unsigned char
   if (computed != c.info.checksum)
     bad(path, "checksum mismatch: the file records ", std::hex, "0x", c.info.checksum, " but its contents hash to 0x",
          computed, std::dec, "; the file is corrupt");
-  check_finite(path, c.info, c.data);
+  if (load_u32_le(h + 4) == kVersion) check_finite(path, c.info, c.data);
+  else check_rows(path, c.info, c.data);
 }
 
 /// Opens `path` as a regular file and maps it. Throws FileError naming the path
@@ -350,37 +464,65 @@ std::uint64_t file_bytes_of(const Cache& cache) {
          kChecksumBytes;
 }
 
+/// Appends one row (head_dim values of one head) of a K or V block in the file's
+/// form to `out`: a plain type's raw elements, or a block type's [f16 d, codes]
+/// blocks, re-quantized from the values it reads as (which gives the stored block
+/// back, kv_cache.hpp, KVStore). `at(d)` is the row's value d as the block reference reads it.
+template <class S, class Ref>
+void append_row(const Ref& ref, long first, long stride, int head_dim, std::vector<unsigned char>& out) {
+  if constexpr (!KVStore<S>::kQuantized) {
+    for (int d = 0; d < head_dim; ++d) {
+      const S x = ref[first + d * stride];
+      const auto* b = reinterpret_cast<const unsigned char*>(&x);
+      out.insert(out.end(), b, b + sizeof(S));
+    }
+  } else {
+    float x[kQuantBlock];
+    std::int8_t q[kQuantBlock];
+    for (int b0 = 0; b0 < head_dim; b0 += kQuantBlock) {
+      for (int j = 0; j < kQuantBlock; ++j) x[j] = ref[first + (b0 + j) * stride];
+      const Eigen::half d = KVStore<S>::quantize(x, q);
+      const std::uint16_t bits = Eigen::numext::bit_cast<std::uint16_t>(d);
+      out.push_back(static_cast<unsigned char>(bits & 0xFF));
+      out.push_back(static_cast<unsigned char>(bits >> 8));
+      if constexpr (std::is_same_v<S, CacheQ8_0>) {
+        for (int j = 0; j < kQuantBlock; ++j) out.push_back(static_cast<unsigned char>(q[j]));
+      } else {
+        for (int j = 0; j < kQuantBlock / 2; ++j)
+          out.push_back(static_cast<unsigned char>((q[j] + 8) | ((q[j + 16] + 8) << 4)));
+      }
+    }
+  }
+}
+
 /// Writes `cache` in the format above to `out` (header, data, checksum). Reads the
 /// cache through k_block/v_block only, so KVCache and PagedSequence share it.
 template <class Cache>
 void write_cache(const Cache& cache, std::ostream& out, std::uint64_t model_id) {
   using S = typename Cache::Storage;
+  using SV = typename Cache::ValueStorage;
   const CacheShape& shape = cache.shape();
   const int L = shape.n_layers, Hk = shape.n_kv_heads, Dh = shape.head_dim, kB = kLanes;
   const int first = cache.first_position();  // 0 without a sliding window
   const std::uint64_t data_bytes = cache.bytes_per_token() * static_cast<std::uint64_t>(cache.length() - first);
-  const auto header = make_header(shape, cache.dtype(), cache.capacity(), cache.length(), first, model_id, data_bytes);
+  const auto header = make_header(shape, cache.dtype(), DTypeOf<SV>::value, cache.capacity(), cache.length(), first,
+                                  model_id, data_bytes);
   out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
   std::uint64_t hash = fnv1a64(header.data(), header.size());
   // One position's record: K then V, each (n_layers, n_kv_heads, head_dim), gathered from the blocks.
-  std::vector<S> record(static_cast<std::size_t>(2L * L * Hk * Dh));
+  std::vector<unsigned char> record;
+  record.reserve(static_cast<std::size_t>(cache.bytes_per_token()));
   for (int pos = first; pos < cache.length(); ++pos) {
     const int b = pos / kB, lane = pos % kB;  // k_block takes the absolute block (a ring maps it to its slot)
-    S* k = record.data();
-    S* v = record.data() + static_cast<long>(L) * Hk * Dh;
-    for (int l = 0; l < L; ++l) {
-      const S* kb = cache.k_block(l, b);  // (Hk, Dh, 16)
-      const S* vb = cache.v_block(l, b);  // (Hk, 16, Dh)
-      for (int h = 0; h < Hk; ++h)
-        for (int d = 0; d < Dh; ++d) {
-          *k++ = kb[(static_cast<long>(h) * Dh + d) * kB + lane];
-          *v++ = vb[(static_cast<long>(h) * kB + lane) * Dh + d];
-        }
-    }
-    const auto* bytes = reinterpret_cast<const unsigned char*>(record.data());
-    const std::size_t n = record.size() * sizeof(S);
-    hash = fnv1a64(bytes, n, hash);
-    out.write(reinterpret_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+    record.clear();
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < Hk; ++h)  // K (Hk, Dh, 16): value d of lane at (h Dh + d) 16 + lane
+        append_row<S>(cache.k_block(l, b), static_cast<long>(h) * Dh * kB + lane, kB, Dh, record);
+    for (int l = 0; l < L; ++l)
+      for (int h = 0; h < Hk; ++h)  // V (Hk, 16, Dh): value d of lane at (h 16 + lane) Dh + d
+        append_row<SV>(cache.v_block(l, b), (static_cast<long>(h) * kB + lane) * Dh, 1, Dh, record);
+    hash = fnv1a64(record.data(), record.size(), hash);
+    out.write(reinterpret_cast<const char*>(record.data()), static_cast<std::streamsize>(record.size()));
   }
   std::array<unsigned char, kChecksumBytes> trailer{};
   store_u64_le(trailer.data(), hash);
@@ -389,31 +531,59 @@ void write_cache(const Cache& cache, std::ostream& out, std::uint64_t model_id) 
 
 /// Throws CacheMismatchError unless a sound file fits a cache of `shape` storing `dtype`.
 inline void check_compatible(const std::string& path, const CacheFileInfo& info, const CacheShape& shape, DType dtype,
-                             std::uint64_t model_id) {
+                             DType value_dtype, std::uint64_t model_id) {
   if (!(info.shape == shape))
     throw CacheMismatchError(msg("cache file '", path, "': saved for cache shape ", shape_text(info.shape),
                                  ", but the model's cache shape is ", shape_text(shape)));
-  if (info.dtype != dtype)
+  if (info.dtype != dtype && info.dtype == info.value_dtype && dtype == value_dtype)
     throw CacheMismatchError(msg("cache file '", path, "': holds ", dtype_name(info.dtype),
                                  " elements, but the cache stores ", dtype_name(dtype),
                                  " (load it into a cache of element type ", dtype_name(info.dtype), ")"));
+  if (info.dtype != dtype || info.value_dtype != value_dtype)
+    throw CacheMismatchError(msg("cache file '", path, "': holds ", type_text(info.dtype), " keys and ",
+                                 type_text(info.value_dtype), " values, but the cache stores ", type_text(dtype),
+                                 " keys and ", type_text(value_dtype), " values (load it into a cache of those types)"));
   if (info.model_id != model_id)
     throw CacheMismatchError(msg("cache file '", path, "': saved with model_id ", std::hex, "0x", info.model_id,
                                  ", expected 0x", model_id, std::dec, " (a cache of another model)"));
 }
 
-/// Copies position `pos`'s record (K then V, each (n_layers, n_kv_heads * head_dim)
-/// of S) from the checked file contents into `record` as T.
+/// Decodes `n` rows of head_dim values of type S from `src` into `out` as T;
+/// returns the bytes read. Every stored value is exact in T.
 template <class T, class S>
+const unsigned char* decode_rows(const unsigned char* src, long n, int head_dim, T* out) {
+  if constexpr (!KVStore<S>::kQuantized) {
+    for (long i = 0; i < n * head_dim; ++i, src += sizeof(S)) {
+      S x;
+      std::memcpy(static_cast<void*>(&x), src, sizeof(S));
+      out[i] = from_storage<T>(x);
+    }
+  } else {
+    for (long i = 0; i < n * head_dim; i += kQuantBlock) {
+      const Eigen::half d = Eigen::numext::bit_cast<Eigen::half>(static_cast<std::uint16_t>(src[0] | (src[1] << 8)));
+      for (int j = 0; j < kQuantBlock; ++j) {
+        int q = 0;
+        if constexpr (std::is_same_v<S, CacheQ8_0>) q = static_cast<std::int8_t>(src[2 + j]);
+        else q = j < 16 ? (src[2 + j] & 15) - 8 : (src[2 + j - 16] >> 4) - 8;
+        out[i + j] = static_cast<T>(dequantize(q, d));
+      }
+      src += std::is_same_v<S, CacheQ8_0> ? 34 : 18;
+    }
+  }
+  return src;
+}
+
+/// Copies position `pos`'s record (K then V, each (n_layers, n_kv_heads * head_dim))
+/// from the checked file contents into `record` as T.
+template <class T, class S, class SV = S>
 void load_record(const Contents& c, int pos, std::vector<T>& record) {
   const CacheShape& s = c.info.shape;
-  const std::size_t per_token = 2ull * s.n_layers * s.n_kv_heads * s.head_dim;
-  const unsigned char* src = c.data + static_cast<std::size_t>(pos - c.info.first) * per_token * sizeof(S);
-  for (std::size_t i = 0; i < per_token; ++i) {
-    S x;
-    std::memcpy(static_cast<void*>(&x), src + i * sizeof(S), sizeof(S));
-    record[i] = from_storage<T>(x);  // every stored value is an S image of a T: exact both ways
-  }
+  const long rows = static_cast<long>(s.n_layers) * s.n_kv_heads;
+  const std::uint64_t per_token = static_cast<std::uint64_t>(rows) *
+      (dtype_bytes_for(DTypeOf<S>::value, s.head_dim) + dtype_bytes_for(DTypeOf<SV>::value, s.head_dim));
+  const unsigned char* src = c.data + static_cast<std::size_t>(pos - c.info.first) * per_token;
+  src = decode_rows<T, S>(src, rows, s.head_dim, record.data());
+  decode_rows<T, SV>(src, rows, s.head_dim, record.data() + rows * s.head_dim);
 }
 
 /// Replaces cache's contents with the checked file contents: clear(), write()
@@ -421,14 +591,14 @@ void load_record(const Contents& c, int pos, std::vector<T>& record) {
 /// then commit_append(length). Cannot fail once the staging buffer exists: the
 /// caller checked shape, type and capacity, and a window cache's ring always
 /// holds the window.
-template <class T, class S>
-void fill(const Contents& c, KVCache<T, S>& cache) {
+template <class T, class S, class SV>
+void fill(const Contents& c, KVCache<T, S, SV>& cache) {
   const CacheShape& s = c.info.shape;
   const long kv = static_cast<long>(s.n_kv_heads) * s.head_dim;
   std::vector<T> record(static_cast<std::size_t>(2L * s.n_layers * kv));  // K (n_layers, kv) then V (n_layers, kv)
   cache.clear();
   for (int pos = c.info.first; pos < c.info.length; ++pos) {
-    load_record<T, S>(c, pos, record);
+    load_record<T, S, SV>(c, pos, record);
     for (int l = 0; l < s.n_layers; ++l) cache.write(l, pos, record.data() + l * kv, record.data() + (s.n_layers + l) * kv);
   }
   cache.commit_restored(c.info.first, c.info.length);
@@ -439,17 +609,17 @@ void fill(const Contents& c, KVCache<T, S>& cache) {
 /// pool never needs more than the window), those before `first` left unwritten and
 /// marked as never restored. Throws OutOfBlocksError if the pool runs out; the
 /// partial sequence is then destroyed and its blocks returned.
-template <class T, class S>
-PagedSequence<T, S> fill_paged(const Contents& c, BlockPool<T, S>& pool) {
+template <class T, class S, class SV>
+PagedSequence<T, S, SV> fill_paged(const Contents& c, BlockPool<T, S, SV>& pool) {
   const CacheShape& s = c.info.shape;
   const long kv = static_cast<long>(s.n_kv_heads) * s.head_dim;
   std::vector<T> record(static_cast<std::size_t>(2L * s.n_layers * kv));
-  PagedSequence<T, S> seq(pool);
+  PagedSequence<T, S, SV> seq(pool);
   for (int pos0 = 0; pos0 < c.info.length; pos0 += pool.block_size()) {
     const int n = std::min(pool.block_size(), c.info.length - pos0);
     seq.prepare_append(n);
     for (int pos = std::max(pos0, c.info.first); pos < pos0 + n; ++pos) {
-      load_record<T, S>(c, pos, record);
+      load_record<T, S, SV>(c, pos, record);
       for (int l = 0; l < s.n_layers; ++l) seq.write(l, pos, record.data() + l * kv, record.data() + (s.n_layers + l) * kv);
     }
     seq.commit_append(n);
@@ -504,8 +674,8 @@ inline CacheFileInfo read_cache_info(const std::string& path) { return detail::c
 /// beside `path` under a unique temporary name and renamed over it only when complete
 /// and synced (detail::write_file_atomically), so on failure `path` is untouched and
 /// no temporary file remains.
-template <class T, class S>
-void save_cache(const KVCache<T, S>& cache, const std::string& path, std::uint64_t model_id = 0) {
+template <class T, class S, class SV>
+void save_cache(const KVCache<T, S, SV>& cache, const std::string& path, std::uint64_t model_id = 0) {
   detail::cache_file::require_little_endian(path);
   detail::write_file_atomically(path, [&](std::ostream& out) { detail::cache_file::write_cache(cache, out, model_id); });
 }
@@ -514,8 +684,8 @@ void save_cache(const KVCache<T, S>& cache, const std::string& path, std::uint64
 /// from its blocks; the file records capacity = max_seq_len. The file is the same as
 /// a KVCache of the same contents would write (apart from that capacity), and either
 /// kind of cache restores it.
-template <class T, class S>
-void save_cache(const PagedSequence<T, S>& cache, const std::string& path, std::uint64_t model_id = 0) {
+template <class T, class S, class SV>
+void save_cache(const PagedSequence<T, S, SV>& cache, const std::string& path, std::uint64_t model_id = 0) {
   detail::cache_file::require_little_endian(path);
   detail::write_file_atomically(path, [&](std::ostream& out) { detail::cache_file::write_cache(cache, out, model_id); });
 }
@@ -531,10 +701,10 @@ void save_cache(const PagedSequence<T, S>& cache, const std::string& path, std::
 /// checked first): FileError as for read_cache_info(); CacheMismatchError if the
 /// file was saved for another cache shape, element type S or model_id;
 /// CacheFullError if the file holds more positions than cache.capacity().
-template <class T, class S>
-void restore_cache(const std::string& path, KVCache<T, S>& cache, std::uint64_t model_id = 0) {
+template <class T, class S, class SV>
+void restore_cache(const std::string& path, KVCache<T, S, SV>& cache, std::uint64_t model_id = 0) {
   const detail::cache_file::Contents c = detail::cache_file::read(path);
-  detail::cache_file::check_compatible(path, c.info, cache.shape(), cache.dtype(), model_id);
+  detail::cache_file::check_compatible(path, c.info, cache.shape(), cache.dtype(), cache.value_dtype(), model_id);
   if (c.info.length > cache.capacity())
     throw CacheFullError(detail::msg("cache file '", path, "': holds ", c.info.length,
                                      " positions, more than the target cache's capacity of ", cache.capacity()));
@@ -549,10 +719,10 @@ void restore_cache(const std::string& path, KVCache<T, S>& cache, std::uint64_t 
 /// read_cache_info(); CacheMismatchError if the file was saved for another cache shape,
 /// element type S or model_id; CacheFullError if it holds more than max_seq_len
 /// positions; OutOfBlocksError if the pool lacks the blocks (while `seq` still holds its own).
-template <class T, class S>
-void restore_cache(const std::string& path, PagedSequence<T, S>& seq, std::uint64_t model_id = 0) {
+template <class T, class S, class SV>
+void restore_cache(const std::string& path, PagedSequence<T, S, SV>& seq, std::uint64_t model_id = 0) {
   const detail::cache_file::Contents c = detail::cache_file::read(path);
-  detail::cache_file::check_compatible(path, c.info, seq.shape(), seq.dtype(), model_id);
+  detail::cache_file::check_compatible(path, c.info, seq.shape(), seq.dtype(), seq.value_dtype(), model_id);
   if (c.info.length > seq.capacity())
     throw CacheFullError(detail::msg("cache file '", path, "': holds ", c.info.length,
                                      " positions, more than the sequence's capacity of ", seq.capacity()));
@@ -564,16 +734,17 @@ void restore_cache(const std::string& path, PagedSequence<T, S>& seq, std::uint6
 /// Failure: ConfigError if config is invalid, options.capacity is outside
 /// [1, max_seq_len] (and not 0) or options.max_append < 0; FileError, CacheMismatchError as for
 /// restore_cache(); CacheFullError if options.capacity is below the file's length.
-template <class T, class S = T>
-KVCache<T, S> load_cache(const std::string& path, const ModelConfig& config, const CacheLoadOptions& options = {}) {
+template <class T, class S = T, class SV = S>
+KVCache<T, S, SV> load_cache(const std::string& path, const ModelConfig& config, const CacheLoadOptions& options = {}) {
   config.validate();
   const detail::cache_file::Contents c = detail::cache_file::read(path);
-  detail::cache_file::check_compatible(path, c.info, CacheShape::of(config), DTypeOf<S>::value, options.model_id);
+  detail::cache_file::check_compatible(path, c.info, CacheShape::of(config), DTypeOf<S>::value, DTypeOf<SV>::value,
+                                       options.model_id);
   const int capacity = options.capacity == 0 ? c.info.capacity : options.capacity;
   if (capacity < c.info.length && capacity >= 1)
     throw CacheFullError(detail::msg("cache file '", path, "': holds ", c.info.length,
                                      " positions, more than the requested capacity of ", capacity));
-  KVCache<T, S> cache(config, capacity, options.max_append);  // ConfigError for a capacity outside [1, max_seq_len]
+  KVCache<T, S, SV> cache(config, capacity, options.max_append);  // ConfigError for a capacity outside [1, max_seq_len]
   detail::cache_file::fill(c, cache);
   return cache;
 }

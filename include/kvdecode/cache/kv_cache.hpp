@@ -9,8 +9,11 @@
 //   V block: (n_kv_heads, 16, head_dim)   position-major, so out += w_t * v_t is a vector op
 // Layout of the whole cache: (n_layers, n_blocks, [K block | V block]).
 //
-// The element type S is the storage type (float, double, Eigen::bfloat16,
-// Eigen::half); compute happens in T. Values are rounded to S when written.
+// The storage types are S for keys and SV (default S) for values: float, double,
+// Eigen::bfloat16, Eigen::half, or the block types CacheQ8_0 / CacheQ4_0 (32
+// values along the head dimension per f16 scale; see KVStore below); compute happens
+// in T. Values are rounded to the storage type when written, and every reader
+// sees the stored value.
 //
 // With a sliding window (config.sliding_window = W > 0) a row attends to the
 // last W positions only, so the cache keeps only those: a ring of blocks, block
@@ -21,8 +24,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "kvdecode/core/config.hpp"
 #include "kvdecode/core/dtype.hpp"
@@ -33,6 +39,40 @@
 namespace kvd {
 
 namespace detail {
+
+// ---- Storage per type (KVStore): how one K or V block of the cache is stored,
+// per storage type. The plain element types (float, double, bfloat16, half) one value per element, and the
+// block types q8_0 and q4_0 (CacheQ8_0, CacheQ4_0), 32 values along the head
+// dimension sharing one f16 scale. KVStore<S> is the one row of facts per type:
+// bytes per cache block, how a position's K or V is written, and the reference
+// a kernel reads through (a plain pointer, or a QuantRef that decodes).
+//
+// The q8_0 / q4_0 rounding (written once, here; tests hold it to a double oracle):
+//   x   = float(value)                           (a double model rounds to float first)
+//   q8_0: d = amax / 127, amax = max |x| over the 32     (float division)
+//   q4_0: d = m / -8, m = the x of largest |x| (the first on ties)
+//   q   = round-half-away(float(x / d)), clamped to [-127, 127] or [-8, 7];
+//         0 when half(d) == 0 (every value then reads as 0 anyway)
+//   stored: q and half(d) (round to nearest even)
+// Quantizing the values a block reads back gives that block again (its largest
+// code is 127 or -8, so d comes back as half(d) exactly): a file can be checked
+// for blocks no writer produces, and restoring re-quantizes without a change.
+//   read:   float(q) * float(half(d))  — exact in float (8 + 11 significant bits)
+// so every path that reads a stored value reads the same bits, and the cache-free
+// reference gets them with quantize_round_trip().
+//
+// Layout inside a 16-position block (i = the value's index as for a plain type):
+//   K (n_kv_heads, head_dim, 16): the 32 values of one scale run along d at one
+//     lane, so scale (h, d / 32, lane) = index (i / 512) * 16 + i % 16; q4 packs
+//     d pairs at one lane: byte (i / 32) * 16 + i % 16, high nibble for odd d.
+//   V (n_kv_heads, 16, head_dim): scale i / 32; q4 byte i / 2, high nibble for odd d.
+// The scales (f16) follow the codes: [codes | scales] per K or V block. A
+// position's bytes are never shared with another position's, so rows written
+// in parallel never touch the same byte.
+
+/// Values per q8_0 / q4_0 block (along the head dimension).
+inline constexpr int kQuantBlock = 32;
+
 /// Converts a compute value to the storage type (round to nearest even) and back.
 template <class S, class T>
 inline S to_storage(T x) {
@@ -45,17 +85,251 @@ inline T from_storage(S x) {
   if constexpr (std::is_same_v<S, T>) return x;
   else return static_cast<T>(static_cast<float>(x));
 }
-/// Writes one position's K and V (each n_kv_heads * head_dim values) into lane
-/// `lane` of a 16-position block pair: kb (n_kv_heads, head_dim, 16), vb
-/// (n_kv_heads, 16, head_dim). The one definition of the block layout's writes.
-template <class S, class T>
-inline void store_kv_lane(S* kb, S* vb, int lane, const T* k, const T* v, int n_kv_heads, int head_dim) {
-  for (int h = 0; h < n_kv_heads; ++h)
-    for (int d = 0; d < head_dim; ++d) {
-      kb[(h * head_dim + d) * kLanes + lane] = to_storage<S>(k[h * head_dim + d]);
-      vb[(h * kLanes + lane) * head_dim + d] = to_storage<S>(v[h * head_dim + d]);
-    }
+
+/// Quantizes 32 values x to q8_0 (see the top of this file): writes q[32], returns d.
+template <class T>
+inline Eigen::half quantize_q8_0(const T* x, std::int8_t* q) {
+  float xf[kQuantBlock];
+  float amax = 0.0f;
+  for (int j = 0; j < kQuantBlock; ++j) {
+    xf[j] = static_cast<float>(x[j]);
+    amax = std::max(amax, std::fabs(xf[j]));
+  }
+  const float d = amax / 127.0f;
+  const Eigen::half dh(d);
+  for (int j = 0; j < kQuantBlock; ++j) {
+    float r = static_cast<float>(dh) != 0.0f ? xf[j] / d : 0.0f;
+    if (!(std::fabs(r) <= 127.0f)) r = r > 0.0f ? 127.0f : (r < 0.0f ? -127.0f : 0.0f);  // NaN -> 0
+    q[j] = static_cast<std::int8_t>(std::round(r));
+  }
+  return dh;
 }
+
+/// Quantizes 32 values x to q4_0 (see the top of this file): writes q[32] in [-8, 7], returns d.
+template <class T>
+inline Eigen::half quantize_q4_0(const T* x, std::int8_t* q) {
+  float xf[kQuantBlock];
+  float amax = 0.0f, m = 0.0f;
+  for (int j = 0; j < kQuantBlock; ++j) {
+    xf[j] = static_cast<float>(x[j]);
+    if (std::fabs(xf[j]) > amax) {
+      amax = std::fabs(xf[j]);
+      m = xf[j];
+    }
+  }
+  const float d = m / -8.0f;
+  const Eigen::half dh(d);
+  for (int j = 0; j < kQuantBlock; ++j) {
+    float r = static_cast<float>(dh) != 0.0f ? xf[j] / d : 0.0f;
+    r = r == r ? std::min(7.0f, std::max(-8.0f, r)) : 0.0f;
+    q[j] = static_cast<std::int8_t>(std::round(r));
+  }
+  return dh;
+}
+
+/// The value a stored code q with scale d stands for: float(q) * float(d), exact.
+inline float dequantize(int q, Eigen::half d) { return static_cast<float>(q) * static_cast<float>(d); }
+
+/// A read-only reference into a quantized K (kKey) or V block, at value index i
+/// (see the layout at the top of this file); behaves like a pointer to values
+/// for the attention kernels: p + n, p[n], *p.
+template <int kBits, bool kKey>
+struct QuantRef {
+  const std::uint8_t* q = nullptr;  // the block's codes
+  const Eigen::half* d = nullptr;   // the block's scales
+  long i = 0;                       // value index inside the block
+
+  QuantRef operator+(long n) const { return {q, d, i + n}; }
+  float operator[](long n) const { return value(i + n); }
+  float operator*() const { return value(i); }
+
+  static long scale_index(long e) { return kKey ? (e >> 9) * 16 + (e & 15) : e >> 5; }
+  int code(long e) const {
+    if constexpr (kBits == 8) {
+      return static_cast<std::int8_t>(q[e]);
+    } else {
+      const long byte = kKey ? (e >> 5) * 16 + (e & 15) : e >> 1;
+      const int shift = kKey ? static_cast<int>((e >> 4) & 1) * 4 : static_cast<int>(e & 1) * 4;
+      return ((q[byte] >> shift) & 15) - 8;
+    }
+  }
+  float value(long e) const { return dequantize(code(e), d[scale_index(e)]); }
+};
+
+/// Loads the 16 values [p.i, p.i + 16) as a compute vector; p.i is a multiple of
+/// 16 (every kernel reads whole lanes or whole 16-value runs of a V row). Each value
+/// is float(q) * float(d), the same product every other reader forms; the loops are
+/// written so that the compiler vectorizes them (the f16 scales convert as one vector).
+template <class T, int kBits, bool kKey>
+KVD_ALWAYS_INLINE inline Vec16<T> load_lanes(const QuantRef<kBits, kKey>& p) {
+  const long i = p.i;
+#if defined(KVDECODE_VEC_AVX512)
+  // The maskz forms with an all-ones mask are the plain instructions (see core/simd.hpp).
+  if constexpr (std::is_same_v<T, float>) {  // the same products, in registers
+    __m128i bytes;
+    if constexpr (kBits == 8) {
+      bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.q + i));
+    } else if constexpr (kKey) {
+      bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.q + (i >> 5) * 16));
+      if ((i >> 4) & 1) bytes = _mm_srli_epi16(bytes, 4);
+      bytes = _mm_sub_epi8(_mm_and_si128(bytes, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+    } else {
+      const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.q + (i >> 1)));
+      const __m128i lo = _mm_and_si128(b8, _mm_set1_epi8(15));
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(b8, 4), _mm_set1_epi8(15));
+      bytes = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8));
+    }
+    const __m512 code = _mm512_maskz_cvtepi32_ps(__mmask16(0xFFFF), _mm512_maskz_cvtepi8_epi32(__mmask16(0xFFFF), bytes));
+    __m512 scale;
+    if constexpr (kKey)
+      scale = _mm512_maskz_cvtph_ps(__mmask16(0xFFFF), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d + (i >> 9) * 16)));
+    else
+      scale = _mm512_set1_ps(static_cast<float>(p.d[i >> 5]));
+    return Vec16<T>{_mm512_maskz_mul_ps(__mmask16(0xFFFF), code, scale)};
+  }
+#endif
+  float code[kLanes], scale[kLanes], out[kLanes];
+  if constexpr (kBits == 8) {
+    const std::int8_t* c = reinterpret_cast<const std::int8_t*>(p.q) + i;
+    for (int j = 0; j < kLanes; ++j) code[j] = static_cast<float>(c[j]);
+  } else if constexpr (kKey) {  // 16 lanes of one d: one nibble of 16 consecutive bytes
+    const std::uint8_t* c = p.q + (i >> 5) * 16;
+    const int shift = static_cast<int>((i >> 4) & 1) * 4;
+    for (int j = 0; j < kLanes; ++j) code[j] = static_cast<float>(((c[j] >> shift) & 15) - 8);
+  } else {  // 16 consecutive d of one position: 8 bytes, low nibble first
+    const std::uint8_t* c = p.q + (i >> 1);
+    for (int j = 0; j < kLanes / 2; ++j) {
+      code[2 * j] = static_cast<float>((c[j] & 15) - 8);
+      code[2 * j + 1] = static_cast<float>((c[j] >> 4) - 8);
+    }
+  }
+  if constexpr (kKey) {  // 16 lanes: 16 scales, one per lane
+    Vec16<float>::load_f16(reinterpret_cast<const std::uint16_t*>(p.d + (i >> 9) * 16)).store(scale);
+  } else {
+    const float s = static_cast<float>(p.d[i >> 5]);
+    for (int j = 0; j < kLanes; ++j) scale[j] = s;
+  }
+  for (int j = 0; j < kLanes; ++j) out[j] = code[j] * scale[j];
+  if constexpr (std::is_same_v<T, float>) {
+    return Vec16<T>::load(out);
+  } else {
+    T wide[kLanes];
+    for (int j = 0; j < kLanes; ++j) wide[j] = static_cast<T>(out[j]);
+    return Vec16<T>::load(wide);
+  }
+}
+
+/// KVStore<S>: how a K or V block of `elems` values (n_kv_heads * head_dim * 16)
+/// is stored in storage type S. The plain element types:
+template <class S>
+struct KVStore {
+  static constexpr bool kQuantized = false;
+  using KRef = const S*;  // what k_block() returns
+  using VRef = const S*;  // what v_block() returns
+  /// Bytes of one K or V block.
+  static std::size_t bytes(std::size_t elems) { return elems * sizeof(S); }
+  static KRef k_ref(const std::uint8_t* p, std::size_t) { return reinterpret_cast<const S*>(p); }
+  static VRef v_ref(const std::uint8_t* p, std::size_t) { return reinterpret_cast<const S*>(p); }
+  /// Nothing to check: any head_dim fits.
+  static void check_head_dim(int, const char*) {}
+  /// Writes one position's K (n_kv_heads * head_dim values) into lane `lane` of K block kb.
+  template <class T>
+  static void store_k(std::uint8_t* kb, std::size_t, int lane, const T* k, int n_kv_heads, int head_dim) {
+    S* p = reinterpret_cast<S*>(kb);
+    for (int h = 0; h < n_kv_heads; ++h)
+      for (int d = 0; d < head_dim; ++d) p[(h * head_dim + d) * kLanes + lane] = to_storage<S>(k[h * head_dim + d]);
+  }
+  /// Writes one position's V into lane `lane` of V block vb.
+  template <class T>
+  static void store_v(std::uint8_t* vb, std::size_t, int lane, const T* v, int n_kv_heads, int head_dim) {
+    S* p = reinterpret_cast<S*>(vb);
+    for (int h = 0; h < n_kv_heads; ++h)
+      for (int d = 0; d < head_dim; ++d) p[(h * kLanes + lane) * head_dim + d] = to_storage<S>(v[h * head_dim + d]);
+  }
+  /// x (n) -> the values a cache of type S reads back for them (one head row or more).
+  template <class T>
+  static void round_trip(T* x, long n) {
+    for (long j = 0; j < n; ++j) x[j] = from_storage<T>(to_storage<S>(x[j]));
+  }
+};
+
+/// The block types: codes then f16 scales, as laid out at the top of this file.
+template <int kBits>
+struct KVStoreQuant {
+  static constexpr bool kQuantized = true;
+  using KRef = QuantRef<kBits, true>;
+  using VRef = QuantRef<kBits, false>;
+  static std::size_t code_bytes(std::size_t elems) { return elems * kBits / 8; }
+  static std::size_t bytes(std::size_t elems) { return code_bytes(elems) + elems / kQuantBlock * sizeof(Eigen::half); }
+  static KRef k_ref(const std::uint8_t* p, std::size_t elems) {
+    return {p, reinterpret_cast<const Eigen::half*>(p + code_bytes(elems)), 0};
+  }
+  static VRef v_ref(const std::uint8_t* p, std::size_t elems) {
+    return {p, reinterpret_cast<const Eigen::half*>(p + code_bytes(elems)), 0};
+  }
+  /// Throws ConfigError naming head_dim unless it is a multiple of 32 (`what` names the cache).
+  static void check_head_dim(int head_dim, const char* what) {
+    if (head_dim % kQuantBlock != 0)
+      throw ConfigError(msg(what, ": head_dim ", head_dim, " is not a multiple of ", kQuantBlock, ", the ",
+                            kBits == 8 ? "q8_0" : "q4_0", " block length along the head dimension"));
+  }
+  template <class T>
+  static Eigen::half quantize(const T* x, std::int8_t* q) {
+    return kBits == 8 ? quantize_q8_0(x, q) : quantize_q4_0(x, q);
+  }
+  template <class T>
+  static void store_k(std::uint8_t* kb, std::size_t elems, int lane, const T* k, int n_kv_heads, int head_dim) {
+    Eigen::half* scales = reinterpret_cast<Eigen::half*>(kb + code_bytes(elems));
+    std::int8_t q[kQuantBlock];
+    for (int h = 0; h < n_kv_heads; ++h)
+      for (int c = 0; c < head_dim / kQuantBlock; ++c) {
+        const long e0 = (static_cast<long>(h) * head_dim + c * kQuantBlock) * kLanes + lane;  // index of d = 32c
+        scales[KRef::scale_index(e0)] = quantize(k + h * head_dim + c * kQuantBlock, q);
+        for (int j = 0; j < kQuantBlock; ++j) {
+          const long e = e0 + static_cast<long>(j) * kLanes;
+          if constexpr (kBits == 8) {
+            kb[e] = static_cast<std::uint8_t>(q[j]);
+          } else {
+            std::uint8_t& byte = kb[(e >> 5) * 16 + (e & 15)];
+            const int shift = static_cast<int>((e >> 4) & 1) * 4;
+            byte = static_cast<std::uint8_t>((byte & (0xF0 >> shift)) | ((q[j] + 8) << shift));
+          }
+        }
+      }
+  }
+  template <class T>
+  static void store_v(std::uint8_t* vb, std::size_t elems, int lane, const T* v, int n_kv_heads, int head_dim) {
+    Eigen::half* scales = reinterpret_cast<Eigen::half*>(vb + code_bytes(elems));
+    std::int8_t q[kQuantBlock];
+    for (int h = 0; h < n_kv_heads; ++h)
+      for (int c = 0; c < head_dim / kQuantBlock; ++c) {
+        const long e0 = (static_cast<long>(h) * kLanes + lane) * head_dim + c * kQuantBlock;
+        scales[VRef::scale_index(e0)] = quantize(v + h * head_dim + c * kQuantBlock, q);
+        for (int j = 0; j < kQuantBlock; ++j) {
+          if constexpr (kBits == 8) {
+            vb[e0 + j] = static_cast<std::uint8_t>(q[j]);
+          } else if (j % 2 == 0) {
+            vb[(e0 + j) >> 1] = static_cast<std::uint8_t>((q[j] + 8) | ((q[j + 1] + 8) << 4));
+          }
+        }
+      }
+  }
+  /// x (n, a multiple of 32: whole blocks along one head row or more) -> the values
+  /// a cache of this type reads back for them.
+  template <class T>
+  static void round_trip(T* x, long n) {
+    std::int8_t q[kQuantBlock];
+    for (long b = 0; b + kQuantBlock <= n; b += kQuantBlock) {
+      const Eigen::half d = quantize(x + b, q);
+      for (int j = 0; j < kQuantBlock; ++j) x[b + j] = static_cast<T>(dequantize(q[j], d));
+    }
+  }
+};
+template <>
+struct KVStore<CacheQ8_0> : KVStoreQuant<8> {};
+template <>
+struct KVStore<CacheQ4_0> : KVStoreQuant<4> {};
+
 /// a * b for a cache size, or ConfigError naming `what` if the product does not fit in
 /// size_t. ModelConfig::validate() already bounds every product a valid config forms;
 /// this keeps each size formed in the caches checked where it is formed.
@@ -82,12 +356,15 @@ struct CacheShape {
 };
 
 /// A contiguous KV cache for one sequence, holding up to capacity() positions.
-/// T is the compute scalar, S the storage element type.
-template <class T, class S = T>
+/// T is the compute scalar, S the keys' storage type and SV the values'.
+template <class T, class S = T, class SV = S>
 class KVCache {
  public:
   using Scalar = T;
-  using Storage = S;
+  using Storage = S;        ///< keys
+  using ValueStorage = SV;  ///< values
+  using KRef = typename detail::KVStore<S>::KRef;   ///< what k_block() returns
+  using VRef = typename detail::KVStore<SV>::VRef;  ///< what v_block() returns
   static constexpr int kBlock = detail::kLanes;  ///< positions per block
 
   /// Default rows per call for a sliding-window cache (longer prefills are split).
@@ -98,9 +375,12 @@ class KVCache {
   /// only a ring of W + max_append positions (rounded up to blocks), where
   /// max_append (0 = kDefaultWindowChunk) is the most positions one call may append.
   /// Throws ConfigError if config is invalid, capacity is outside [1, max_seq_len],
-  /// max_append is negative or a size overflows; std::bad_alloc if the memory is not there.
+  /// max_append is negative, a block type (q8_0, q4_0) meets a head_dim that is not
+  /// a multiple of 32, or a size overflows; std::bad_alloc if the memory is not there.
   explicit KVCache(const ModelConfig& config, int capacity = 0, int max_append = 0) {
     config.validate();
+    detail::KVStore<S>::check_head_dim(config.head_dim, "KVCache keys");
+    detail::KVStore<SV>::check_head_dim(config.head_dim, "KVCache values");
     if (capacity == 0) capacity = config.max_seq_len;
     if (capacity < 1 || capacity > config.max_seq_len)
       throw ConfigError(detail::msg("KVCache capacity ", capacity, " must be in [1, max_seq_len = ", config.max_seq_len, "]"));
@@ -122,12 +402,13 @@ class KVCache {
         cache_size_mul(static_cast<std::size_t>(shape_.n_kv_heads), static_cast<std::size_t>(shape_.head_dim),
                        "KVCache n_kv_heads x head_dim"),
         kBlock, "KVCache block elements");  // one of K or V
-    const std::size_t layer_elems = cache_size_mul(cache_size_mul(static_cast<std::size_t>(n_blocks_), 2, "KVCache blocks"),
-                                                   block_elems, "KVCache elements per layer");
-    const std::size_t elems = cache_size_mul(static_cast<std::size_t>(shape_.n_layers), layer_elems, "KVCache elements");
-    cache_size_mul(elems, sizeof(S), "KVCache bytes");
+    cache_size_mul(block_elems, 8, "KVCache block bytes");
+    k_bytes_ = detail::KVStore<S>::bytes(block_elems);
+    v_bytes_ = detail::KVStore<SV>::bytes(block_elems);
+    const std::size_t layer_bytes = cache_size_mul(static_cast<std::size_t>(n_blocks_), k_bytes_ + v_bytes_, "KVCache bytes per layer");
+    const std::size_t bytes = cache_size_mul(static_cast<std::size_t>(shape_.n_layers), layer_bytes, "KVCache bytes");
     block_elems_ = static_cast<long>(block_elems);
-    data_.resize(elems);
+    data_.resize(bytes);
   }
 
   KVCache(const KVCache&) = delete;             // big: copy explicitly with copy()
@@ -139,9 +420,10 @@ class KVCache {
   KVCache copy() const {
     KVCache c;
     c.shape_ = shape_; c.capacity_ = capacity_; c.n_blocks_ = n_blocks_; c.block_elems_ = block_elems_; c.length_ = length_;
+    c.k_bytes_ = k_bytes_; c.v_bytes_ = v_bytes_;
     c.max_append_ = max_append_; c.high_water_ = high_water_; c.restored_first_ = restored_first_;
     c.data_.resize(data_.size());
-    std::memcpy(static_cast<void*>(c.data_.data()), data_.data(), data_.size() * sizeof(S));
+    std::memcpy(static_cast<void*>(c.data_.data()), data_.data(), data_.size());
     return c;
   }
 
@@ -153,14 +435,16 @@ class KVCache {
   /// Oldest position a future row can attend to (0 without a sliding window).
   int first_position() const { return detail::first_visible(length_, shape_.sliding_window); }
   int stored_positions() const { return n_blocks_ * kBlock; }  ///< positions the allocation holds
-  DType dtype() const { return DTypeOf<S>::value; }
+  DType dtype() const { return DTypeOf<S>::value; }         ///< the keys' storage type
+  DType value_dtype() const { return DTypeOf<SV>::value; }  ///< the values' storage type
 
-  /// Bytes one position takes: 2 (K, V) * n_layers * n_kv_heads * head_dim * sizeof(S).
+  /// Bytes one position takes: n_layers * n_kv_heads * (bytes of head_dim keys + of head_dim values).
   std::uint64_t bytes_per_token() const {
-    return 2ull * shape_.n_layers * shape_.n_kv_heads * shape_.head_dim * sizeof(S);
+    return static_cast<std::uint64_t>(shape_.n_layers) * shape_.n_kv_heads *
+           (dtype_bytes_for(DTypeOf<S>::value, shape_.head_dim) + dtype_bytes_for(DTypeOf<SV>::value, shape_.head_dim));
   }
   std::uint64_t bytes_used() const { return bytes_per_token() * static_cast<std::uint64_t>(length_); }  ///< live positions
-  std::uint64_t bytes_reserved() const { return static_cast<std::uint64_t>(data_.size()) * sizeof(S); }  ///< allocated
+  std::uint64_t bytes_reserved() const { return static_cast<std::uint64_t>(data_.size()); }  ///< allocated
 
   /// Forgets every position (keeps the allocation).
   void clear() { length_ = 0; high_water_ = 0; restored_first_ = 0; }
@@ -220,8 +504,9 @@ class KVCache {
   void prepare_append(int /*n*/) {}
   /// Writes one position's K and V (each n_kv_heads * head_dim) for one layer; pos < capacity.
   void write(int layer, int pos, const T* k, const T* v) {
-    S* kb = k_block_mut(layer, pos / kBlock);
-    detail::store_kv_lane(kb, kb + block_elems_, pos % kBlock, k, v, shape_.n_kv_heads, shape_.head_dim);
+    std::uint8_t* kb = block_bytes(layer, pos / kBlock);
+    detail::KVStore<S>::store_k(kb, block_elems_, pos % kBlock, k, shape_.n_kv_heads, shape_.head_dim);
+    detail::KVStore<SV>::store_v(kb + k_bytes_, block_elems_, pos % kBlock, v, shape_.n_kv_heads, shape_.head_dim);
   }
   /// Undoes prepare_append(n) when a later cache of the same call could not make room.
   void cancel_append(int /*n*/) {}
@@ -245,22 +530,27 @@ class KVCache {
   }
   /// K block b of a layer: (n_kv_heads, head_dim, 16). With a sliding window the
   /// block lives in ring slot b % n_blocks.
-  const S* k_block(int layer, int b) const {
-    return data_.data() + (static_cast<std::size_t>(layer) * n_blocks_ + b % n_blocks_) * 2 * block_elems_;
+  KRef k_block(int layer, int b) const {
+    return detail::KVStore<S>::k_ref(block_bytes(layer, b), block_elems_);
   }
   /// V block b of a layer: (n_kv_heads, 16, head_dim).
-  const S* v_block(int layer, int b) const { return k_block(layer, b) + block_elems_; }
+  VRef v_block(int layer, int b) const { return detail::KVStore<SV>::v_ref(block_bytes(layer, b) + k_bytes_, block_elems_); }
 
  private:
   KVCache() = default;
-  S* k_block_mut(int layer, int b) { return const_cast<S*>(k_block(layer, b)); }
+  // The bytes of block b's pair [K block | V block] in a layer.
+  const std::uint8_t* block_bytes(int layer, int b) const {
+    return data_.data() + (static_cast<std::size_t>(layer) * n_blocks_ + b % n_blocks_) * (k_bytes_ + v_bytes_);
+  }
+  std::uint8_t* block_bytes(int layer, int b) { return data_.data() + (static_cast<std::size_t>(layer) * n_blocks_ + b % n_blocks_) * (k_bytes_ + v_bytes_); }
 
   CacheShape shape_;
   int capacity_ = 0, n_blocks_ = 0, length_ = 0, max_append_ = 0;
   int high_water_ = 0;  // most positions ever committed since the last clear (what the ring has overwritten)
   int restored_first_ = 0;  // oldest position a restore brought back (older ones were never written)
-  long block_elems_ = 0;
-  detail::AlignedBuffer<S> data_;  // (n_layers, n_blocks, 2, block_elems)
+  long block_elems_ = 0;                // values in one K or V block: n_kv_heads * head_dim * 16
+  std::size_t k_bytes_ = 0, v_bytes_ = 0;  // bytes of one K block, one V block
+  detail::AlignedBuffer<std::uint8_t> data_;  // (n_layers, n_blocks, [K block | V block]) bytes
 };
 
 }  // namespace kvd

@@ -50,7 +50,7 @@
 
 namespace kvd {
 
-template <class T, class S>
+template <class T, class S, class SV>
 class PagedSequence;
 
 /// A snapshot of a pool's memory use. "Live" tokens are the distinct token
@@ -72,22 +72,26 @@ struct PoolStats {
 };
 
 /// A fixed pool of KV blocks for one model shape, shared by many PagedSequences.
-/// T is the compute scalar, S the storage element type.
-template <class T, class S = T>
+/// T is the compute scalar, S the keys' storage type and SV the values' (kv_cache.hpp, KVStore).
+template <class T, class S = T, class SV = S>
 class BlockPool {
  public:
   using Scalar = T;
-  using Storage = S;
+  using Storage = S;        ///< keys
+  using ValueStorage = SV;  ///< values
   static constexpr int kSubBlock = detail::kLanes;  ///< positions per sub-block (the attention kernel's unit)
 
   /// A pool of `n_blocks` blocks of `block_size` tokens for `config`'s shape,
   /// allocated (and zeroed) here, once. Throws ConfigError if config is invalid,
   /// block_size is not a positive multiple of 16 or exceeds max_seq_len rounded
   /// up to 16 (a block longer than any sequence only wastes memory), n_blocks < 1, or
+  /// a block type (q8_0, q4_0) meets a head_dim that is not a multiple of 32, or
   /// the pool's size (n_blocks x bytes per block) overflows size_t; std::bad_alloc if
   /// the memory is not there.
   BlockPool(const ModelConfig& config, int n_blocks, int block_size = 16) {
     config.validate();
+    detail::KVStore<S>::check_head_dim(config.head_dim, "BlockPool keys");
+    detail::KVStore<SV>::check_head_dim(config.head_dim, "BlockPool values");
     if (block_size <= 0 || block_size % kSubBlock != 0)
       throw ConfigError(detail::msg("BlockPool block_size = ", block_size, " must be a positive multiple of ", kSubBlock,
                                     " (the attention kernel reads 16-position sub-blocks)"));
@@ -105,14 +109,21 @@ class BlockPool {
         cache_size_mul(static_cast<std::size_t>(shape_.n_kv_heads), static_cast<std::size_t>(shape_.head_dim),
                        "BlockPool n_kv_heads x head_dim"),
         kSubBlock, "BlockPool sub-block elements");
-    block_elems_ = cache_size_mul(
+    const std::size_t block_elems = cache_size_mul(
         cache_size_mul(static_cast<std::size_t>(shape_.n_layers), static_cast<std::size_t>(subs_per_block_) * 2,
                        "BlockPool sub-blocks per block"),
         sub_elems, "BlockPool block elements");
-    const std::size_t elems = cache_size_mul(static_cast<std::size_t>(n_blocks), block_elems_, "BlockPool elements");
-    cache_size_mul(elems, sizeof(S), "BlockPool bytes");
+    cache_size_mul(static_cast<std::size_t>(n_blocks), block_elems, "BlockPool elements");
+    cache_size_mul(sub_elems, 8, "BlockPool sub-block bytes");  // no storage type takes more than 8 bytes a value
+    k_bytes_ = detail::KVStore<S>::bytes(sub_elems);
+    v_bytes_ = detail::KVStore<SV>::bytes(sub_elems);
+    block_bytes_ = cache_size_mul(
+        cache_size_mul(static_cast<std::size_t>(shape_.n_layers), static_cast<std::size_t>(subs_per_block_),
+                       "BlockPool sub-blocks per block"),
+        k_bytes_ + v_bytes_, "BlockPool block bytes");
+    const std::size_t bytes = cache_size_mul(static_cast<std::size_t>(n_blocks), block_bytes_, "BlockPool bytes");
     sub_elems_ = static_cast<long>(sub_elems);
-    data_.resize(elems);
+    data_.resize(bytes);
     refcount_.assign(n_blocks, 0);
     free_.reserve(n_blocks);
     for (int b = n_blocks - 1; b >= 0; --b) free_.push_back(b);  // hands out 0, 1, 2, ... first
@@ -123,7 +134,8 @@ class BlockPool {
   ~BlockPool() { KVD_ASSERT(live_.empty() && "a BlockPool must outlive its PagedSequences"); }
 
   const CacheShape& shape() const { return shape_; }
-  DType dtype() const { return DTypeOf<S>::value; }
+  DType dtype() const { return DTypeOf<S>::value; }         ///< the keys' storage type
+  DType value_dtype() const { return DTypeOf<SV>::value; }  ///< the values' storage type
   int block_size() const { return block_size_; }      ///< tokens per block
   int n_blocks() const { return n_blocks_; }          ///< blocks in the pool
   int free_blocks() const { return static_cast<int>(free_.size()); }
@@ -131,11 +143,12 @@ class BlockPool {
   /// Sequences holding block b, in [0, n_blocks); 0 means b is free.
   int refcount(int b) const { return refcount_.at(b); }
 
-  /// Bytes one token takes: 2 (K, V) * n_layers * n_kv_heads * head_dim * sizeof(S), as in KVCache.
+  /// Bytes one token takes: n_layers * n_kv_heads * (bytes of head_dim keys + of head_dim values), as in KVCache.
   std::uint64_t bytes_per_token() const {
-    return 2ull * shape_.n_layers * shape_.n_kv_heads * shape_.head_dim * sizeof(S);
+    return static_cast<std::uint64_t>(shape_.n_layers) * shape_.n_kv_heads *
+           (dtype_bytes_for(DTypeOf<S>::value, shape_.head_dim) + dtype_bytes_for(DTypeOf<SV>::value, shape_.head_dim));
   }
-  std::uint64_t bytes_per_block() const { return block_elems_ * sizeof(S); }  ///< bytes_per_token * block_size
+  std::uint64_t bytes_per_block() const { return block_bytes_; }  ///< bytes_per_token * block_size
   std::uint64_t bytes_reserved() const { return bytes_per_block() * n_blocks_; }
 
   /// Blocks a sequence of `tokens` positions holds: ceil(tokens / block_size).
@@ -149,7 +162,7 @@ class BlockPool {
     s.blocks_in_use = blocks_in_use();
     s.sequences = static_cast<long>(live_.size());
     std::vector<int> fill(n_blocks_, 0);  // live slots of each block: the most any holder reads
-    for (const PagedSequence<T, S>* seq : live_) {
+    for (const PagedSequence<T, S, SV>* seq : live_) {
       s.tokens_stored += static_cast<std::uint64_t>(seq->length() - seq->first_position());
       const auto& table = seq->block_table();
       for (std::size_t i = 0; i < table.size(); ++i) {
@@ -171,7 +184,7 @@ class BlockPool {
   }
 
  private:
-  friend class PagedSequence<T, S>;
+  friend class PagedSequence<T, S, SV>;
 
   // Takes a free block (reference count 1). Precondition: free_blocks() > 0.
   int allocate() {
@@ -191,26 +204,26 @@ class BlockPool {
   void copy_block(int from, int to) {
     std::memcpy(static_cast<void*>(block_data(to)), block_data(from), bytes_per_block());
   }
-  S* block_data(int b) { return data_.data() + static_cast<std::size_t>(b) * block_elems_; }
-  // K sub-block `sub` of a layer in block b; the V sub-block follows it.
-  const S* sub_block(int b, int layer, int sub) const {
-    return data_.data() + static_cast<std::size_t>(b) * block_elems_ +
-           (static_cast<std::size_t>(layer) * subs_per_block_ + sub) * 2 * sub_elems_;
+  std::uint8_t* block_data(int b) { return data_.data() + static_cast<std::size_t>(b) * block_bytes_; }
+  // K sub-block `sub` of a layer in block b (bytes); the V sub-block follows it.
+  const std::uint8_t* sub_block(int b, int layer, int sub) const {
+    return data_.data() + static_cast<std::size_t>(b) * block_bytes_ +
+           (static_cast<std::size_t>(layer) * subs_per_block_ + sub) * (k_bytes_ + v_bytes_);
   }
 
   // Sequences register themselves so stats() can count live tokens.
-  void enroll(PagedSequence<T, S>* seq) {
+  void enroll(PagedSequence<T, S, SV>* seq) {
     seq->slot_ = static_cast<int>(live_.size());
     live_.push_back(seq);
   }
-  void withdraw(PagedSequence<T, S>* seq) {
+  void withdraw(PagedSequence<T, S, SV>* seq) {
     KVD_ASSERT(seq->slot_ >= 0 && live_[seq->slot_] == seq);
     live_[seq->slot_] = live_.back();
     live_[seq->slot_]->slot_ = seq->slot_;
     live_.pop_back();
     seq->slot_ = -1;
   }
-  void replace(PagedSequence<T, S>* from, PagedSequence<T, S>* to) {
+  void replace(PagedSequence<T, S, SV>* from, PagedSequence<T, S, SV>* to) {
     live_[from->slot_] = to;
     to->slot_ = from->slot_;
     from->slot_ = -1;
@@ -218,26 +231,30 @@ class BlockPool {
 
   CacheShape shape_;
   int block_size_ = 0, n_blocks_ = 0, subs_per_block_ = 0;
-  long sub_elems_ = 0;             // elements of one K (or V) sub-block: n_kv_heads * head_dim * 16
-  std::size_t block_elems_ = 0;    // elements of one block: n_layers * subs_per_block * 2 * sub_elems
-  detail::AlignedBuffer<S> data_;  // (n_blocks, n_layers, subs_per_block, 2, sub_elems)
+  long sub_elems_ = 0;             // values of one K (or V) sub-block: n_kv_heads * head_dim * 16
+  std::size_t k_bytes_ = 0, v_bytes_ = 0;  // bytes of one K sub-block, one V sub-block
+  std::size_t block_bytes_ = 0;    // bytes of one block: n_layers * subs_per_block * (k_bytes + v_bytes)
+  detail::AlignedBuffer<std::uint8_t> data_;  // (n_blocks, n_layers, subs_per_block, [K | V]) bytes
   std::vector<int> refcount_;      // (n_blocks) sequences holding each block
   std::vector<int> free_;          // free block ids; the next allocation takes back()
-  std::vector<PagedSequence<T, S>*> live_;  // every live sequence of this pool
+  std::vector<PagedSequence<T, S, SV>*> live_;  // every live sequence of this pool
 };
 
 /// One sequence's KV cache as a block table into a BlockPool. Implements the
 /// cache interface of KVCache (see kv_cache.hpp), so the Transformer takes it
 /// wherever it takes a KVCache. Non-copyable (fork() shares, by name); movable.
-template <class T, class S = T>
+template <class T, class S = T, class SV = S>
 class PagedSequence {
  public:
   using Scalar = T;
-  using Storage = S;
+  using Storage = S;        ///< keys
+  using ValueStorage = SV;  ///< values
+  using KRef = typename detail::KVStore<S>::KRef;   ///< what k_block() returns
+  using VRef = typename detail::KVStore<SV>::VRef;  ///< what v_block() returns
   static constexpr int kBlock = detail::kLanes;  ///< positions per k_block / v_block
 
   /// An empty sequence in `pool`, which must outlive it. Holds no block yet.
-  explicit PagedSequence(BlockPool<T, S>& pool) : pool_(&pool) {
+  explicit PagedSequence(BlockPool<T, S, SV>& pool) : pool_(&pool) {
     reserve_tables();
     pool.enroll(this);
   }
@@ -273,7 +290,7 @@ class PagedSequence {
     return f;
   }
 
-  BlockPool<T, S>& pool() const { return *pool_; }
+  BlockPool<T, S, SV>& pool() const { return *pool_; }
   const CacheShape& shape() const { return pool_->shape(); }
   int length() const { return length_; }                         ///< positions stored: [0, length)
   int capacity() const { return pool_->shape().max_seq_len; }   ///< positions it may reach if the pool has blocks
@@ -283,7 +300,8 @@ class PagedSequence {
     const int w = pool_->shape().sliding_window;
     return w > 0 ? std::max(0, length_ - w + 1) : 0;
   }
-  DType dtype() const { return DTypeOf<S>::value; }
+  DType dtype() const { return DTypeOf<S>::value; }         ///< the keys' storage type
+  DType value_dtype() const { return DTypeOf<SV>::value; }  ///< the values' storage type
   /// Pool block of each block_size-token block of the sequence: (ceil(length / block_size));
   /// -1 for a block released because it lies wholly behind the sliding window.
   const std::vector<int>& block_table() const { return table_; }
@@ -393,8 +411,10 @@ class PagedSequence {
   void write(int layer, int pos, const T* k, const T* v) {
     KVD_ASSERT(pos >= length_ && pos < length_ + pending_);
     KVD_ASSERT(pool_->refcount_[table_[pos / pool_->block_size()]] == 1);  // never write a shared block
-    S* kb = const_cast<S*>(k_block(layer, pos / kBlock));
-    detail::store_kv_lane(kb, kb + sub_elems_, pos % kBlock, k, v, pool_->shape().n_kv_heads, pool_->shape().head_dim);
+    std::uint8_t* kb = const_cast<std::uint8_t*>(sub_[pos / kBlock] + layer * layer_stride_);
+    const int hk = pool_->shape().n_kv_heads, dh = pool_->shape().head_dim;
+    detail::KVStore<S>::store_k(kb, sub_elems_, pos % kBlock, k, hk, dh);
+    detail::KVStore<SV>::store_v(kb + pool_->k_bytes_, sub_elems_, pos % kBlock, v, hk, dh);
   }
 
   /// Makes the n written positions part of the sequence. With a sliding window,
@@ -423,22 +443,25 @@ class PagedSequence {
 
   /// K sub-block b (positions [16b, 16b + 16)) of a layer: (n_kv_heads, head_dim, 16).
   /// One table look-up, no division: the attention kernel calls this per position.
-  const S* k_block(int layer, int b) const {
+  KRef k_block(int layer, int b) const {
     KVD_ASSERT(b >= 0 && b < static_cast<int>(sub_.size()));
-    return sub_[b] + layer * layer_stride_;
+    return detail::KVStore<S>::k_ref(sub_[b] + layer * layer_stride_, sub_elems_);
   }
   /// V sub-block b of a layer: (n_kv_heads, 16, head_dim).
-  const S* v_block(int layer, int b) const { return k_block(layer, b) + sub_elems_; }
+  VRef v_block(int layer, int b) const {
+    KVD_ASSERT(b >= 0 && b < static_cast<int>(sub_.size()));
+    return detail::KVStore<SV>::v_ref(sub_[b] + layer * layer_stride_ + pool_->k_bytes_, sub_elems_);
+  }
 
  private:
-  friend class BlockPool<T, S>;
+  friend class BlockPool<T, S, SV>;
 
   // Room for a whole sequence, so appends never reallocate the tables.
   void reserve_tables() {
     const int blocks = pool_->blocks_for(pool_->shape().max_seq_len);
     table_.reserve(blocks);
     sub_.reserve(static_cast<std::size_t>(blocks) * pool_->subs_per_block_);
-    layer_stride_ = static_cast<long>(pool_->subs_per_block_) * 2 * pool_->sub_elems_;
+    layer_stride_ = static_cast<long>(pool_->subs_per_block_) * static_cast<long>(pool_->k_bytes_ + pool_->v_bytes_);
     sub_elems_ = pool_->sub_elems_;
   }
   // Appends pool block b (already counted for this sequence) to the tables.
@@ -487,11 +510,11 @@ class PagedSequence {
     pool_ = nullptr;
   }
 
-  BlockPool<T, S>* pool_ = nullptr;
+  BlockPool<T, S, SV>* pool_ = nullptr;
   std::vector<int> table_;     // (ceil(length / block_size)) pool block of each block of the sequence
-  std::vector<const S*> sub_;  // (table_.size() * block_size / 16) layer 0's K sub-block of each 16 positions
-  long layer_stride_ = 0;      // elements from one layer's sub-block to the next layer's
-  long sub_elems_ = 0;         // elements of one K (or V) sub-block; V follows K
+  std::vector<const std::uint8_t*> sub_;  // (table_.size() * block_size / 16) layer 0's K sub-block of each 16 positions
+  long layer_stride_ = 0;      // bytes from one layer's sub-block to the next layer's
+  long sub_elems_ = 0;         // values of one K (or V) sub-block; V follows K
   int length_ = 0;
   int released_ = 0;           // leading table entries released behind a sliding window (now -1)
   int restored_first_ = 0;     // oldest position a restore wrote (older ones in held blocks were never written)

@@ -22,6 +22,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <optional>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -146,7 +147,8 @@ struct PlanInput {
   int n_layers = 0;                     ///< L
   int n_kv_heads = 0;                   ///< Hk
   int head_dim = 0;                     ///< Dh
-  DType dtype = DType::kF16;            ///< cache element type
+  DType dtype = DType::kF16;            ///< cache element type (of the keys, and of the values unless value_dtype)
+  std::optional<DType> value_dtype;     ///< the values' type when it differs from the keys' (q8 and q4 included)
   std::uint64_t tokens_per_sequence = 0;  ///< positions each sequence holds at full context
   double memory_gb = 0;                 ///< device memory, 10^9 bytes
   std::uint64_t weight_bytes = 0;       ///< resident weight bytes; 0 = unknown (treated as none)
@@ -242,6 +244,18 @@ inline std::uint64_t kv_bytes_per_token(int n_layers, int n_kv_heads, int head_d
   return detail::checked_arg_mul(b, per_head, "bytes per token");
 }
 
+/// The same with keys stored as `dtype` and values as `value_dtype`:
+/// n_layers * n_kv_heads * (dtype_bytes_for(dtype, head_dim) + dtype_bytes_for(value_dtype, head_dim)).
+/// Throws ArgumentError if a dimension is not positive or the product overflows 64 bits.
+inline std::uint64_t kv_bytes_per_token(int n_layers, int n_kv_heads, int head_dim, DType dtype, DType value_dtype) {
+  kv_bytes_per_token(n_layers, n_kv_heads, head_dim, dtype);  // the checks, and keys alone fit
+  const std::uint64_t per_head = dtype_bytes_for(dtype, static_cast<std::uint64_t>(head_dim)) +
+                                 dtype_bytes_for(value_dtype, static_cast<std::uint64_t>(head_dim));
+  const std::uint64_t b = detail::checked_arg_mul(static_cast<std::uint64_t>(n_layers),
+                                                  static_cast<std::uint64_t>(n_kv_heads), "n_layers * n_kv_heads");
+  return detail::checked_arg_mul(b, per_head, "bytes per token");
+}
+
 /// Plans KV cache capacity for `in` (see the formulas at the top of this file).
 /// If the weights exceed memory the plan is still returned, with
 /// kv_budget_bytes = 0 and max_sequences = 0, so callers can report it.
@@ -251,7 +265,8 @@ inline std::uint64_t kv_bytes_per_token(int n_layers, int n_kv_heads, int head_d
 inline MemoryPlan plan_memory(const PlanInput& in) {
   in.validate();
   MemoryPlan p;
-  p.bytes_per_token = kv_bytes_per_token(in.n_layers, in.n_kv_heads, in.head_dim, in.dtype);
+  p.bytes_per_token = in.value_dtype ? kv_bytes_per_token(in.n_layers, in.n_kv_heads, in.head_dim, in.dtype, *in.value_dtype)
+                                     : kv_bytes_per_token(in.n_layers, in.n_kv_heads, in.head_dim, in.dtype);
   p.bytes_per_sequence = detail::checked_arg_mul(p.bytes_per_token, in.tokens_per_sequence, "bytes per sequence");
   p.weight_bytes = in.weight_bytes;
   // memory_gb <= kMaxMemoryGb keeps this below 2^63, so the conversion is exact to the nearest byte.

@@ -105,7 +105,7 @@ GenerateResult<T> generate(Transformer<T>& model, const std::vector<int>& prompt
         on_logits(base_pos + static_cast<int>(prompt.size() - logits.rows() + r), logits.row(r).data(), V);
     Eigen::Map<Vector<T>>(row.data(), V) = logits.row(logits.rows() - 1).transpose();
   } else {
-    RowMatrix<T> logits = model.template forward_reference<typename Cache::Storage>(seq, all_prompt_logits && on_logits);
+    RowMatrix<T> logits = model.template forward_reference<typename Cache::Storage, typename Cache::ValueStorage>(seq, all_prompt_logits && on_logits);
     if (on_logits)
       for (long r = 0; r < logits.rows(); ++r) on_logits(static_cast<int>(seq.size() - logits.rows() + r), logits.row(r).data(), V);
     Eigen::Map<Vector<T>>(row.data(), V) = logits.row(logits.rows() - 1).transpose();
@@ -128,7 +128,7 @@ GenerateResult<T> generate(Transformer<T>& model, const std::vector<int>& prompt
       auto logits = model.decode_step(next, cache);
       std::copy(logits.data(), logits.data() + V, row.begin());
     } else {
-      RowMatrix<T> logits = model.template forward_reference<typename Cache::Storage>(seq, false);
+      RowMatrix<T> logits = model.template forward_reference<typename Cache::Storage, typename Cache::ValueStorage>(seq, false);
       Eigen::Map<Vector<T>>(row.data(), V) = logits.row(0).transpose();
     }
     const double dt = std::chrono::duration<double>(Clock::now() - s0).count();

@@ -245,11 +245,11 @@ void save_prompt_cache(const Cache& cache, const std::vector<int>& tokens, int v
 /// written by another model (model_id) or for another cache shape or element type;
 /// CacheFullError if it holds more positions than the cache can; for a PagedSequence,
 /// OutOfBlocksError if the pool lacks the blocks.
-template <class T, class S>
-std::vector<int> restore_prompt_cache(const std::string& path, KVCache<T, S>& cache, std::uint64_t model_id) {
+template <class T, class S, class SV>
+std::vector<int> restore_prompt_cache(const std::string& path, KVCache<T, S, SV>& cache, std::uint64_t model_id) {
   detail::prompt_file::Contents c = detail::prompt_file::read(path);
   detail::prompt_file::check_model(path, c.info, model_id);
-  detail::cache_file::check_compatible(path, c.cache.info, cache.shape(), cache.dtype(), model_id);
+  detail::cache_file::check_compatible(path, c.cache.info, cache.shape(), cache.dtype(), cache.value_dtype(), model_id);
   if (c.cache.info.length > cache.capacity())
     throw CacheFullError(detail::msg("prompt cache file '", path, "': holds ", c.cache.info.length,
                                      " positions, more than the cache's capacity of ", cache.capacity()));
@@ -258,11 +258,11 @@ std::vector<int> restore_prompt_cache(const std::string& path, KVCache<T, S>& ca
 }
 
 /// The same for a paged sequence (new blocks of its pool; see restore_cache).
-template <class T, class S>
-std::vector<int> restore_prompt_cache(const std::string& path, PagedSequence<T, S>& seq, std::uint64_t model_id) {
+template <class T, class S, class SV>
+std::vector<int> restore_prompt_cache(const std::string& path, PagedSequence<T, S, SV>& seq, std::uint64_t model_id) {
   detail::prompt_file::Contents c = detail::prompt_file::read(path);
   detail::prompt_file::check_model(path, c.info, model_id);
-  detail::cache_file::check_compatible(path, c.cache.info, seq.shape(), seq.dtype(), model_id);
+  detail::cache_file::check_compatible(path, c.cache.info, seq.shape(), seq.dtype(), seq.value_dtype(), model_id);
   if (c.cache.info.length > seq.capacity())
     throw CacheFullError(detail::msg("prompt cache file '", path, "': holds ", c.cache.info.length,
                                      " positions, more than the sequence's capacity of ", seq.capacity()));

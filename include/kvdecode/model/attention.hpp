@@ -206,15 +206,27 @@ class Attention {
   }
 
   /// The cache-free reference: xn (n, D) normalised inputs at positions 0..n-1
-  /// -> (n, D). K and V are rounded through storage type S at the point the
-  /// cache would store them, so it matches a cache of that type bit for bit.
-  template <class S = T>
+  /// -> (n, D). K is rounded through storage type S and V through SV at the point
+  /// the cache would store them (a block type: per 32 values of each head,
+  /// kv_cache.hpp, KVStore), so it matches a cache of those types bit for bit. Throws
+  /// ConfigError naming head_dim when a block type meets a head_dim that is not a
+  /// multiple of 32.
+  template <class S = T, class SV = S>
   RowMatrix<T> forward_reference(const RowMatrix<T>& xn) const {
+    detail::KVStore<S>::check_head_dim(head_dim_, "forward_reference keys");
+    detail::KVStore<SV>::check_head_dim(head_dim_, "forward_reference values");
     const long n = xn.rows();
     RowMatrix<T> qkv(n, wqkv_.n_out_padded());  // (n, q | k | v, padded)
     project(xn.data(), xn.cols(), n, [](long m) { return static_cast<int>(m); }, qkv.data(), qkv.cols());
-    for (long i = 0; i < n; ++i)
-      for (long j = k_col_; j < qkv.cols(); ++j) qkv(i, j) = detail::from_storage<T>(detail::to_storage<S>(qkv(i, j)));
+    if constexpr (std::is_same_v<S, SV> && !detail::KVStore<S>::kQuantized) {
+      for (long i = 0; i < n; ++i)
+        for (long j = k_col_; j < qkv.cols(); ++j) qkv(i, j) = detail::from_storage<T>(detail::to_storage<S>(qkv(i, j)));
+    } else {
+      for (long i = 0; i < n; ++i) {
+        detail::KVStore<S>::round_trip(&qkv(i, k_col_), kv_dim());
+        detail::KVStore<SV>::round_trip(&qkv(i, v_col_), kv_dim());
+      }
+    }
     const int rep = n_heads_ / n_kv_heads_;
     const T sqrt_dh = std::sqrt(static_cast<T>(head_dim_));
     const T neg_inf = -std::numeric_limits<T>::infinity();

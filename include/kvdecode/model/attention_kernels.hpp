@@ -86,7 +86,7 @@ inline void weighted_sum_vecs(const T* const* w, int first, int last, int head_d
     for (int lane = l0; lane <= l1; ++lane)
       for (int h = 0; h < HG; ++h) {
         const Vec16<T> wt = Vec16<T>::broadcast(w[h][wo + lane]);
-        const auto* row = vb[h] + static_cast<long>(lane) * head_dim;
+        const auto row = vb[h] + static_cast<long>(lane) * head_dim;
         for (int v = 0; v < NV; ++v) acc[h][v].fma(wt, load_lanes<T>(row + v * kLanes));
       }
   }
@@ -186,7 +186,7 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
   const long off = static_cast<long>(kvh) * head_dim * kLanes;  // KV head inside a block
   // Scores of every row for blocks [bmin, bmax]: one K load feeds R chains.
   for (int b = bmin; b <= bmax; ++b) {
-    const auto* kb = cache.k_block(layer, b) + off;  // (head_dim, 16)
+    const auto kb = cache.k_block(layer, b) + off;  // (head_dim, 16)
     Vec16<T> acc[R];
     for (int r = 0; r < R; ++r) acc[r] = Vec16<T>::zero();
     for (int d = 0; d < head_dim; ++d) {
@@ -220,7 +220,7 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
       for (int v = 0; v < kNV; ++v) acc[r][v] = Vec16<T>::zero();
     auto one = [&](int r, int t) {
       const Vec16<T> wt = Vec16<T>::broadcast(w[r][t - first[r]]);
-      const auto* row = v_row(t) + d0;
+      const auto row = v_row(t) + d0;
       for (int v = 0; v < nv; ++v) acc[r][v].fma(wt, load_lanes<T>(row + v * kLanes));
     };
     if (all_lo > all_hi) {  // a window narrower than the group: no shared span
@@ -230,7 +230,7 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
     for (int r = 0; r < R; ++r)
       for (int t = first[r]; t < all_lo; ++t) one(r, t);
     for (int t = all_lo; t <= all_hi; ++t) {
-      const auto* row = v_row(t) + d0;
+      const auto row = v_row(t) + d0;
       if (nv == kNV) {
         Vec16<T> vv[kNV];
         for (int v = 0; v < kNV; ++v) vv[v] = load_lanes<T>(row + v * kLanes);

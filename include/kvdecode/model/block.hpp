@@ -54,11 +54,11 @@ class TransformerBlock {
   }
 
   /// The cache-free reference on a whole sequence: x (n, D) updated in place.
-  template <class S = T>
+  template <class S = T, class SV = S>
   void forward_reference(RowMatrix<T>& x) const {
     RowMatrix<T> xn(x.rows(), x.cols());
     attn_norm_.apply(x.data(), x.cols(), x.rows(), xn.data(), xn.cols());
-    x = x + attn_.template forward_reference<S>(xn);
+    x = x + attn_.template forward_reference<S, SV>(xn);
     ffn_norm_.apply(x.data(), x.cols(), x.rows(), xn.data(), xn.cols());
     x = x + mlp_.forward_reference(xn);
   }

@@ -220,12 +220,14 @@ class Transformer {
 
   /// The cache-free reference: recomputes K and V for every position of tokens
   /// (positions 0..n-1) and forms the full square score matrix with the causal
-  /// mask. K and V are rounded through S as a KVCache<T, S> would store them.
+  /// mask. K is rounded through S and V through SV as a KVCache<T, S, SV> would
+  /// store them (q8_0 / q4_0: quantized per 32 values of each head, kv_cache.hpp, KVStore).
   /// Returns the logits of every position (n, V), or of the last one only (1, V)
   /// when all_logits is false (what a cache-free generation step needs).
   /// Throws TokenError for an empty sequence, an id outside [0, vocab_size) or
-  /// more than max_seq_len tokens.
-  template <class S = T>
+  /// more than max_seq_len tokens; ConfigError naming head_dim when a block type
+  /// meets a head_dim that is not a multiple of 32.
+  template <class S = T, class SV = S>
   RowMatrix<T> forward_reference(const std::vector<int>& tokens, bool all_logits = true) {
     if (tokens.empty()) throw TokenError("forward_reference needs at least one token; the sequence is empty");
     const ModelConfig& cfg = model_->config();
@@ -235,7 +237,7 @@ class Transformer {
     const long n = static_cast<long>(tokens.size());
     RowMatrix<T> x(n, cfg.d_model);  // (n, D)
     for (long i = 0; i < n; ++i) model_->embedding().dequantize_row(tokens[i], x.data() + i * x.cols());
-    for (const auto& blk : model_->blocks()) blk.template forward_reference<S>(x);
+    for (const auto& blk : model_->blocks()) blk.template forward_reference<S, SV>(x);
     const long first = all_logits ? 0 : n - 1, n_out = n - first;
     model_->final_norm().apply(x.data() + first * x.cols(), x.cols(), n_out, x.data() + first * x.cols(), x.cols());
     RowMatrix<T> logits(n_out, model_->classifier().n_out_padded());
