@@ -81,7 +81,7 @@ inline CpuFeatures read_cpu_features() {
       f.avx512bf16 = zmm_saved && (a & (1u << 5));
     }
   }
-  if (__get_cpuid_max(0x80000000u, nullptr) >= 0x80000001u) {
+  if (static_cast<unsigned>(__get_cpuid_max(0x80000000u, nullptr)) >= 0x80000001u) {  // int in clang's cpuid.h, unsigned in GCC's
     __cpuid(0x80000001u, a, b, c, d);
     f.lahf = c & (1u << 0);
     f.lzcnt = c & (1u << 5);
