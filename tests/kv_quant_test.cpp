@@ -649,6 +649,24 @@ TEST_F(BadQuantFile, UnknownKeyType) {
   EXPECT_HAS(m, "K dtype = 6 is not a cache type (0 f32, 1 f64, 2 bf16, 3 f16, 4 q8_0, 5 q4_0)");
 }
 
+TEST_F(BadQuantFile, Version3OfOnePlainTypeIsRefused) {
+  // A sound f32 cache file (version 1) relabelled version 3 with K = V = f32: the
+  // same data, but not the file kvdecode writes for it (fuzz finding: restoring and
+  // saving it gave a version 1 file).
+  KVCache<float> plain(c), plain_target(c);
+  model.prefill(make_tokens(5, c.vocab_size, 8), plain);
+  save_cache(plain, bad);
+  auto b = read_bytes(bad);
+  ASSERT_EQ(detail::load_u32_le(b.data() + 4), 1u);
+  detail::store_u32_le(b.data() + 4, 3);
+  b[37] = b[36];
+  reseal(b);
+  write_bytes(bad, b);
+  const std::string m = error_of<FormatError>([&] { restore_cache(bad, plain_target); });
+  EXPECT_HAS(m, "K dtype = V dtype = f32 in a version 3 file");
+  EXPECT_EQ(plain_target.length(), 0);
+}
+
 TEST_F(BadQuantFile, BlockTypeWithHeadDimNotAMultipleOf32) {
   auto b = read_bytes(good);
   detail::store_u32_le(b.data() + 20, 48);  // head_dim

@@ -249,6 +249,13 @@ inline CacheFileInfo parse_header(const std::string& path, const unsigned char* 
         bad(path, "header field ", field, " = ", type_text(t), " needs a head_dim that is a multiple of ", kQuantBlock,
             ", but head_dim = ", info.shape.head_dim);
     }
+    // One file per cache: one plain type for keys and values is written as version 1,
+    // so a version 3 file of one plain type is refused (restoring and saving it again
+    // must give the same bytes).
+    if (h[36] == h[37] && !is_block_type(dtype))
+      bad(path, "header fields K dtype = V dtype = ", type_text(dtype), " in a version ", kVersionTyped,
+          " file; version ", kVersionTyped, " holds a block type or keys and values of different types, one plain "
+          "type is version ", kVersion);
     info.dtype = dtype;
     info.value_dtype = static_cast<DType>(h[37]);
     elem = 1;  // sizes below come from the row bytes of each type
