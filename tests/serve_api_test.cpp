@@ -285,3 +285,29 @@ TEST(ServeApi, HealthModelsMetricsTokenize) {
   srv.post("/detokenize", R"({"tokens": [1, 100000]})", &status);
   EXPECT_EQ(status, 400);
 }
+
+// The program's front door (ApiGate): the port is open while the model loads, and
+// every request, /health included, gets 503 with OpenAI's error body until the Api
+// is there; then the Api answers; after close() it is 503 again.
+TEST(ServeApi, GateAnswers503WhileLoadingThenServes) {
+  NEED_SHARED();
+  ApiGate gate;
+  EXPECT_FALSE(gate.ready());
+  for (const char* path : {"/health", "/v1/models", "/metrics"}) {
+    const HttpReply r = gate.handle(HttpRequest{"GET", path, {}, ""});
+    EXPECT_EQ(r.status, 503) << path;
+    const nlohmann::json e = nlohmann::json::parse(r.body)["error"];
+    EXPECT_EQ(e["code"], "loading") << path;
+    EXPECT_EQ(e["type"], "unavailable_error") << path;
+  }
+  Server srv;
+  gate.open(*srv.api);
+  EXPECT_TRUE(gate.ready());
+  EXPECT_EQ(gate.handle(HttpRequest{"GET", "/health", {}, ""}).status, 200);
+  const HttpReply done = gate.handle(HttpRequest{"POST", "/v1/completions", {}, R"({"prompt": "Once", "max_tokens": 2})"});
+  EXPECT_EQ(done.status, 200);
+  gate.close();
+  const HttpReply r = gate.handle(HttpRequest{"GET", "/health", {}, ""});
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(nlohmann::json::parse(r.body)["error"]["code"], "stopping");
+}

@@ -83,27 +83,21 @@ int real_main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::atomic<kvd::Api*> api{nullptr};
+  kvd::ApiGate gate;  // 503 "Loading model" until the model is ready
   httplib::Server http;
   const int threads = std::min(1024, o.n_parallel + o.max_queue + 8);  // waiting replies hold a thread each
   http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
   // Bodies a little over --max-body-bytes reach the parser (a JSON 413 naming the
   // limit); far larger ones are refused by httplib before they are read.
   http.set_payload_max_length(static_cast<std::size_t>(o.max_body_bytes) * 2);
-  auto handle = [&api](const httplib::Request& req, httplib::Response& res) {
+  auto handle = [&gate](const httplib::Request& req, httplib::Response& res) {
     res.set_header("Access-Control-Allow-Origin", "*");
-    kvd::Api* a = api.load();
-    if (!a) {
-      res.status = 503;
-      res.set_content(error_body(503, "Loading model"), "application/json");
-      return;
-    }
     kvd::HttpRequest r;
     r.method = req.method;
     r.path = req.path;
     for (const auto& [k, v] : req.headers) r.headers[lower(k)] = v;
     r.body = req.body;
-    kvd::HttpReply reply = a->handle(r);
+    kvd::HttpReply reply = gate.handle(r);
     res.status = reply.status;
     if (!reply.stream) {
       res.set_content(reply.body, reply.content_type.c_str());
@@ -168,7 +162,7 @@ int real_main(int argc, char** argv) {
   ao.limits.max_body_bytes = static_cast<std::size_t>(o.max_body_bytes);
   ao.index_html = kChatPage;
   kvd::Api handlers(*engine, *loaded.tokenizer, &tmpl, loaded.stop_ids, ao, metrics);
-  api.store(&handlers);
+  gate.open(handlers);
   const kvd::SchedulerStats st = engine->stats();
   if (!o.quiet)
     std::cerr << "kvdecode-server: " << ao.model_name << " (" << loaded.model.config().summary() << "), context "
@@ -180,7 +174,7 @@ int real_main(int argc, char** argv) {
   sigwait(&stop_signals, &sig);
   if (!o.quiet) std::cerr << "kvdecode-server: stopping (signal " << sig << ")\n";
   http.stop();   // no new requests; replies in flight end when the engine stops
-  api.store(nullptr);
+  gate.close();
   engine.reset();
   return 0;
 }

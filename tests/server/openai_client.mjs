@@ -1,14 +1,15 @@
 // kvdecode-server driven by the official `openai` npm package (tests/server/run.sh
 // starts the server and passes its URL, key and the text kvdecode-generate produced
 // for the same prompt and seed). Checks, non-streamed and streamed:
-//   - /v1/completions gives kvdecode-generate's text for the same prompt and seed;
+//   - /v1/completions gives kvdecode-generate's text for the same prompt and seed,
+//     and /v1/chat/completions its --conversation reply for the same messages;
 //   - streamed and non-streamed answers are the same text, for completions and chat;
 //   - usage, finish_reason, logprobs and the model list have OpenAI's shapes;
 //   - a wrong key is refused with the SDK's AuthenticationError (401).
 // Prints one line per check; exits 1 on the first failure.
 import OpenAI from 'openai';
 
-const [baseURL, apiKey, prompt, expected, seedText, maxText, tempText] = process.argv.slice(2);
+const [baseURL, apiKey, prompt, expected, seedText, maxText, tempText, expectedChat] = process.argv.slice(2);
 const seed = Number(seedText), max_tokens = Number(maxText), temperature = Number(tempText);
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
 
@@ -47,6 +48,9 @@ const chatBase = { model: base.model, messages: [{ role: 'system', content: 'You
                    max_tokens, temperature, seed, logprobs: true, top_logprobs: 2 };
 const chat = await client.chat.completions.create(chatBase);
 check(chat.object === 'chat.completion' && chat.choices[0].message.role === 'assistant', 'chat completion object');
+check(chat.choices[0].message.content === expectedChat,
+      'chat reply is kvdecode-generate --conversation\'s for the same messages and seed',
+      JSON.stringify({ server: chat.choices[0].message.content, generate: expectedChat }));
 check(chat.choices[0].logprobs.content.length === chat.usage.completion_tokens, 'one logprob entry per token');
 check(chat.choices[0].logprobs.content.every((e) => e.logprob <= 0 && e.top_logprobs.length === 2), 'logprobs are log-probabilities with 2 alternatives');
 

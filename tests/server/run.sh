@@ -2,7 +2,8 @@
 # kvdecode-server's integration tests, run by ctest (tests/CMakeLists.txt):
 #   run.sh openai SERVER GENERATE SHARED WORKDIR   the official `openai` npm package
 #                                                 against the server, checked against
-#                                                 kvdecode-generate (openai_client.mjs)
+#                                                 kvdecode-generate's completion and
+#                                                 --conversation chat (openai_client.mjs)
 #   run.sh load   SERVER GENERATE SHARED WORKDIR   N clients, disconnects midway, then
 #                                                 /metrics back to zero and bounded RSS (load.mjs)
 #   run.sh browser SERVER GENERATE SHARED WORKDIR  Debian's chromium, headless, types into
@@ -58,7 +59,12 @@ case "$mode" in
     expected=$(node -e "const j=JSON.parse(process.argv[1]); const p=process.argv[2];
       if (!j.text.startsWith(p)) { console.error('generate text does not start with the prompt'); process.exit(1); }
       process.stdout.write(j.text.slice(p.length))" "$json" "$prompt") || exit 1
-    (cd "$work" && node openai_client.mjs "$url/v1" "$key" "$prompt" "$expected" $seed $n $temp) ;;
+    # The same chat (system + user message, chatml) through kvdecode-generate --conversation.
+    printf '%s' "$prompt" | node -e "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>console.log(JSON.stringify([s])))" >"$work/conversation.json"
+    chat_json=$("$generate" -m "$model" -c 256 --chat-template chatml --conversation "$work/conversation.json" \
+                -sys "You tell stories." -n $n --temp $temp --seed $seed --json --quiet | tail -1)
+    expected_chat=$(node -e "process.stdout.write(JSON.parse(process.argv[1]).turns[0].text)" "$chat_json") || exit 1
+    (cd "$work" && node openai_client.mjs "$url/v1" "$key" "$prompt" "$expected" $seed $n $temp "$expected_chat") ;;
   load)
     before=$(rss_kb)
     node "$here/load.mjs" "$url" 8 6 || exit 1

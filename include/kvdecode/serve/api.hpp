@@ -21,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -503,6 +504,38 @@ class Api {
   ApiOptions opt_;
   ServerMetrics* metrics_;
   long long created_;
+};
+
+
+/// The server's front door while the model loads: the listener starts first, so a
+/// client (or a health check) learns "loading" instead of "connection refused".
+/// Until open() every request gets 503 with OpenAI's error body (code "loading"),
+/// /health included; after open() requests go to the Api, and after close() they get
+/// 503 again (code "stopping"). open() and close() may run while other threads call
+/// handle(); the Api must outlive every handle() that reached it.
+class ApiGate {
+ public:
+  void open(Api& api) { api_.store(&api); }
+  void close() {
+    stopping_.store(true);
+    api_.store(nullptr);
+  }
+  bool ready() const { return api_.load() != nullptr; }
+
+  /// Never throws (as Api::handle).
+  HttpReply handle(const HttpRequest& req) {
+    if (Api* a = api_.load()) return a->handle(req);
+    const bool stopping = stopping_.load();
+    HttpReply r;
+    r.status = 503;
+    r.body = Api::dump(error_json("unavailable_error", stopping ? "the server is stopping" : "Loading model", "",
+                                  stopping ? "stopping" : "loading"));
+    return r;
+  }
+
+ private:
+  std::atomic<Api*> api_{nullptr};
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace kvd
