@@ -379,7 +379,7 @@ inline std::vector<Option> all_options(Params& p) {
        kGenerate | kCacheReport | kRoofline | kQuantize | kConversation | kServer,
        [&p, str] { return p.threads > 0 ? str(p.threads) : S("OpenMP's default"); },
        [&p](const S& n, const S& v) { p.threads = static_cast<int>(parse_integer(n, v, 1, 1024)); }});
-  add({{"--fast-matmul"}, "", "fast mode: matrices of every block type but q8_0 round their input rows to int8 blocks of 32 "
+  add({{"--fast-matmul"}, "", "fast mode: matrices of every block type round their input rows to int8 blocks of 32 "
        "and use integer dot products, as llama.cpp does; on CPUs with AVX512-BF16, f16 and bf16 matrices round "
        "them to bf16 and use bf16 dot products (faster; logits move about 1% of the largest with int8, 0.5% "
        "with bf16; still identical across every path and thread count)", exe, kGenerate | kRoofline | kServer, none,
@@ -490,8 +490,10 @@ inline std::vector<Option> all_options(Params& p) {
        [&p](const S&, const S& v) { p.host = v; }});
   add({{"--port"}, "N", "TCP port to listen on", srv, kServer, [&p, str] { return str(p.port); },
        [&p](const S& n, const S& v) { p.port = static_cast<int>(parse_integer(n, v, 1, 65535)); }});
-  add({{"--parallel", "-np"}, "N", "requests generating at once, each advanced in the same batched forward", srv,
-       kServer, [&p, str] { return str(p.n_parallel); },
+  add({{"--parallel", "-np"}, "N", "requests generating at once, each advanced in the same batched forward; "
+       "kvdecode-generate: decode the prompt as 1 and then as N sequences of one batch and report both decode "
+       "speeds (every sequence must give the single one's tokens)", srv,
+       kServer | kGenerate, [&p, str] { return str(p.n_parallel); },
        [&p](const S& n, const S& v) { p.n_parallel = static_cast<int>(parse_integer(n, v, 1, 4096)); }});
   add({{"--cache-blocks"}, "N", "16-token blocks of the paged KV cache shared by all requests and the prefix cache "
        "(default: 2 x --parallel x (ctx / 16 + 1), every request a whole context and as much again for the prefix cache)",

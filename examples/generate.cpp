@@ -82,6 +82,7 @@ kvd::LoadedModel open_model(const std::string& path, int ctx, bool allow_unused,
 
 Options parse(int argc, char** argv) {
   Options o;
+  o.n_parallel = 1;  // the server's default is 4
   const kvd::cli::OptionTable table(kvd::cli::kGenerate, o, kIntro, kOutro);
   table.parse(argc, argv);
   if (o.help) {
@@ -111,6 +112,10 @@ Options parse(int argc, char** argv) {
                 "--dump-logits");
   if (!o.prompt_cache.empty() && conversing && !o.system)
     usage_error("--prompt-cache with --conversation / --chat caches the --system message: give --system TEXT");
+  if (o.n_parallel > 1 && (o.no_cache || o.compare || o.demo || conversing || o.draft_model || o.lookup > 0 ||
+                           !o.prompt_cache.empty() || !o.dump_logits.empty() || o.json))
+    usage_error("--parallel measures batched decode of one prompt; drop --no-cache, --compare, --demo, "
+                "--conversation, --chat, --draft-model, --lookup, --prompt-cache, --dump-logits and --json");
   if ((o.draft_model || o.lookup > 0) && (conversing || !o.prompt_cache.empty()))
     usage_error("speculative decoding (--draft-model, --lookup) runs single prompts; drop --conversation, --chat and "
                 "--prompt-cache");
@@ -227,6 +232,86 @@ Run run_dtype(kvd::Transformer<float>& model, const std::vector<int>& prompt, co
               const DraftSetup& ds = {}) {
   return kvd::cli::visit_cache_types(o, [&](auto k, auto v) {
     return run_once<decltype(k), decltype(v)>(model, prompt, o, use_cache, keep_logits, tok, stream_text, progress, ds);
+  });
+}
+
+// --parallel: one prompt decoded as n sequences of one ContinuousBatcher (the
+// server's path: every step one batched forward over all of them).
+struct BatchRun {
+  std::vector<int> tokens;  // the first sequence's generated tokens
+  bool same = true;         // every sequence generated them
+  long decode_tokens = 0;   // tokens of the steps that were all decode rows
+  double decode_seconds = 0;
+  kvd::detail::PhaseTimes phases;  // of those steps
+  double tokens_per_second() const { return decode_seconds > 0 ? decode_tokens / decode_seconds : 0.0; }
+};
+
+template <class S, class SV>
+BatchRun run_batch(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o,
+                   const std::vector<int>& stop_tokens, int n) {
+  using Cache = kvd::KVCache<float, S, SV>;
+  const int capacity = std::min(model.config().max_seq_len, static_cast<int>(prompt.size()) + o.steps);
+  kvd::ContinuousBatcher<float, Cache> batcher(model, [&] { return std::make_unique<Cache>(model.config(), capacity); });
+  kvd::SequenceOptions so;
+  so.max_new_tokens = o.steps;
+  so.sampler = o.sampler;  // the same seed for each: the same draws, so the same tokens
+  so.stop_tokens = stop_tokens;
+  std::vector<int> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(batcher.add(prompt, so));
+  long produced = 0;
+  batcher.on_token = [&](int, int) { ++produced; };
+  BatchRun r;
+  kvd::detail::set_phase_profile(&r.phases);
+  for (;;) {
+    const long before = produced;
+    const kvd::detail::PhaseTimes phases_before = r.phases;
+    const auto t0 = Clock::now();
+    if (!batcher.step()) break;
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (produced - before == static_cast<long>(batcher.last_step_rows())) {  // no prompt rows in this step
+      r.decode_tokens += produced - before;
+      r.decode_seconds += dt;
+    } else {
+      r.phases = phases_before;
+    }
+  }
+  kvd::detail::set_phase_profile(nullptr);
+  r.tokens = batcher.generated(ids[0]);
+  for (int id : ids) r.same = r.same && batcher.generated(id) == r.tokens;
+  return r;
+}
+
+// Decodes the prompt as 1 and then as o.n_parallel sequences; prints both speeds.
+// Returns 1 if a sequence's tokens differ from the single sequence's.
+int run_parallel(kvd::Transformer<float>& model, const std::vector<int>& prompt, const Options& o,
+                 const kvd::TextTokenizer* tok) {
+  std::vector<int> stop;
+  if (!o.ignore_eos) {
+    if (tok) stop = tok->eog_ids();
+    stop.insert(stop.end(), o.model_eos_ids.begin(), o.model_eos_ids.end());
+  }
+  return kvd::cli::visit_cache_types(o, [&](auto k, auto v) {
+    const BatchRun one = run_batch<decltype(k), decltype(v)>(model, prompt, o, stop, 1);
+    const BatchRun many = run_batch<decltype(k), decltype(v)>(model, prompt, o, stop, o.n_parallel);
+    const bool same = many.same && many.tokens == one.tokens;
+    std::cout << std::fixed << std::setprecision(1) << "decode, " << prompt.size() << "-token prompt, "
+              << one.tokens.size() << " new tokens, " << kvd::num_threads() << " thread(s): batch 1 "
+              << one.tokens_per_second() << " tokens/s; batch " << o.n_parallel << " " << many.tokens_per_second()
+              << " tokens/s in all (" << std::setprecision(2)
+              << (one.tokens_per_second() > 0 ? many.tokens_per_second() / one.tokens_per_second() : 0.0)
+              << "x); every sequence's tokens " << (same ? "identical" : "DIFFER") << "\n";
+    if (!o.quiet) {  // where a decode step's time goes, per step
+      const double steps1 = static_cast<double>(one.decode_tokens), stepsn = static_cast<double>(many.decode_tokens) / o.n_parallel;
+      std::cerr << "ms per decode step, batch 1 / batch " << o.n_parallel << ":";
+      for (int p = 0; p < static_cast<int>(kvd::detail::Phase::kCount); ++p) {
+        const double a = one.phases.seconds[p] / std::max(1.0, steps1), b = many.phases.seconds[p] / std::max(1.0, stepsn);
+        if (a + b > 0) std::cerr << " " << kvd::detail::phase_name(static_cast<kvd::detail::Phase>(p)) << " "
+                                 << std::setprecision(2) << a * 1e3 << " / " << b * 1e3 << ";";
+      }
+      std::cerr << " all " << one.decode_seconds / std::max(1.0, steps1) * 1e3 << " / "
+                << many.decode_seconds / std::max(1.0, stepsn) * 1e3 << "\n";
+    }
+    return same ? 0 : 1;
   });
 }
 
@@ -392,6 +477,8 @@ int real_main(int argc, char** argv) {
       std::cerr << "note: --steps " << o.steps << " capped at " << room << " by the context of " << c.max_seq_len << " positions\n";
     o.steps = room;
   }
+
+  if (o.n_parallel > 1) return run_parallel(*model, prompt, o, tok);
 
   const bool compare = o.compare || o.demo;
   const bool keep_logits = compare || !o.dump_logits.empty();

@@ -24,7 +24,7 @@ namespace {
 using namespace kvd;
 
 const WeightType kFastTypes[] = {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ5_0, WeightType::kQ5_1,
-                                 WeightType::kQ5_K, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ6_K};
+                                 WeightType::kQ5_K, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ6_K, WeightType::kQ8_0};
 
 using kvd_test::activations;
 using kvd_test::make_rows;
@@ -80,7 +80,7 @@ TEST(FastMatmul, RoundingIsTheDefinitionOnEveryPath) {
   for (int k = 0; k < 32; ++k) x[96 + k] = (k - 16) * 0.5f;  // amax 8: d = 8/127, values 63.5 d .. ties after rounding
   x[96] = 127.f / 127.f * 8.f;
   for (int k = 0; k < 32; ++k) x[128 + k] = k % 2 ? 1e-40f : -3e-41f;
-  for (int order : {8, 16})
+  for (int order : {4, 8, 16})
   for (bool portable : {false, true}) {
     detail::FastRows rows;
     rows.reserve(M, K, order);
@@ -102,8 +102,11 @@ TEST(FastMatmul, RoundingIsTheDefinitionOnEveryPath) {
         ASSERT_TRUE(kvd_test::same_bits(&xq0, rows.xq16.data() + 2 * e, 1));
         ASSERT_TRUE(kvd_test::same_bits(&xq1, rows.xq16.data() + 2 * e + 1, 1));
         for (int k = 0; k < 32; ++k) {
-          // order 8: each group of 8 as 0, 2, 4, 6, 1, 3, 5, 7; order 16: each group of 16 as 0, 4, 8, 12, 1, 5, ...
-          const int slot = order == 8 ? (k & ~7) + (k % 2 ? 4 + (k & 7) / 2 : (k & 7) / 2) : (k & ~15) + 4 * (k % 4) + (k & 15) / 4;
+          // order 8: each group of 8 as 0, 2, 4, 6, 1, 3, 5, 7; order 16: each group of 16 as 0, 4, 8, 12, 1, 5, ...;
+          // order 4: in order
+          const int slot = order == 4   ? k
+                           : order == 8 ? (k & ~7) + (k % 2 ? 4 + (k & 7) / 2 : (k & 7) / 2)
+                                        : (k & ~15) + 4 * (k % 4) + (k & 15) / 4;
           ASSERT_EQ(rows.q.data()[m * K + 32 * j + slot], q[k])
               << "row " << m << " block " << j << " value " << k << " order " << order << " portable " << portable;
         }
@@ -216,16 +219,33 @@ TEST(FastMatmul, AccurateAgainstFloat64) {
   }
 }
 
-TEST(FastMatmul, UnsupportedTypeNamed) {
-  const long N = 16, K = 32;
-  std::vector<unsigned char> bytes(static_cast<std::size_t>(N) * weight_row_bytes(WeightType::kQ8_0, K));
-  const QuantMatrix qm(WeightType::kQ8_0, N, K, bytes.data());
-  std::vector<float> x(K), y(16);
-  try {
-    matmul_fast(x.data(), K, 1, qm, y.data(), 16);
-    FAIL() << "expected ConfigError";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("q8_0"), std::string::npos) << e.what();
+// q8_0's extreme codes: -128 (no int8 negation: vpsignb moves its sign onto the
+// activation, vpdpbusd takes it as 0 after the + 128) and 127 against activations
+// rounded to +-127, in the small-M tiles and the large-M planes.
+TEST(FastMatmul, Q8_0ExtremeCodesAreTheDefinition) {
+  const long N = 40, K = 256;
+  Rows w = make_rows(WeightType::kQ8_0, N, K, 31);
+  const std::size_t rb = weight_row_bytes(WeightType::kQ8_0, K), block = 34;  // f16 scale, 32 codes
+  for (long n = 0; n < N; ++n)
+    for (long k = 0; k < K; k += 3) {
+      const std::size_t at = n * rb + (k / 32) * block + 2 + k % 32;
+      w.bytes[at] = static_cast<unsigned char>((n + k) % 2 ? 0x80 : 0x7F);  // -128 or 127
+    }
+  kvd_test::factor_rows(WeightType::kQ8_0, N, K, w);
+  const QuantMatrix qm(WeightType::kQ8_0, N, K, w.bytes.data(), "w");
+  const long ldy = qm.n_out_padded();
+  for (long M : {1L, 4L, 7L, 8L, 40L}) {
+    std::vector<float> x = activations(M, K, 41);
+    for (long i = 0; i < M * K; i += 5) x[i] = (i % 2 ? 1.f : -1.f) * 100.f;  // rounds to +-127
+    const std::vector<float> want = spec_product(x, M, w, WeightType::kQ8_0, N, K, ldy);
+    for (auto path : {detail::FastPath::kAuto, detail::FastPath::kPortable}) {
+      std::vector<float> y(static_cast<std::size_t>(M * ldy), -1.f);
+      detail::matmul_fast_with(x.data(), K, M, qm.panels(), y.data(), ldy, path);
+      for (long m = 0; m < M; ++m)
+        ASSERT_TRUE(kvd_test::same_bits(&y[m * ldy], &want[m * ldy], N))
+            << "M " << M << " row " << m << " portable " << (path == detail::FastPath::kPortable) << ": "
+            << kvd_test::first_difference(&y[m * ldy], &want[m * ldy], N);
+    }
   }
 }
 

@@ -21,17 +21,15 @@
 // The integer sums are exact and every float step is a fixed, row-local
 // sequence, so the result is the same bits for every M, path, tiling and thread
 // count: the exactness contract holds in this mode as in the default one (each
-// mode against itself). float(I) is exact: |I| <= 32 * 31 * 127 (q5) or
+// mode against itself). float(I) is exact: |I| <= 32 * 128 * 127 (q8_0) or
 // 16 * 32 * 127 (q6_K) < 2^24. For sub-blocks of 32, Q_s = Q_j.
 //
-// Types: every block type but q8_0. Codes in sub-blocks of 32: q4_0, q4_1, q4_K
-// (4 bits), q5_0, q5_1, q5_K (5 bits); in sub-blocks of 16: q2_K (2 bits), q3_K
-// (3) and q6_K (6). So Q4_K_M, Q5_K_M, Q3_K_M and Q2_K files run in fast mode
-// throughout. q8_0 keeps the default numerics: on AVX2 its bytes would need
-// transposing to 4 values per output lane, which measured no faster than its
-// float path (docs/fast-mode.md). A matrix of a type the mode does not compute
-// keeps the default numerics, per matrix, so a model mixing types is still
-// exact across paths.
+// Types: every block type. Codes in sub-blocks of 32: q4_0, q4_1, q4_K (4 bits),
+// q5_0, q5_1, q5_K (5 bits), q8_0 (8 bits, signed); in sub-blocks of 16: q2_K (2
+// bits), q3_K (3) and q6_K (6). So Q4_K_M, Q5_K_M, Q3_K_M, Q2_K and Q8_0 files run
+// in fast mode throughout. A matrix of a type the mode does not compute (f16, bf16
+// without AVX512-BF16, f32) keeps the default numerics, per matrix, so a model
+// mixing types is still exact across paths.
 //
 // PATHS. The scalar loop below defines the result. On AVX2 the 8 nibbles of a
 // code word (values k .. k + 7 of one output) split into two byte vectors,
@@ -50,6 +48,12 @@
 // order 0, 4, 8, 12, 1, 5, ... (fast_order() 16). q3_K adds its high bit (bit 2
 // of each byte, from the high word) and takes code + 4 in [0, 8), subtracting
 // 4 Q_s after (at most 8 * 2 * 7 * 127 = 14224 in 16 bits per sub-block).
+// q8_0's bytes sit in the panel as value k of 16 outputs side by side; its tiles
+// transpose each 4 values of 8 outputs into one 32-bit lane per output (two
+// 32-byte loads, an unpack, a permute and a shuffle) and its rounded rows keep
+// their values in order (fast_order() 4). Its signed codes enter vpdpbusd as code
+// + 128 (subtracting 128 Q_j after); without VNNI, vpmaddubsw takes |code| and
+// the activation with the code's sign (pairs of at most 2 * 128 * 127 = 32512).
 // With VNNI (AVX512-VNNI + VL, or AVX-VNNI) the same tiles take vpdpbusd for each
 // pair of vpmaddubsw and 16-bit adds: 32-bit sums throughout, the same integers.
 // With AVX512-VNNI and BW, large M of the byte-plane types (fast_planes.hpp) runs 512-bit
@@ -106,16 +110,18 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
 #if defined(KVDECODE_FAST_AVX2)
 /// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles;
 /// rows go in blocks that keep their rounded values in L2, and tiles of up to 4
-/// rows. M >= kFastPlanesMinM for the heavy decoders: the byte planes (fast_planes.hpp).
+/// rows. M >= fast_planes_min_m() for the heavy decoders: the byte planes (fast_planes.hpp).
 inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
   auto run = [&](auto dec) {
     using Dec = decltype(dec);
-    if (kFastPlanes<Dec> && M >= kFastPlanesMinM) {
+    if constexpr (kFastPlanes<Dec>) {
+      if (M >= fast_planes_min_m<Dec>()) {
 #if defined(KVDECODE_FAST_PLANES_512)
-      return matmul_fast_planes<Dec, true>(rows, M, w, y, ldy, parallel);
+        return matmul_fast_planes<Dec, true>(rows, M, w, y, ldy, parallel);
 #else
-      return matmul_fast_planes<Dec, false>(rows, M, w, y, ldy, parallel);
+        return matmul_fast_planes<Dec, false>(rows, M, w, y, ldy, parallel);
 #endif
+      }
     }
     constexpr long kRows = fast_max_rows<Dec>();
     const int mr_max = static_cast<int>(M <= kRows ? M : kFastTileRows);
@@ -138,7 +144,8 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
     using Row = decltype(row);
     using Dec = typename Avx2DecoderOf<Row>::type;
     static_assert((Row::kFastOrder != 0) == (Dec::kFastCodes != FastCodes::kNone) &&
-                      (Row::kFastOrder == 16) == (Dec::kFastCodes == FastCodes::kCrumbs || Dec::kFastCodes == FastCodes::kCrumbs3),
+                      (Row::kFastOrder == 16) == (Dec::kFastCodes == FastCodes::kCrumbs || Dec::kFastCodes == FastCodes::kCrumbs3) &&
+                      (Row::kFastOrder == 4) == (Dec::kFastCodes == FastCodes::kBytes),
                   "a block type's fast-mode row order disagrees with its AVX2 decoder's codes");
     if constexpr (Row::kFastOrder != 0) run(Dec{});
     else KVD_ASSERT(false);

@@ -57,6 +57,14 @@ inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned cha
       put(2 * g, lo);
       put(2 * g + 1, hi);
     }
+  } else if constexpr (Dec::kFastCodes == FastCodes::kBytes) {
+    static_assert(fast_code_offset<Dec>() == 128, "q8_0's planes hold code + 128, for vpdpbusd");
+    for (int g = 0; g < 4; ++g) {
+      __m256i lo, hi;
+      fast_q8_codes(pb, g, h, lo, hi);
+      put(2 * g, lo);
+      put(2 * g + 1, hi);
+    }
   } else {
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int g = 0; g < 4; ++g) {

@@ -29,19 +29,24 @@ constexpr int fast_slot(int k) { return (k % 2 == 0) ? k / 2 : 4 + k / 2; }
 /// Position of value k (0..15) of a group of 16 in a row of order 16 (0, 4, 8, 12, 1, 5, 9, 13, ...).
 constexpr int fast_slot16(int k) { return 4 * (k % 4) + k / 4; }
 /// The rounded rows' order for type t: its row's kFastOrder, groups of 16 for the
-/// 2-bit planes (q2_K, q3_K), else of 8 (also for a type the fast mode does not compute).
+/// 2-bit planes (q2_K, q3_K), 4 (the values in their order) for q8_0's bytes, else
+/// groups of 8 (also for a type the fast mode does not compute).
 inline int fast_order(WeightType t) {
   int order = 8;
-  visit_block_type(t, [&](auto row) { order = decltype(row)::kFastOrder == 16 ? 16 : 8; });
+  visit_block_type(t, [&](auto row) {
+    constexpr int o = decltype(row)::kFastOrder;
+    order = o == 16 || o == 4 ? o : 8;
+  });
   return order;
 }
-/// Where value k of a rounded row of the given order (8 or 16) is stored.
+/// Where value k of a rounded row of the given order (4, 8 or 16) is stored.
 constexpr long fast_pos(int order, long k) {
+  if (order == 4) return k;
   return order == 16 ? (k & ~15L) + fast_slot16(static_cast<int>(k & 15)) : (k & ~7L) + fast_slot(static_cast<int>(k & 7));
 }
 
-/// Rounded rows: q (M x K, row stride K, groups of `order` values reordered:
-/// fast_pos()), and per row and block of 32: the scale d, the integer sum of q,
+/// Rounded rows: q (M x K, row stride K, groups of `order` values reordered, or
+/// for order 4 in their order: fast_pos()), and per row and block of 32: the scale d, the integer sum of q,
 /// and d * float(that sum); per half block of 16: the integer sum of q and d *
 /// float(it) (the sub-blocks of q2_K, q3_K and q6_K).
 struct FastRows {

@@ -2,8 +2,8 @@
 // half panels over all of k, the codes rebuilt in registers from the panel blocks
 // through the AVX2 decoders (quant_decode_avx2.hpp) and multiplied with the rounded
 // rows (fast_rows.hpp) by vpmaddubsw or, with VNNI, vpdpbusd. Three tile kinds: the
-// nibble planes (q4, q5), the 2-bit planes (q2_K, q3_K) and q6_K. Empty unless
-// KVDECODE_FAST_AVX2.
+// nibble planes (q4, q5) and q8_0's bytes, the 2-bit planes (q2_K, q3_K) and q6_K.
+// Empty unless KVDECODE_FAST_AVX2.
 #pragma once
 
 #include <cstdint>
@@ -40,9 +40,52 @@ template <class Dec>
 inline constexpr bool kFastFive = Dec::kFastCodes == FastCodes::kFive;
 
 /// The fast mode's offset of Dec's unsigned codes (subtracted as offset * Q_s).
+/// q8_0's signed codes enter vpdpbusd as code + 128; without VNNI its tiles move
+/// the code's sign onto the activation instead (fast_q8_dot16) and have no offset.
 template <class Dec>
 constexpr int fast_code_offset() {
+#if !defined(KVDECODE_FAST_VNNI)
+  if constexpr (Dec::kFastCodes == FastCodes::kBytes) return 0;
+#endif
   return Dec::kFastOffset;
+}
+
+/// q8_0: 4 values of 8 outputs from two 32-byte loads of a panel block's codes,
+/// a = values k, k + 1 and b = values k + 2, k + 3 of the 16 outputs (the byte of
+/// value k of output n at 16 k + n): for the outputs of half h, one 32-bit lane
+/// per output holding its values k .. k + 3 in order.
+KVD_ALWAYS_INLINE inline __m256i fast_q8_lanes(__m256i a, __m256i b, int h) {
+  // k, k + 2 interleaved for the half's 8 outputs | k + 1, k + 3 interleaved
+  const __m256i x = h == 0 ? _mm256_unpacklo_epi8(a, b) : _mm256_unpackhi_epi8(a, b);
+  // outputs 0..3 of the half in the low 128 bits, 4..7 in the high ones
+  const __m256i y = _mm256_permute4x64_epi64(x, 0xD8);
+  const __m256i order = _mm256_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15,  //
+                                         0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  return _mm256_shuffle_epi8(y, order);
+}
+
+/// q8_0: values 8 g .. 8 g + 3 (lo) and 8 g + 4 .. 8 g + 7 (hi) of half h of panel
+/// block pb, 4 per output lane (rows of order 4): with VNNI code + 128 as unsigned
+/// bytes, else the signed codes.
+KVD_ALWAYS_INLINE inline void fast_q8_codes(const unsigned char* pb, int g, int h, __m256i& lo, __m256i& hi) {
+  const unsigned char* q = pb + 32 + 128 * g;  // Avx2DecodeQ8_0's codes: 16 bytes per value
+  auto load = [&](int v) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 32 * v)); };
+  lo = fast_q8_lanes(load(0), load(1), h);
+  hi = fast_q8_lanes(load(2), load(3), h);
+#if defined(KVDECODE_FAST_VNNI)
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(0x80));
+  lo = _mm256_xor_si256(lo, bias);
+  hi = _mm256_xor_si256(hi, bias);
+#endif
+}
+
+/// q8_0 without VNNI: each lane's 4 products of signed codes c and activations a,
+/// as 32-bit sums: |c| times a with c's sign, whose pairs (at most 2 x 128 x 127 =
+/// 32512) fit vpmaddubsw's 16 bits, widened at once (a code of -128 has |c| = 128
+/// as an unsigned byte, and vpsignb negates the activation).
+KVD_ALWAYS_INLINE inline __m256i fast_q8_dot16(__m256i acc, __m256i c, __m256i a) {
+  const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(a, c));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 
 /// The word of high bits a 5-bit decoder loaded in begin() (bit v = value v of the sub-block).
@@ -126,12 +169,14 @@ KVD_ALWAYS_INLINE inline void fast_panel_blocks(const QuantPanels& w, long nblk,
 }
 
 /// AVX2 register tile for codes in nibble planes (q4_0, q4_1, q4_K; q5_0, q5_1,
-/// q5_K with their high bits): MR rows x NH half panels over all of k (see the top
-/// of this file). The running sums live in y, the sub-block's partial sums in
-/// registers (16-bit for 4-bit codes, widened to 32 per group of 8 for 5-bit ones).
+/// q5_K with their high bits) or bytes (q8_0): MR rows x NH half panels over all of
+/// k (see the top of this file). The running sums live in y, the sub-block's partial
+/// sums in registers (16-bit for 4-bit codes, widened to 32 per group of 8 for 5-bit
+/// ones and per product pair for q8_0's).
 template <class Dec, int MR, int NH>
 inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   constexpr bool kFive = kFastFive<Dec>;
+  constexpr bool kBytes = Dec::kFastCodes == FastCodes::kBytes;
   constexpr int kOffset = fast_code_offset<Dec>();  // q4_0: codes - 8, q5_0: codes - 16
   constexpr int kSubs = Dec::kBlock / kFastBlock;
   const long K = rows.K, nbq = K / kFastBlock;
@@ -173,6 +218,10 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
         // for all of them: 2 NH + MR NH + 2 + 1 registers
         __m256i lo[NH], hi[NH];
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          if constexpr (kBytes) {
+            fast_q8_codes(pb[i], g, static_cast<int>((h0 + i) % 2), lo[i], hi[i]);
+            continue;
+          }
           const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw[i] + 64 * g));
           lo[i] = _mm256_and_si256(wv, m4);
           hi[i] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
@@ -188,6 +237,10 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
 #if defined(KVDECODE_FAST_VNNI)
             t[r][i] = fast_dpbusd(fast_dpbusd(t[r][i], lo[i], b0), hi[i], b1);
 #else
+            if constexpr (kBytes) {
+              t[r][i] = fast_q8_dot16(fast_q8_dot16(t[r][i], lo[i], b0), hi[i], b1);
+              continue;
+            }
             const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0), _mm256_maddubs_epi16(hi[i], b1));
             t[r][i] = kFive ? _mm256_add_epi32(t[r][i], _mm256_madd_epi16(p, ones)) : _mm256_add_epi16(t[r][i], p);
 #endif
@@ -203,7 +256,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
 #if defined(KVDECODE_FAST_VNNI)
           __m256i I = t[r][i];
 #else
-          __m256i I = kFive ? t[r][i] : _mm256_madd_epi16(t[r][i], ones);
+          __m256i I = kFive || kBytes ? t[r][i] : _mm256_madd_epi16(t[r][i], ones);
 #endif
           if constexpr (kOffset != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * rows.qsum.data()[e]));
           float* yp = y + r * ldy + (h0 + i) * 8;
@@ -364,6 +417,18 @@ inline constexpr int kFastMaxRows = kFastVectorRegisters == 32 ? 7 : kFastTileRo
 inline constexpr int kFastPlaneRows = 6;
 /// The smallest M that takes the byte planes.
 inline constexpr long kFastPlanesMinM = 16;
+/// q6_K takes the planes from M = 8 with the 512-bit planes (a batch of 8 decoding
+/// sequences): its 4-row tiles of one half panel rebuild the 6-bit codes for every
+/// 4 rows. One Zen 4 core, 2048 x 2048 (in L3), M = 8, G multiply-adds/s, tiles ->
+/// planes: q6_K 44.6 -> 51.7; q4_K 96 -> 87, q4_0 and q8_0 the same, so they keep
+/// the tiles up to M = 15.
+template <class Dec>
+constexpr long fast_planes_min_m() {
+#if defined(KVDECODE_FAST_PLANES_512)
+  if constexpr (Dec::kFastCodes == FastCodes::kSix) return 8;
+#endif
+  return kFastPlanesMinM;
+}
 /// Half panels per tile: 4 for 1 or 2 rows, 2 beyond (8 to 16 accumulators).
 constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
 
@@ -383,6 +448,8 @@ constexpr int fast_max_rows() {
 template <class Dec>
 constexpr int fast_halves_of(int mr) {
   if constexpr (Dec::kFastCodes == FastCodes::kSix) return mr <= 1 ? 2 : 1;
+  // q8_0's transposes hold 4 loaded vectors besides the codes
+  if constexpr (Dec::kFastCodes == FastCodes::kBytes) return mr <= 2 || kFastVectorRegisters == 32 ? 2 : 1;
   if constexpr (kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3) return mr <= 2 ? 2 : 1;
   return fast_halves(mr);
 }

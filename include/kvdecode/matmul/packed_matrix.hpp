@@ -108,7 +108,7 @@ class PackedMatrix {
   }
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(data_.size()); }
 
-  /// Fast mode: products with this matrix's block-type segments but q8_0 round
+  /// Fast mode: products with this matrix's block-type segments round
   /// the activations to int8 blocks (fast_matmul.hpp), with its f16 and bf16
   /// segments to bf16 where the CPU has AVX512-BF16 (fast_bf16.hpp). Off by
   /// default; other segments keep the default numerics either way.

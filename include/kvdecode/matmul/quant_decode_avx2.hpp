@@ -71,7 +71,8 @@ struct Avx2DecoderOf;
 /// decoder's codes as bytes: each decoder's kFastCodes, with kFastOffset the offset
 /// its unsigned codes carry (subtracted after the integer sums as offset * Q_s).
 enum class FastCodes {
-  kNone,     ///< not computed in fast mode (q8_0)
+  kNone,     ///< not computed in fast mode
+  kBytes,    ///< signed 8-bit codes, one byte per value (q8_0); rows of order 4
   kNibbles,  ///< 4-bit codes in nibble planes (q4_0, q4_1, q4_K)
   kFive,     ///< nibble planes plus one high bit per value from a word of high bits (q5_0, q5_1, q5_K)
   kCrumbs,   ///< 2-bit codes, 16 to a word (q2_K); rows of order 16
@@ -83,8 +84,8 @@ struct Avx2DecodeQ8_0 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = false;
   static constexpr bool kHeavy = false;
-  static constexpr FastCodes kFastCodes = FastCodes::kNone;
-  static constexpr int kFastOffset = 0;
+  static constexpr FastCodes kFastCodes = FastCodes::kBytes;
+  static constexpr int kFastOffset = 128;  // code + 128 as an unsigned byte (the tiles with vpdpbusd)
   const unsigned char* q;
   __m256 D, N;
   void begin(const unsigned char* pb, int, int h) {

@@ -62,7 +62,7 @@ class Model {
   const RMSNorm<T>& final_norm() const { return final_norm_; }
 
   /// The opt-in fast mode (fast_int8.hpp, `--fast-matmul`): every matrix of a
-  /// block type but q8_0 rounds its input rows to int8 blocks and uses integer dot
+  /// block type rounds its input rows to int8 blocks and uses integer dot
   /// products; on a CPU with AVX512-BF16, every f16 and bf16 matrix rounds them to
   /// bf16 and uses bf16 dot products (fast_bf16.hpp). Every path stays
   /// bit-identical to every other in this mode (its logits differ from the

@@ -54,8 +54,9 @@ struct QuantLayout {
 //   kSub, kMin  the factored form: sub-block length, whether it has an offset N
 //   kLayout     the panel block's fields (offsets are ggml's); the kernels read the
 //               panel block at the offsets this order implies
-//   kFastOrder  the fast mode's rounded-row order (matmul/fast_int8.hpp): 8 or 16;
-//               0 if the fast mode keeps the default numerics for the type
+//   kFastOrder  the fast mode's rounded-row order (matmul/fast_int8.hpp): 8 or 16
+//               (groups reordered), 4 (values in their order); 0 if the fast mode
+//               keeps the default numerics for the type
 //   kFallback   the type the quantizer writes when a row is no whole number of
 //               blocks (convert/quantize.hpp)
 
@@ -65,7 +66,7 @@ struct BlockTypeQ8_0 {
   static constexpr int kValues = kQK, kSub = 32;
   static constexpr bool kMin = false;
   static constexpr QuantLayout kLayout = {2, {{0, 2, 1}, {2, 1, 32}}};
-  static constexpr int kFastOrder = 0;
+  static constexpr int kFastOrder = 4;
   static constexpr WeightType kFallback = WeightType::kF16;
 };
 
@@ -175,7 +176,8 @@ constexpr bool block_type_row_consistent() {
   for (int f = 0; f < Row::kLayout.n_fields; ++f) bytes += Row::kLayout.fields[f].width * Row::kLayout.fields[f].count;
   return tr.supported && tr.block_size == static_cast<std::uint32_t>(Row::kValues) &&
          tr.block_bytes == sizeof(typename Row::Block) && bytes == static_cast<int>(sizeof(typename Row::Block)) &&
-         Row::kValues % Row::kSub == 0 && (Row::kFastOrder == 0 || Row::kFastOrder == 8 || Row::kFastOrder == 16);
+         Row::kValues % Row::kSub == 0 &&
+         (Row::kFastOrder == 0 || Row::kFastOrder == 4 || Row::kFastOrder == 8 || Row::kFastOrder == 16);
 }
 
 template <class Row, class F>
