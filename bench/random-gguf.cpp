@@ -14,10 +14,21 @@
 // random network is chaotic (a small change of its weights changes its greedy output
 // within a few tokens); below 1 the later layers refine what the first ones decided,
 // as in a trained model, and a few first layers predict most of its choices.
+//
+//   kvdecode-random-gguf --moe TYPE OUT.gguf [LAYERS] [SEED]
+// writes a qwen3moe model of Qwen3-30B-A3B's layer shape instead (d_model 2048, 32
+// query / 4 KV heads of 128, 128 experts of width 768, 8 used per token; vocab 32000
+// here, not Qwen3's 151936, context 4096), LAYERS (default 4) of its 48 layers, every
+// matrix of block type TYPE (q4_K, q8_0, ...) but the f32 router, as llama.cpp stores
+// it. The rows are drawn from a pool of 64 quantized random rows (SplitMix64), so a
+// file of several GB is written in seconds; every tensor still has its own bytes in
+// the file, and a decode step reads them from memory: what the MoE decode benchmark
+// measures (docs/models.md).
 // Exit status: 0 success, 1 the file could not be written, 2 bad argument.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -27,7 +38,92 @@
 
 namespace {
 
+// A synthetic SentencePiece-style vocabulary of V tokens: <unk>, <s>, </s>, the 256
+// byte pieces, then "▁t<i>" pieces.
+void write_vocab(kvd::GGUFWriter& w, std::uint64_t V) {
+  std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
+  std::vector<std::int32_t> types{2, 3, 3};  // unknown, control, control
+  for (int b = 0; b < 256; ++b) {
+    char piece[8];
+    std::snprintf(piece, sizeof piece, "<0x%02X>", b);
+    tokens.push_back(piece);
+    types.push_back(6);  // byte
+  }
+  while (tokens.size() < V) {
+    tokens.push_back("\xE2\x96\x81t" + std::to_string(tokens.size()));
+    types.push_back(1);  // normal
+  }
+  std::vector<float> scores(V);
+  for (std::uint64_t i = 0; i < V; ++i) scores[i] = -static_cast<float>(i);
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_f32_array("tokenizer.ggml.scores", scores);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_u32("tokenizer.ggml.bos_token_id", 1);
+  w.set_u32("tokenizer.ggml.eos_token_id", 2);
+  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+}
+
+// The --moe file (see the top of this file).
+int run_moe(int argc, char** argv) {
+  if (argc < 4 || argc > 6)
+    throw kvd::ArgumentError("usage: kvdecode-random-gguf --moe TYPE OUT.gguf [LAYERS (1..48, default 4)] [SEED]");
+  const kvd::WeightType type = kvd::parse_weight_type(argv[2]);  // ArgumentError naming it
+  const std::string path = argv[3];
+  const int layers = argc > 4 ? std::stoi(argv[4]) : 4;
+  const std::uint64_t seed = argc > 5 ? std::stoull(argv[5]) : 1;
+  if (layers < 1 || layers > 48) throw kvd::ArgumentError(kvd::detail::msg("LAYERS = ", layers, " must be in [1, 48]"));
+  kvd::ModelConfig c;
+  c.d_model = 2048; c.n_layers = layers; c.n_heads = 32; c.n_kv_heads = 4; c.head_dim = 128; c.hidden_dim = 768;
+  c.vocab_size = 32000; c.max_seq_len = 4096; c.rope_theta = 1e6; c.norm_eps = 1e-6; c.rope_style = kvd::RopeStyle::kHalves;
+  c.qk_norm = true; c.n_experts = 128; c.n_experts_used = 8; c.norm_topk_prob = true; c.shared_classifier = false;
+  c.validate();
+  kvd::GGUFWriter w;
+  kvd::detail::write_model_keys(w, c, "random Qwen3-30B-A3B layer shape");
+  write_vocab(w, static_cast<std::uint64_t>(c.vocab_size));
+  // A pool of quantized rows of every width the model has (D, F, H * Dh).
+  std::uint64_t state = seed * 0x9E3779B97F4A7C15ull;
+  constexpr std::uint64_t kPool = 64;
+  auto pool_of = [&](std::uint64_t n) {
+    std::vector<unsigned char> pool(kPool * kvd::weight_row_bytes(type, n));
+    std::vector<float> x(n);
+    for (std::uint64_t r = 0; r < kPool; ++r) {
+      for (auto& v : x) v = static_cast<float>(static_cast<double>(kvd::splitmix64(state) >> 11) * 0x1.0p-53 * 0.06 - 0.03);
+      kvd::detail::quantize_row(type, x.data(), pool.data() + r * kvd::weight_row_bytes(type, n), static_cast<std::int64_t>(n));
+    }
+    return pool;
+  };
+  std::vector<std::vector<unsigned char>> data;
+  data.reserve(64 + 16 * static_cast<std::size_t>(layers));
+  std::vector<float> ones(static_cast<std::size_t>(c.d_model), 1.f);
+  kvd::for_each_gguf_file_tensor(c, [&](const kvd::TensorSpec& s, int l) {
+    if (s.presence == kvd::Presence::kIfStored) return;
+    const std::string name = kvd::gguf_tensor_name(s, l);
+    const std::vector<std::uint64_t> ne = kvd::gguf_tensor_ne(s, c);
+    if (!s.matrix) return w.add_tensor_ref(name, kvd::WeightType::kF32, ne, ones.data(), ne[0] * 4);
+    const std::uint64_t rows = kvd::tensor_rows(s, c), cols = kvd::tensor_cols(s, c);
+    const kvd::WeightType t = s.id == kvd::TensorId::kRouter ? kvd::WeightType::kF32 : type;
+    const std::uint64_t row_bytes = kvd::weight_row_bytes(t, cols);
+    const std::vector<unsigned char> pool = t == type ? pool_of(cols) : std::vector<unsigned char>();
+    data.emplace_back(rows * row_bytes);
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      if (t == kvd::WeightType::kF32) {
+        float* row = reinterpret_cast<float*>(data.back().data() + r * row_bytes);
+        for (std::uint64_t i = 0; i < cols; ++i)
+          row[i] = static_cast<float>(static_cast<double>(kvd::splitmix64(state) >> 11) * 0x1.0p-53 * 0.2 - 0.1);
+      } else {
+        std::memcpy(data.back().data() + r * row_bytes, pool.data() + (kvd::splitmix64(state) % kPool) * row_bytes, row_bytes);
+      }
+    }
+    w.add_tensor_ref(name, t, ne, data.back().data(), data.back().size());
+  });
+  w.write(path);
+  std::cerr << "wrote " << path << " (qwen3moe, " << layers << " layers, " << kvd::weight_type_name(type) << ")\n";
+  return 0;
+}
+
 int run(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--moe") return run_moe(argc, argv);
   if (argc < 2 || argc > 5 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::cerr << "usage: kvdecode-random-gguf OUT.gguf [LAYERS (1..22, default 22)] [SEED (default 1)] [DECAY (0..1, "
                  "default 1)]\n"
@@ -54,28 +150,7 @@ int run(int argc, char** argv) {
   w.set_u32("llama.attention.head_count_kv", KV);
   w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   w.set_f32("llama.rope.freq_base", 10000.f);
-  // Vocabulary: <unk>, <s>, </s>, the 256 byte pieces, then "▁t<i>" pieces.
-  std::vector<std::string> tokens{"<unk>", "<s>", "</s>"};
-  std::vector<std::int32_t> types{2, 3, 3};  // unknown, control, control
-  for (int b = 0; b < 256; ++b) {
-    char piece[8];
-    std::snprintf(piece, sizeof piece, "<0x%02X>", b);
-    tokens.push_back(piece);
-    types.push_back(6);  // byte
-  }
-  while (tokens.size() < V) {
-    tokens.push_back("\xE2\x96\x81t" + std::to_string(tokens.size()));
-    types.push_back(1);  // normal
-  }
-  std::vector<float> scores(V);
-  for (std::uint64_t i = 0; i < V; ++i) scores[i] = -static_cast<float>(i);
-  w.set_string("tokenizer.ggml.model", "llama");
-  w.set_string_array("tokenizer.ggml.tokens", tokens);
-  w.set_f32_array("tokenizer.ggml.scores", scores);
-  w.set_i32_array("tokenizer.ggml.token_type", types);
-  w.set_u32("tokenizer.ggml.bos_token_id", 1);
-  w.set_u32("tokenizer.ggml.eos_token_id", 2);
-  w.set_u32("tokenizer.ggml.unknown_token_id", 0);
+  write_vocab(w, V);
 
   // Tensors reference their buffers until write(), so all are kept (2.2 GB at 22 layers).
   std::vector<std::vector<std::uint16_t>> mats;

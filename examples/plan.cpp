@@ -57,7 +57,7 @@ using Options = kvd::cli::Params;
 Options parse_args(int argc, char** argv, std::string& help) {
   Options o;
   kvd::cli::OptionTable table(kvd::cli::kPlan, o, kIntro, kOutro);
-  table.set_help("--model", "GGUF file (llama, qwen2, qwen3; any weight types), Hugging Face folder or llama2.c "
+  table.set_help("--model", "GGUF file (llama, qwen2, qwen3, qwen3moe; any weight types), Hugging Face folder or llama2.c "
                             "checkpoint: shape, context length and the exact bytes of the weights as stored",
                  "Cache shape");
   help = table.help();
@@ -140,11 +140,13 @@ int run(const Options& o) {
     // Without --weight-dtype: the exact bytes of the tensors as the file stores them.
     // With it, the bytes kvdecode-quantize would write with that scheme, tensor by tensor.
     in.weight_bytes = info->weight_bytes;
+    in.active_weight_bytes = info->active_weight_bytes();
     if (o.weight_dtype) {
       const kvd::QuantScheme scheme = kvd::parse_quant_scheme(*o.weight_dtype);  // ArgumentError listing the names
       const kvd::SchemeBytes sb = kvd::scheme_weight_bytes(info->config, scheme);
       estimated = true;
       in.weight_bytes = sb.total;
+      in.active_weight_bytes = info->config.active_weight_bytes(sb.total, sb.experts);
       scheme_as = msg(kvd::quant_scheme_name(scheme), ":");
       for (const auto& [type, bytes] : sb.by_type)
         scheme_as += msg(scheme_as.back() == ':' ? " " : " + ", kvd::weight_type_name(type), " ", kvd::format_bytes(bytes));
@@ -220,6 +222,9 @@ int run(const Options& o) {
                            estimated ? " (as kvdecode-quantize would store them)" : ""));
   else if (o.weights_gb)
     row(os, "weights", bytes_both(p.weight_bytes));
+  if (info && info->config.moe())
+    row(os, "active weights", msg(bytes_both(p.active_weight_bytes), " read per token (", info->config.n_experts_used,
+                                  " of ", info->config.n_experts, " experts per layer)"));
   else
     row(os, "weights", "unknown, not subtracted (give --weights-gb or --model)");
   row(os, "memory", bytes_both(p.memory_bytes));
@@ -240,7 +245,7 @@ int run(const Options& o) {
     const std::string caveat = p.weight_bytes == 0 ? ", weights unknown so KV reads only" : "";
     row(os, "decode bound, 1 seq",
         msg(rate(p.decode_tokens_per_second_bound), " tokens/s  (", in.bandwidth_gb_s, " GB/s over ",
-            kvd::format_bytes(p.weight_bytes + p.bytes_per_sequence), " per token", caveat, ")"));
+            kvd::format_bytes(p.active_weight_bytes + p.bytes_per_sequence), " per token", caveat, ")"));
     row(os, msg("decode bound, ", kvd::format_count(p.max_sequences), " seq"),
         msg(rate(p.batched_tokens_per_second_bound), " tokens/s aggregate, ",
             rate(p.batched_tokens_per_second_bound / static_cast<double>(p.max_sequences)), " per sequence"));
@@ -264,6 +269,7 @@ int run(const Options& o) {
       << ",\"gpu\":" << (gpu ? json_string(gpu->name) : "null") << ",\"memory_gb\":" << json_number(in.memory_gb)
       << ",\"bandwidth_gb_s\":" << json_number(in.bandwidth_gb_s) << ",\"bytes_per_token\":" << p.bytes_per_token
       << ",\"bytes_per_sequence\":" << p.bytes_per_sequence << ",\"weight_bytes\":" << p.weight_bytes
+      << ",\"active_weight_bytes\":" << p.active_weight_bytes
       << ",\"memory_bytes\":" << p.memory_bytes << ",\"kv_budget_bytes\":" << p.kv_budget_bytes
       << ",\"max_sequences\":" << p.max_sequences
       << ",\"decode_tokens_per_second_bound\":" << json_number(p.decode_tokens_per_second_bound)

@@ -161,8 +161,9 @@ TEST(ArchitectureTable, LookupsReturnTheRow) {
   EXPECT_STREQ(find_gguf_architecture("llama")->hf_class, "LlamaForCausalLM");  // the first llama row
   EXPECT_EQ(find_gguf_architecture("gpt2"), nullptr);
   EXPECT_EQ(find_hf_architecture("llama"), nullptr);
-  EXPECT_EQ(supported_architectures(true), "llama, qwen2 and qwen3");
-  EXPECT_EQ(supported_architectures(false), "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM");
+  EXPECT_EQ(supported_architectures(true), "llama, qwen2, qwen3 and qwen3moe");
+  EXPECT_EQ(supported_architectures(false),
+            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM");
 }
 
 // An architecture that differs from the others only in flags is one more row: the

@@ -127,7 +127,8 @@ INSTANTIATE_TEST_SUITE_P(BlockSizes, PagedExact,
                          ::testing::Values(PagedParam{"MHA", mha_config(), 16}, PagedParam{"GQA", gqa_config(), 16},
                                            PagedParam{"MHA", mha_config(), 32}, PagedParam{"GQA", gqa_config(), 32},
                                            PagedParam{"MHA", mha_config(), 64}, PagedParam{"GQA", gqa_config(), 64},
-                                           PagedParam{"GQA", gqa_config(), 48}),
+                                           PagedParam{"GQA", gqa_config(), 48},
+                                           PagedParam{"Qwen3Moe", kvd_test::qwen3moe_like(gqa_config(), 6, 2), 16}),
                          param_name);
 
 // Three sequences growing in turns (prefill chunks and decode steps), one of them

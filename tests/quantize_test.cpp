@@ -528,14 +528,9 @@ TEST(Quantize, HFFolderPermutesQKIntoTheLlamaLayout) {
 /// model.safetensors, written here byte by byte from the format's definition.
 void write_hf_folder(const fs::path& dir, const ModelWeights<float>& w, const std::string& arch) {
   const ModelConfig& c = w.config;
-  struct T {
-    std::string name;
-    std::vector<std::uint64_t> shape;
-    std::vector<float> data;
-  };
-  std::vector<T> ts;
+  std::vector<kvd_test::F32Tensor> ts;
   auto mat = [&](const std::string& n, const WeightMatrix& m) {
-    T t{n, {static_cast<std::uint64_t>(m.rows()), static_cast<std::uint64_t>(m.cols())}, {}};
+    kvd_test::F32Tensor t{n, {static_cast<std::uint64_t>(m.rows()), static_cast<std::uint64_t>(m.cols())}, {}};
     t.data.resize(static_cast<std::size_t>(m.rows() * m.cols()));
     for (long r = 0; r < m.rows(); ++r) m.dequantize_row(r, t.data.data() + r * m.cols());
     ts.push_back(std::move(t));
@@ -568,23 +563,7 @@ void write_hf_folder(const fs::path& dir, const ModelWeights<float>& w, const st
     mat(p + "mlp.down_proj.weight", L.w2);
     mat(p + "mlp.up_proj.weight", L.w3);
   }
-  std::ostringstream header;
-  header << "{";
-  std::uint64_t offset = 0;
-  for (std::size_t i = 0; i < ts.size(); ++i) {
-    const std::uint64_t n = ts[i].data.size() * 4;
-    header << (i ? "," : "") << "\"" << ts[i].name << "\":{\"dtype\":\"F32\",\"shape\":[";
-    for (std::size_t d = 0; d < ts[i].shape.size(); ++d) header << (d ? "," : "") << ts[i].shape[d];
-    header << "],\"data_offsets\":[" << offset << "," << offset + n << "]}";
-    offset += n;
-  }
-  header << "}";
-  const std::string h = header.str();
-  std::ofstream st(dir / "model.safetensors", std::ios::binary);
-  const std::uint64_t hn = h.size();
-  for (int b = 0; b < 8; ++b) st.put(static_cast<char>((hn >> (8 * b)) & 0xff));
-  st << h;
-  for (const T& t : ts) st.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size() * 4));
+  kvd_test::write_safetensors_f32(dir / "model.safetensors", ts);
   std::ofstream cfg(dir / "config.json");
   cfg << "{\"architectures\":[\"" << arch << "\"],\"hidden_size\":" << c.d_model
       << ",\"intermediate_size\":" << c.hidden_dim << ",\"num_hidden_layers\":" << c.n_layers

@@ -420,6 +420,34 @@ TEST(Speculative, SlidingWindowCachesMatchPlainDecoding) {
   }
 }
 
+// Verification of drafts on a mixture of experts (the rows of one verification
+// travel together through the experts) gives plain decoding's tokens and cache.
+TEST(Speculative, MixtureOfExpertsMatchesPlainDecoding) {
+  const ModelConfig c = kvd_test::qwen3moe_like(test_config(), 6, 2);
+  Transformer<float> model(ModelWeights<float>::random(c, 6));
+  const std::vector<int> prompt = kvd_test::make_tokens(7, c.vocab_size, 3);
+  GenerateOptions opt;
+  opt.max_new_tokens = 30;
+  for (const SamplerConfig& sc : sampler_configs()) {
+    KVCache<float> ref_cache(c);
+    const Outcome want = plain(model, prompt, ref_cache, opt, sc);
+    std::vector<int> script = prompt;
+    script.insert(script.end(), want.tokens.begin(), want.tokens.end());
+    for (int wrong_every : {0, 3}) {
+      for (int k : {1, 5}) {
+        const std::string what = detail::msg(name_of(sc), " moe wrong_every=", wrong_every, " k=", k);
+        SpeculativeOptions so;
+        so.draft_tokens = k;
+        so.adaptive = false;
+        ScriptedDrafter drafter(script, c.vocab_size, wrong_every);
+        KVCache<float> cache(c);
+        expect_same(want, speculative(model, prompt, cache, drafter, opt, so, sc), what);
+        expect_same_cache(ref_cache, cache, what);
+      }
+    }
+  }
+}
+
 TEST(Speculative, StopTokenInsideAnAcceptedDraftEndsGenerationThere) {
   const ModelConfig c = test_config();
   Transformer<float> model(ModelWeights<float>::random(c, 21));

@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,36 @@ inline kvd::ModelConfig small_config(int n_heads, int n_kv_heads, int head_dim, 
   return c;
 }
 
+/// One float32 tensor for write_safetensors_f32.
+struct F32Tensor {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  std::vector<float> data;
+};
+
+/// Writes `ts` as one safetensors file of F32 tensors at `path`, byte by byte from the
+/// format's definition (u64 header length, the JSON header, the data in order).
+inline void write_safetensors_f32(const std::filesystem::path& path, const std::vector<F32Tensor>& ts) {
+  std::ostringstream header;
+  header << "{";
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    const std::uint64_t n = ts[i].data.size() * 4;
+    header << (i ? "," : "") << "\"" << ts[i].name << "\":{\"dtype\":\"F32\",\"shape\":[";
+    for (std::size_t d = 0; d < ts[i].shape.size(); ++d) header << (d ? "," : "") << ts[i].shape[d];
+    header << "],\"data_offsets\":[" << offset << "," << offset + n << "]}";
+    offset += n;
+  }
+  header << "}";
+  const std::string h = header.str();
+  std::ofstream st(path, std::ios::binary);
+  const std::uint64_t hn = h.size();
+  for (int b = 0; b < 8; ++b) st.put(static_cast<char>((hn >> (8 * b)) & 0xff));
+  st << h;
+  for (const F32Tensor& t : ts)
+    st.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size() * 4));
+}
+
 /// A model shape with a name for parameterised test suites.
 struct NamedConfig {
   const char* name;
@@ -61,6 +93,16 @@ inline kvd::ModelConfig qwen3_like(kvd::ModelConfig c) {
   return c;
 }
 
+/// c as a qwen3moe model (qwen3's attention) with a mixture of `experts` experts,
+/// `used` per token, router weights normalised.
+inline kvd::ModelConfig qwen3moe_like(kvd::ModelConfig c, int experts, int used) {
+  c = qwen3_like(c);
+  c.n_experts = experts;
+  c.n_experts_used = used;
+  c.norm_topk_prob = true;
+  return c;
+}
+
 /// Seeded random weights for a named shape, stored as the shape asks.
 template <class T>
 kvd::ModelWeights<T> make_weights(const NamedConfig& s, std::uint64_t seed) {
@@ -80,7 +122,9 @@ kvd::ModelWeights<T> make_weights(const NamedConfig& s, std::uint64_t seed) {
     auto conv = [&](kvd::WeightMatrix& m) { m = m.converted_to(s.storage); };
     conv(w.token_embedding);
     for (auto& l : w.layers)
-      for (kvd::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) conv(*m);
+      for (kvd::WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3, &l.router, &l.experts_gate,
+                                   &l.experts_down, &l.experts_up})
+        conv(*m);
     if (!w.config.shared_classifier) conv(w.classifier);
   }
   if (s.rope_factors) {
@@ -123,7 +167,8 @@ std::string first_difference(const T* a, const T* b, long n) {
 /// A plain double-precision implementation of the whole model, written without
 /// any of the library's kernels: textbook loops, full causal attention. Covers
 /// every architecture option: q/k/v biases, per-head q/k RMSNorm, both RoPE
-/// pairings, partial rotary dims, RoPE frequency factors, sliding windows.
+/// pairings, partial rotary dims, RoPE frequency factors, sliding windows, and a
+/// mixture of experts (either router order, with or without normalisation).
 /// Returns logits (n, V) for tokens at positions 0..n-1.
 inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<double>& w, const std::vector<int>& tokens) {
   const auto& c = w.config;
@@ -162,6 +207,8 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
     const auto& L = w.layers[l];
     const Mat wq = L.wq.to_dense<double>(), wk = L.wk.to_dense<double>(), wv = L.wv.to_dense<double>();
     const Mat wo = L.wo.to_dense<double>(), w1 = L.w1.to_dense<double>(), w2 = L.w2.to_dense<double>(), w3 = L.w3.to_dense<double>();
+    const Mat router = L.router.to_dense<double>(), eg = L.experts_gate.to_dense<double>();
+    const Mat eu = L.experts_up.to_dense<double>(), ed = L.experts_down.to_dense<double>();
     std::vector<Vec> q(n), k(n), v(n);
     for (int t = 0; t < n; ++t) {
       Vec xn = norm(x[t], L.attn_norm);
@@ -189,9 +236,41 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
       Vec o = matvec(wo, att);
       for (int i = 0; i < D; ++i) x[t][i] += o[i];
       Vec xn = norm(x[t], L.ffn_norm);
-      Vec g = matvec(w1, xn), u = matvec(w3, xn), hm(F);
-      for (int i = 0; i < F; ++i) hm[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-      Vec o2 = matvec(w2, hm);
+      // SwiGLU of rows [r0, r0 + F) of gate/up and [d0, d0 + D) of down.
+      auto swiglu = [&](const Mat& gm, const Mat& um, const Mat& dm, long r0, long d0) {
+        Vec hm(F, 0.0), o(D, 0.0);
+        for (int i = 0; i < F; ++i) {
+          double g = 0, u = 0;
+          for (int j = 0; j < D; ++j) { g += gm(r0 + i, j) * xn[j]; u += um(r0 + i, j) * xn[j]; }
+          hm[i] = g / (1.0 + std::exp(-g)) * u;
+        }
+        for (int d = 0; d < D; ++d) for (int i = 0; i < F; ++i) o[d] += dm(d0 + d, i) * hm[i];
+        return o;
+      };
+      Vec o2(D, 0.0);
+      if (c.n_experts == 0) {
+        o2 = swiglu(w1, w3, w2, 0, 0);
+      } else {
+        const int E = c.n_experts, K = c.n_experts_used;
+        Vec p = matvec(router, xn);
+        auto softmax = [](Vec& v) {
+          double mx = v[0]; for (double a : v) mx = std::max(mx, a);
+          double sum = 0; for (double& a : v) { a = std::exp(a - mx); sum += a; }
+          for (double& a : v) a /= sum;
+        };
+        if (c.router_order == kvd::RouterOrder::kSoftmaxTopK) softmax(p);
+        std::vector<int> idx(E);
+        for (int e = 0; e < E; ++e) idx[e] = e;
+        std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return p[a] > p[b]; });
+        Vec wk(K);
+        for (int k = 0; k < K; ++k) wk[k] = p[idx[k]];
+        if (c.router_order == kvd::RouterOrder::kTopKSoftmax) softmax(wk);
+        double sum = 0; for (double a : wk) sum += a;
+        for (int k = 0; k < K; ++k) {
+          const Vec o = swiglu(eg, eu, ed, static_cast<long>(idx[k]) * F, static_cast<long>(idx[k]) * D);
+          for (int d = 0; d < D; ++d) o2[d] += (c.norm_topk_prob ? wk[k] / sum : wk[k]) * o[d];
+        }
+      }
       for (int i = 0; i < D; ++i) x[t][i] += o2[i];
     }
   }

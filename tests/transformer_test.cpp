@@ -40,6 +40,15 @@ std::vector<Shape> shapes() {
        WeightType::kF32, false, true},
       {"F16_GQA_D64_S70", small_config(8, 2, 16, 64, 2, 96, 130, 70), WeightType::kF16},
       {"BF16_Qwen2_Window5", windowed(kvd_test::qwen2_like(small_config(4, 2, 10, 40, 2, 300, 45, 40)), 5), WeightType::kBF16},
+      // Mixtures of experts (model/moe.hpp): qwen3moe's routing (softmax, top-k,
+      // normalised) and gpt-oss's (top-k, then softmax), the latter in f16.
+      {"Qwen3Moe_E8_K2", kvd_test::qwen3moe_like(small_config(4, 2, 16, 40, 2, 24, 61, 36), 8, 2)},
+      {"Moe_E5_K3_TopKSoftmax_F16", [] {
+         auto c = kvd_test::qwen3moe_like(small_config(4, 2, 10, 40, 2, 40, 45, 33), 5, 3);
+         c.router_order = RouterOrder::kTopKSoftmax;
+         c.norm_topk_prob = false;
+         return c;
+       }(), WeightType::kF16},
       {"MixedStorage_Untied", [] { auto c = small_config(4, 2, 10, 40, 2, 72, 50, 33); c.shared_classifier = false; return c; }(),
        WeightType::kF32, true},
   };

@@ -49,6 +49,7 @@
 #include "kvdecode/model/workspace.hpp"
 #include "kvdecode/model/attention.hpp"
 #include "kvdecode/model/mlp.hpp"
+#include "kvdecode/model/moe.hpp"
 #include "kvdecode/model/block.hpp"
 #include "kvdecode/model/model.hpp"
 #include "kvdecode/model/transformer.hpp"

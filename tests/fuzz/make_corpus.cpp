@@ -470,26 +470,37 @@ void gguf_vocabs() {
   }
 }
 
+// What a qwen3moe seed gets wrong (issue 38's bad-input classes), or nothing.
+enum class MoeDefect { kNone, kZeroExperts, kTopKAboveCount, kMissingRouter, kRaggedExperts };
+
 // A tiny llama model in GGUF, with a byte-level BPE vocabulary: D=32, L=1, H=4,
-// Hk=2, Dh=8, F=64, context 16; matrices of type `mt`, the embedding f16.
-void gguf_model(kvd::WeightType mt, const std::string& name) {
+// Hk=2, Dh=8, F=64, context 16; matrices of type `mt`, the embedding f16. With
+// experts > 0, a qwen3moe model instead (q/k norms, a router and `experts` experts of
+// width F, 2 per token), wrong as `defect` says.
+void gguf_model(kvd::WeightType mt, const std::string& name, std::uint64_t experts = 0,
+                MoeDefect defect = MoeDefect::kNone) {
   kvd::GGUFWriter w;
+  const std::string arch = experts ? "qwen3moe" : "llama";
   std::vector<std::string> tokens;
   for (int c = 33; c < 127; ++c) tokens.push_back(std::string(1, static_cast<char>(c)));
   for (const char* p : {"\u0120", "He", "ll", "Hell", "Hello", "\u0120w", "<|endoftext|>"}) tokens.push_back(p);
   const std::uint64_t V = tokens.size(), D = 32, H = 4, Hk = 2, Dh = 8, F = 64;
-  w.set_string("general.architecture", "llama");
-  w.set_string("general.name", "fuzz-tiny-llama");
-  w.set_u32("llama.context_length", 16);
-  w.set_u32("llama.embedding_length", static_cast<std::uint32_t>(D));
-  w.set_u32("llama.block_count", 1);
-  w.set_u32("llama.feed_forward_length", static_cast<std::uint32_t>(F));
-  w.set_u32("llama.attention.head_count", static_cast<std::uint32_t>(H));
-  w.set_u32("llama.attention.head_count_kv", static_cast<std::uint32_t>(Hk));
-  w.set_u32("llama.rope.dimension_count", static_cast<std::uint32_t>(Dh));
-  w.set_f32("llama.rope.freq_base", 10000.0f);
-  w.set_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  w.set_u32("llama.vocab_size", static_cast<std::uint32_t>(V));
+  w.set_string("general.architecture", arch);
+  w.set_string("general.name", "fuzz-tiny-" + arch);
+  w.set_u32(arch + ".context_length", 16);
+  w.set_u32(arch + ".embedding_length", static_cast<std::uint32_t>(D));
+  w.set_u32(arch + ".block_count", 1);
+  w.set_u32(arch + (experts ? ".expert_feed_forward_length" : ".feed_forward_length"), static_cast<std::uint32_t>(F));
+  if (experts) {
+    w.set_u32(arch + ".expert_count", defect == MoeDefect::kZeroExperts ? 0 : static_cast<std::uint32_t>(experts));
+    w.set_u32(arch + ".expert_used_count", defect == MoeDefect::kTopKAboveCount ? static_cast<std::uint32_t>(experts + 1) : 2);
+  }
+  w.set_u32(arch + ".attention.head_count", static_cast<std::uint32_t>(H));
+  w.set_u32(arch + ".attention.head_count_kv", static_cast<std::uint32_t>(Hk));
+  w.set_u32(arch + ".rope.dimension_count", static_cast<std::uint32_t>(Dh));
+  w.set_f32(arch + ".rope.freq_base", 10000.0f);
+  w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  w.set_u32(arch + ".vocab_size", static_cast<std::uint32_t>(V));
   w.set_string("tokenizer.ggml.model", "gpt2");
   w.set_string("tokenizer.ggml.pre", "gpt-2");
   std::vector<std::int32_t> types(tokens.size(), 1);
@@ -508,14 +519,16 @@ void gguf_model(kvd::WeightType mt, const std::string& name) {
     }
     return v;
   };
-  auto tensor = [&](const std::string& name, kvd::WeightType t, std::uint64_t cols, std::uint64_t rows, float scale) {
-    const std::vector<float> x = values(cols * rows, scale);
+  auto tensor = [&](const std::string& name, kvd::WeightType t, std::uint64_t cols, std::uint64_t rows, float scale,
+                    std::uint64_t n_experts = 1) {
+    const std::vector<float> x = values(cols * rows * n_experts, scale);
     const std::uint64_t row_bytes = kvd::weight_row_bytes(t, cols);
-    Bytes q(row_bytes * rows);
-    for (std::uint64_t r = 0; r < rows; ++r)
+    Bytes q(row_bytes * rows * n_experts);
+    for (std::uint64_t r = 0; r < rows * n_experts; ++r)
       kvd::detail::quantize_row(t, x.data() + r * cols, q.data() + r * row_bytes, static_cast<std::int64_t>(cols));
     std::vector<std::uint64_t> ne = {cols};
-    if (rows > 1) ne.push_back(rows);
+    if (rows > 1 || n_experts > 1) ne.push_back(rows);
+    if (n_experts > 1) ne.push_back(n_experts);
     w.add_tensor(name, t, ne, q.data(), q.size());
   };
   using WT = kvd::WeightType;
@@ -526,9 +539,20 @@ void gguf_model(kvd::WeightType mt, const std::string& name) {
   tensor("blk.0.attn_v.weight", mt, D, Hk * Dh, 0.2f);
   tensor("blk.0.attn_output.weight", mt, H * Dh, D, 0.2f);
   tensor("blk.0.ffn_norm.weight", WT::kF32, D, 1, 1.0f);
-  tensor("blk.0.ffn_gate.weight", mt, D, F, 0.2f);
-  tensor("blk.0.ffn_up.weight", mt, D, F, 0.2f);
-  tensor("blk.0.ffn_down.weight", mt, F, D, 0.2f);
+  if (experts) {
+    tensor("blk.0.attn_q_norm.weight", WT::kF32, Dh, 1, 1.0f);
+    tensor("blk.0.attn_k_norm.weight", WT::kF32, Dh, 1, 1.0f);
+    if (defect != MoeDefect::kMissingRouter) tensor("blk.0.ffn_gate_inp.weight", WT::kF32, D, experts, 0.5f);
+    // Ragged: the up experts twice as wide, half as many (the same bytes).
+    const bool ragged = defect == MoeDefect::kRaggedExperts;
+    tensor("blk.0.ffn_gate_exps.weight", mt, D, F, 0.2f, experts);
+    tensor("blk.0.ffn_up_exps.weight", mt, D, ragged ? 2 * F : F, 0.2f, ragged ? experts / 2 : experts);
+    tensor("blk.0.ffn_down_exps.weight", mt, F, D, 0.2f, experts);
+  } else {
+    tensor("blk.0.ffn_gate.weight", mt, D, F, 0.2f);
+    tensor("blk.0.ffn_up.weight", mt, D, F, 0.2f);
+    tensor("blk.0.ffn_down.weight", mt, F, D, 0.2f);
+  }
   tensor("output_norm.weight", WT::kF32, D, 1, 1.0f);
   put("gguf", name, w.bytes());
 }
@@ -600,6 +624,11 @@ int main(int argc, char** argv) {
     gguf_vocabs();
     gguf_model(kvd::WeightType::kF16, "tiny-llama-f16");
     gguf_model(kvd::WeightType::kQ8_0, "tiny-llama-q8_0");
+    gguf_model(kvd::WeightType::kQ8_0, "tiny-qwen3moe-q8_0", 4);
+    gguf_model(kvd::WeightType::kF16, "qwen3moe-zero-experts", 4, MoeDefect::kZeroExperts);
+    gguf_model(kvd::WeightType::kF16, "qwen3moe-topk-above-count", 4, MoeDefect::kTopKAboveCount);
+    gguf_model(kvd::WeightType::kF16, "qwen3moe-missing-router", 4, MoeDefect::kMissingRouter);
+    gguf_model(kvd::WeightType::kF16, "qwen3moe-ragged-experts", 4, MoeDefect::kRaggedExperts);
     safetensors();
     hf_folders();
     tokenizer_jsons();

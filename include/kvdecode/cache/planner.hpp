@@ -152,6 +152,9 @@ struct PlanInput {
   std::uint64_t tokens_per_sequence = 0;  ///< positions each sequence holds at full context
   double memory_gb = 0;                 ///< device memory, 10^9 bytes
   std::uint64_t weight_bytes = 0;       ///< resident weight bytes; 0 = unknown (treated as none)
+  /// Weight bytes one decode step reads, when fewer than weight_bytes (a mixture of
+  /// experts reads K of its E experts: ModelConfig::active_weight_bytes); 0 = weight_bytes.
+  std::uint64_t active_weight_bytes = 0;
   double bandwidth_gb_s = 0;            ///< memory bandwidth, 10^9 bytes/s; 0 = unknown
 
   /// Largest memory_gb accepted (10^9 GB = 10^18 bytes), so memory bytes fit in 64 bits.
@@ -199,6 +202,7 @@ struct MemoryPlan {
   std::uint64_t bytes_per_token = 0;     ///< 2 * L * Hk * bytes(Dh cache values)
   std::uint64_t bytes_per_sequence = 0;  ///< bytes_per_token * tokens_per_sequence
   std::uint64_t weight_bytes = 0;        ///< as given (0 = unknown)
+  std::uint64_t active_weight_bytes = 0; ///< read per decode step: as given, else weight_bytes
   std::uint64_t memory_bytes = 0;        ///< memory_gb * 10^9, rounded to nearest
   std::uint64_t kv_budget_bytes = 0;     ///< memory_bytes - weight_bytes, or 0 if weights do not fit
   std::uint64_t max_sequences = 0;       ///< floor(kv_budget_bytes / bytes_per_sequence)
@@ -269,15 +273,21 @@ inline MemoryPlan plan_memory(const PlanInput& in) {
                                      : kv_bytes_per_token(in.n_layers, in.n_kv_heads, in.head_dim, in.dtype);
   p.bytes_per_sequence = detail::checked_arg_mul(p.bytes_per_token, in.tokens_per_sequence, "bytes per sequence");
   p.weight_bytes = in.weight_bytes;
+  if (in.active_weight_bytes > in.weight_bytes)
+    throw ArgumentError(detail::msg("PlanInput.active_weight_bytes = ", in.active_weight_bytes, " exceeds weight_bytes = ",
+                                    in.weight_bytes));
+  p.active_weight_bytes = in.active_weight_bytes ? in.active_weight_bytes : in.weight_bytes;
   // memory_gb <= kMaxMemoryGb keeps this below 2^63, so the conversion is exact to the nearest byte.
   p.memory_bytes = static_cast<std::uint64_t>(std::llround(in.memory_gb * 1e9));
   p.kv_budget_bytes = p.weights_fit() ? p.memory_bytes - p.weight_bytes : 0;
   p.max_sequences = p.kv_budget_bytes / p.bytes_per_sequence;
+  // Memory holds every weight; a step reads the active ones (for a batch, at least
+  // those: its sequences may all pick the same experts).
   if (p.max_sequences > 0) {
     p.decode_tokens_per_second_bound =
-        decode_bound_tokens_per_second(in.bandwidth_gb_s, p.weight_bytes, p.bytes_per_sequence, 1);
+        decode_bound_tokens_per_second(in.bandwidth_gb_s, p.active_weight_bytes, p.bytes_per_sequence, 1);
     p.batched_tokens_per_second_bound =
-        decode_bound_tokens_per_second(in.bandwidth_gb_s, p.weight_bytes, p.bytes_per_sequence, p.max_sequences);
+        decode_bound_tokens_per_second(in.bandwidth_gb_s, p.active_weight_bytes, p.bytes_per_sequence, p.max_sequences);
   }
   return p;
 }

@@ -213,6 +213,8 @@ inline WeightType choose_tensor_type(QuantScheme scheme, const std::string& name
   const int n_gqa = ctx.n_kv_heads > 0 ? ctx.n_heads / ctx.n_kv_heads : 1;
   const bool m_mix = scheme == QuantScheme::kQ4_K_M || scheme == QuantScheme::kQ5_K_M;
   WeightType t = base;
+  // llama.cpp keeps the router of a mixture of experts in f32.
+  if (k.kind == detail::gguf_kind(TensorId::kRouter)) return WeightType::kF32;
   if (name == tensor_spec(TensorId::kClassifier).gguf ||
       (!ctx.has_output && name == tensor_spec(TensorId::kTokenEmbedding).gguf)) {
     if (nx % detail::kQK_K != 0) t = WeightType::kQ8_0;
@@ -242,6 +244,7 @@ inline WeightType choose_tensor_type(QuantScheme scheme, const std::string& name
 struct SchemeBytes {
   std::uint64_t total = 0;
   std::vector<std::pair<WeightType, std::uint64_t>> by_type;  ///< in order of first use in the GGUF file
+  std::uint64_t experts = 0;  ///< of total, the expert tensors' (ModelConfig::active_weight_bytes)
 };
 
 /// Throws ConfigError if c is invalid or a byte count overflows 64 bits.
@@ -263,8 +266,10 @@ inline SchemeBytes scheme_weight_bytes(const ModelConfig& c, QuantScheme scheme)
   for_each_gguf_file_tensor(c, [&](const TensorSpec& s, int layer) {
     if (s.presence == Presence::kIfStored) return;
     const std::uint64_t rows = tensor_rows(s, c), cols = tensor_cols(s, c);
+    const std::uint64_t before = out.total;
     if (s.matrix)
       add(choose_tensor_type(scheme, gguf_tensor_name(s, layer), {cols, rows}, ctx), rows, cols);
+    if (s.experts != Dim::kOne) out.experts += out.total - before;
     else
       add(WeightType::kF32, 1, rows);
   });
@@ -365,9 +370,9 @@ inline std::vector<QuantSource> sources_from_weights(std::shared_ptr<const Model
   if (halves && c.rope_dim != 0 && c.rope_dim != c.head_dim)
     throw ConfigError(msg("cannot permute q/k for partial RoPE (rope_dim ", c.rope_dim, " < head_dim ", c.head_dim, ")"));
   std::vector<QuantSource> out;
-  auto mat = [&](const std::string& name, const WeightMatrix* m, bool permute) {
+  auto mat = [&](const std::string& name, const std::vector<std::uint64_t>& ne, const WeightMatrix* m, bool permute) {
     const long Dh = c.head_dim;
-    out.push_back({name, {static_cast<std::uint64_t>(m->cols()), static_cast<std::uint64_t>(m->rows())}, m->type(),
+    out.push_back({name, ne, m->type(),
                    [w, m, permute, Dh](std::uint64_t r, float* y) {
                      long src = static_cast<long>(r);
                      if (permute) {  // output row h*Dh + 2i + j <- input row h*Dh + j*Dh/2 + i
@@ -385,7 +390,7 @@ inline std::vector<QuantSource> sources_from_weights(std::shared_ptr<const Model
     const auto slot = tensor_slot(*w, s.id, layer);
     const std::string name = gguf_tensor_name(s, layer);
     if (slot.matrix)
-      mat(name, slot.matrix, halves && (s.id == TensorId::kWq || s.id == TensorId::kWk));
+      mat(name, gguf_tensor_ne(s, c), slot.matrix, halves && (s.id == TensorId::kWq || s.id == TensorId::kWk));
     else if (s.presence != Presence::kIfStored || slot.vector->size() != 0)
       vec(name, slot.vector);
   });
@@ -401,7 +406,11 @@ inline void write_model_keys(GGUFWriter& g, const ModelConfig& c, const std::str
   g.set_u32(key("context_length"), static_cast<std::uint32_t>(c.max_seq_len));
   g.set_u32(key("embedding_length"), static_cast<std::uint32_t>(c.d_model));
   g.set_u32(key("block_count"), static_cast<std::uint32_t>(c.n_layers));
-  g.set_u32(key("feed_forward_length"), static_cast<std::uint32_t>(c.hidden_dim));
+  g.set_u32(key(c.moe() ? "expert_feed_forward_length" : "feed_forward_length"), static_cast<std::uint32_t>(c.hidden_dim));
+  if (c.moe()) {
+    g.set_u32(key("expert_count"), static_cast<std::uint32_t>(c.n_experts));
+    g.set_u32(key("expert_used_count"), static_cast<std::uint32_t>(c.n_experts_used));
+  }
   g.set_u32(key("attention.head_count"), static_cast<std::uint32_t>(c.n_heads));
   g.set_u32(key("attention.head_count_kv"), static_cast<std::uint32_t>(c.n_kv_heads));
   if (c.head_dim * c.n_heads != c.d_model) {

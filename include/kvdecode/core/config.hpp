@@ -8,7 +8,9 @@
 //   n_heads     H   query heads
 //   n_kv_heads  Hk  key/value heads (H % Hk == 0; H == Hk is MHA, Hk == 1 is MQA)
 //   head_dim    Dh  width of one head
-//   hidden_dim  F   SwiGLU hidden width
+//   hidden_dim  F   SwiGLU hidden width (of each expert in a mixture of experts)
+//   n_experts   E   experts of a mixture-of-experts FFN (0: one dense SwiGLU)
+//   n_experts_used K experts each row runs (top-k of the router)
 //   max_seq_len S   longest sequence the model (and RoPE) supports
 //   pos             position of a token in its sequence, 0-based
 #pragma once
@@ -36,10 +38,18 @@ inline int first_visible(int pos, int sliding_window) {
 }
 }  // namespace detail
 
+/// How a mixture-of-experts router turns its logits into the K weights. Explicit
+/// values: frozen.
+enum class RouterOrder : std::uint8_t {
+  kSoftmaxTopK = 0,  ///< softmax over all E logits, then the top K probabilities (Qwen3-MoE)
+  kTopKSoftmax = 1,  ///< the top K logits, then softmax over those K (gpt-oss)
+};
+
 /// "adjacent" or "halves". Never fails.
 inline const char* rope_style_name(RopeStyle s) { return s == RopeStyle::kHalves ? "halves" : "adjacent"; }
 
 struct ModelConfig {
+  static constexpr int kMaxExperts = 1024;  ///< most experts an FFN may have (E)
   int vocab_size = 512;
   int d_model = 64;
   int n_layers = 2;
@@ -56,11 +66,18 @@ struct ModelConfig {
   int rope_dim = 0;               ///< leading dimensions of each head that RoPE rotates; 0 = all (head_dim)
   bool qkv_bias = false;          ///< q, k and v projections add a bias (qwen2)
   bool qk_norm = false;           ///< per-head RMSNorm of q and k before RoPE (qwen3)
+  int n_experts = 0;              ///< E: experts of the FFN, 0 = one dense SwiGLU (model/moe.hpp)
+  int n_experts_used = 0;         ///< K: experts each row runs, in [1, E] when E > 0, else 0
+  RouterOrder router_order = RouterOrder::kSoftmaxTopK;  ///< softmax then top-k, or top-k then softmax
+  bool norm_topk_prob = false;    ///< the K router weights are divided by their sum (Qwen3-MoE)
 
   int q_dim() const { return n_heads * head_dim; }            ///< H * Dh
   int kv_dim() const { return n_kv_heads * head_dim; }        ///< Hk * Dh
   int heads_per_kv() const { return n_heads / n_kv_heads; }   ///< query heads sharing one KV head
   int rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }  ///< dims RoPE rotates per head
+  bool moe() const { return n_experts > 0; }  ///< the FFN is a mixture of experts
+  /// Rows of FFN work per token: K for a mixture of experts, else 1.
+  int ffn_rows_per_token() const { return n_experts > 0 ? n_experts_used : 1; }
 
   /// Bytes the KV cache stores per token: 2 (K and V) * L * Hk * (bytes of one head vector of Dh values).
   /// For q8 each head vector is its own group run (34 bytes per 32 values, rounded up).
@@ -69,11 +86,23 @@ struct ModelConfig {
            dtype_bytes_for(t, static_cast<std::uint64_t>(head_dim));
   }
 
-  /// Number of weight parameters (embedding, norms, projections, MLP, classifier if separate).
+  /// Bytes of weights one token reads, of a model whose tensors take `weight_bytes`
+  /// of which `expert_bytes` are expert tensors: each token reads K of the E experts
+  /// of every layer (K / E of expert_bytes, rounded down), every other tensor whole.
+  /// Without experts: weight_bytes. Never fails.
+  std::uint64_t active_weight_bytes(std::uint64_t weight_bytes, std::uint64_t expert_bytes) const {
+    if (n_experts <= 0 || expert_bytes > weight_bytes) return weight_bytes;
+    const std::uint64_t per_expert = expert_bytes / static_cast<std::uint64_t>(n_experts);
+    return weight_bytes - expert_bytes + per_expert * static_cast<std::uint64_t>(n_experts_used);
+  }
+
+  /// Number of weight parameters (embedding, norms, projections, MLP or router and
+  /// experts, classifier if separate).
   std::uint64_t n_params() const {
     const std::uint64_t D = d_model, V = vocab_size, L = n_layers, F = hidden_dim;
-    const std::uint64_t q = q_dim(), kv = kv_dim();
-    std::uint64_t per_layer = D /*attn norm*/ + D * q + 2 * D * kv + q * D + D /*ffn norm*/ + 3 * D * F;
+    const std::uint64_t q = q_dim(), kv = kv_dim(), E = n_experts > 0 ? n_experts : 0;
+    std::uint64_t per_layer = D /*attn norm*/ + D * q + 2 * D * kv + q * D + D /*ffn norm*/;
+    per_layer += E > 0 ? E * D /*router*/ + E * 3 * D * F : 3 * D * F;
     if (qkv_bias) per_layer += q + 2 * kv;
     if (qk_norm) per_layer += 2ull * static_cast<std::uint64_t>(head_dim);
     return V * D + L * per_layer + D + (shared_classifier ? 0 : V * D);
@@ -107,6 +136,15 @@ struct ModelConfig {
       throw ConfigError(detail::msg("ModelConfig.rope_style = ", static_cast<int>(rope_style), " is not a RoPE style"));
     if (sliding_window < 0)
       throw ConfigError(detail::msg("ModelConfig.sliding_window = ", sliding_window, " must be >= 0 (0 = off)"));
+    if (n_experts < 0 || n_experts > kMaxExperts)
+      throw ConfigError(detail::msg("ModelConfig.n_experts = ", n_experts, " must be in [0, ", kMaxExperts, "] (0 = dense FFN)"));
+    if (n_experts > 0 && (n_experts_used < 1 || n_experts_used > n_experts))
+      throw ConfigError(detail::msg("ModelConfig.n_experts_used = ", n_experts_used, " must be in [1, n_experts = ",
+                                    n_experts, "]"));
+    if (n_experts == 0 && n_experts_used != 0)
+      throw ConfigError(detail::msg("ModelConfig.n_experts_used = ", n_experts_used, " must be 0 without experts (n_experts = 0)"));
+    if (router_order != RouterOrder::kSoftmaxTopK && router_order != RouterOrder::kTopKSoftmax)
+      throw ConfigError(detail::msg("ModelConfig.router_order = ", static_cast<int>(router_order), " is not a router order"));
     // Limits that keep every buffer size far from integer overflow (2^31 elements per matrix).
     constexpr long long kMaxDim = 1 << 20;
     auto bounded = [&](const char* name, long long v) {
@@ -129,6 +167,8 @@ struct ModelConfig {
     product("vocab_size x d_model", vocab_size, d_model);
     product("q_dim x d_model", static_cast<long long>(n_heads) * head_dim, d_model);
     product("hidden_dim x d_model", hidden_dim, d_model);
+    // Each expert tensor (every expert's rows stacked) is one matrix.
+    if (n_experts > 0) product("n_experts x hidden_dim x d_model", static_cast<long long>(n_experts) * hidden_dim, d_model);
     // One head row of every layer (q_dim <= 2^20) and the whole KV cache of one
     // max_seq_len sequence (2 * L * Hk * Dh * S <= 2^40 elements) stay far below
     // 2^64 bytes in every size the caches and kernels form, even in int indices.
@@ -151,7 +191,11 @@ struct ModelConfig {
                        sliding_window ? detail::msg(" window=", sliding_window) : std::string(),
                        rope_style == RopeStyle::kHalves ? " rope=halves" : "",
                        rope_dim ? detail::msg(" rope_dim=", rope_dim) : std::string(), qkv_bias ? " qkv_bias" : "",
-                       qk_norm ? " qk_norm" : "");
+                       qk_norm ? " qk_norm" : "",
+                       n_experts ? detail::msg(" experts=", n_experts_used, "/", n_experts,
+                                               router_order == RouterOrder::kTopKSoftmax ? " topk-softmax" : "",
+                                               norm_topk_prob ? " norm_topk" : "")
+                                 : std::string());
   }
 
   bool operator==(const ModelConfig& o) const {
@@ -159,7 +203,9 @@ struct ModelConfig {
            n_kv_heads == o.n_kv_heads && head_dim == o.head_dim && hidden_dim == o.hidden_dim &&
            max_seq_len == o.max_seq_len && rope_theta == o.rope_theta && norm_eps == o.norm_eps &&
            shared_classifier == o.shared_classifier && sliding_window == o.sliding_window &&
-           rope_style == o.rope_style && rope_dim == o.rope_dim && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm;
+           rope_style == o.rope_style && rope_dim == o.rope_dim && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm &&
+           n_experts == o.n_experts && n_experts_used == o.n_experts_used && router_order == o.router_order &&
+           norm_topk_prob == o.norm_topk_prob;
   }
   bool operator!=(const ModelConfig& o) const { return !(*this == o); }
 };

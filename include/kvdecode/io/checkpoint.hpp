@@ -519,8 +519,11 @@ inline void require_llama2c_representable(const ModelConfig& c) {
     bool stored = false;
     for (TensorId id : kLlama2cLegacyOrder) stored = stored || (id == s.id && id != TensorId::kRopeFreqs);
     if (tensor_required(s, c) && !stored)
-      fail("tensor ", s.name, " (config.", s.presence == Presence::kQkvBias ? "qkv_bias" : "qk_norm",
-           " = true; the format has no such tensor)");
+      fail("tensor ", s.name, " (config.",
+           s.presence == Presence::kQkvBias ? "qkv_bias = true"
+           : s.presence == Presence::kMoe   ? msg("n_experts = ", c.n_experts)
+                                            : std::string("qk_norm = true"),
+           "; the format has no such tensor)");
   }
 }
 

@@ -5,6 +5,9 @@
 //   qwen2  Qwen2/2.5: q/k/v biases, RoPE on halves ("NEOX")
 //   qwen3  Qwen3: as qwen2 without biases, per-head RMSNorm of q and k before
 //          RoPE; head_dim (attention.key_length) may differ from d_model / n_heads
+//   qwen3moe  Qwen3-MoE: qwen3's attention, a mixture-of-experts FFN (expert_count,
+//          expert_used_count, expert_feed_forward_length; the router ffn_gate_inp
+//          and the 3-D expert tensors ffn_{gate,up,down}_exps)
 // Anything else is refused by name. The architectures and the tensor names are
 // the rows of architecture.hpp.
 //
@@ -45,6 +48,7 @@ struct GGUFModelInfo {
   ModelConfig config;         ///< validated
   std::uint64_t file_context = 0;   ///< context_length as stored
   std::uint64_t weight_bytes = 0;   ///< bytes of every tensor the model uses, as stored
+  std::uint64_t expert_bytes = 0;   ///< of which expert tensors (ModelConfig::active_weight_bytes)
   std::uint64_t file_bytes = 0;     ///< size of the file
   /// (type, bytes) of the tensors the model uses, one entry per storage type present.
   std::vector<std::pair<WeightType, std::uint64_t>> bytes_by_type;
@@ -78,20 +82,23 @@ inline int gguf_dim(const GGUFFile& f, const std::string& key, std::int64_t def 
 }
 
 /// The tensor called `name` with shape ne = [cols, rows] (rows = 0: a vector of
-/// `cols`), or nullptr when absent and optional. FormatError naming the tensor
-/// when its shape differs.
+/// `cols`; experts > 0: ne = [cols, rows / experts, experts], an expert tensor), or
+/// nullptr when absent and optional. FormatError naming the tensor when its shape differs.
 inline const GGUFTensorInfo* gguf_tensor(const GGUFFile& f, const std::string& name, std::uint64_t cols,
-                                         std::uint64_t rows, bool optional = false) {
+                                         std::uint64_t rows, bool optional = false, std::uint64_t experts = 0) {
   const GGUFTensorInfo* t = f.find_tensor(name);
   if (!t) {
     if (optional) return nullptr;
     gguf_model_fail(f, msg("tensor '", name, "' is missing"));
   }
   const bool vector_ok = rows == 0 && t->ne[0] == cols && t->rows() == 1;
-  const bool matrix_ok = rows > 0 && t->n_dims <= 2 && t->ne[0] == cols && t->rows() == rows;
-  if (!vector_ok && !matrix_ok)
+  const bool matrix_ok = rows > 0 && experts == 0 && t->n_dims <= 2 && t->ne[0] == cols && t->rows() == rows;
+  const bool experts_ok = rows > 0 && experts > 0 && t->n_dims == 3 && t->ne[0] == cols && t->ne[1] == rows / experts &&
+                          t->ne[2] == experts;
+  if (!vector_ok && !matrix_ok && !experts_ok)
     gguf_model_fail(f, msg("tensor '", name, "' has shape ", t->shape_string(), ", expected [", cols,
-                           rows ? msg(",", rows) : std::string(), "] for this model's config"));
+                           experts ? msg(",", rows / experts, ",", experts) : rows ? msg(",", rows) : std::string(),
+                           "] for this model's config"));
   if (!weight_type_traits(t->type).supported)
     gguf_model_fail(f, msg("tensor '", name, "' has type ", weight_type_name(t->type),
                            ", which kvdecode does not support (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
@@ -119,7 +126,23 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
   ModelConfig& c = info.config;
   c.d_model = gguf_dim(f, a + "embedding_length");
   c.n_layers = gguf_dim(f, a + "block_count");
-  c.hidden_dim = gguf_dim(f, a + "feed_forward_length");
+  // A mixture of experts: its FFN width is each expert's (hidden_dim), and the dense
+  // feed_forward_length, which its files may also hold, is unused.
+  if (arch->moe) {
+    c.n_experts = gguf_dim(f, a + "expert_count");
+    if (c.n_experts > ModelConfig::kMaxExperts)
+      detail::gguf_model_fail(f, detail::msg("key '", a, "expert_count' = ", c.n_experts, " exceeds the limit ",
+                                     ModelConfig::kMaxExperts));
+    c.n_experts_used = gguf_dim(f, a + "expert_used_count");
+    if (c.n_experts_used > c.n_experts)
+      detail::gguf_model_fail(f, detail::msg("key '", a, "expert_used_count' = ", c.n_experts_used, " exceeds ", a,
+                                     "expert_count = ", c.n_experts, " (top-k must be at most the expert count)"));
+    c.hidden_dim = gguf_dim(f, a + "expert_feed_forward_length");
+    c.router_order = arch->router_order;
+    c.norm_topk_prob = arch->norm_topk_prob;
+  } else {
+    c.hidden_dim = gguf_dim(f, a + "feed_forward_length");
+  }
   c.n_heads = gguf_dim(f, a + "attention.head_count");
   c.n_kv_heads = gguf_dim(f, a + "attention.head_count_kv", c.n_heads);
   if (c.d_model % c.n_heads != 0 && !f.find(a + "attention.key_length"))
@@ -181,8 +204,10 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
     // GGUF lists ne[0] (the row length) first: a matrix is [cols, rows], a vector [length].
     const std::uint64_t rows = tensor_rows(s, c), cols = tensor_cols(s, c);
     const GGUFTensorInfo* t = detail::gguf_tensor(f, gguf_tensor_name(s, layer), s.matrix ? cols : rows,
-                                                  s.matrix ? rows : 0, s.presence == Presence::kIfStored);
+                                                  s.matrix ? rows : 0, s.presence == Presence::kIfStored,
+                                                  s.experts == Dim::kOne ? 0 : tensor_experts(s, c));
     if (t) used.push_back(t);
+    if (t && s.experts != Dim::kOne) info.expert_bytes += t->n_bytes;
   });
   // Every tensor must be used: llama.cpp refuses or applies what kvdecode would ignore
   // (a bias, a layer beyond block_count, an unknown tensor).

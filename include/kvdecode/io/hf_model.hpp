@@ -7,6 +7,10 @@
 //   Qwen2ForCausalLM  as llama with q/k/v biases (attention_bias defaults to true)
 //   Qwen3ForCausalLM  per-head RMSNorm of q and k before RoPE; head_dim may differ
 //                     from hidden_size / num_attention_heads
+//   Qwen3MoeForCausalLM  Qwen3 with a mixture of experts in every layer (num_experts,
+//                     num_experts_per_tok, moe_intermediate_size, norm_topk_prob; the
+//                     router mlp.gate and mlp.experts.E.{gate,up,down}_proj, which
+//                     are copied into one matrix per kind)
 // Anything else is refused by name. The architectures and the tensor names are
 // the rows of architecture.hpp.
 //
@@ -65,6 +69,7 @@ struct HFModelInfo {
   std::vector<double> rope_freq_factors;  ///< (rotary_dim/2) each frequency is divided by its factor; empty = none
   // Filled by hf_model_weights_info() (from the safetensors headers); hf_model_info() leaves them empty.
   std::uint64_t weight_bytes = 0;  ///< bytes of every tensor the model uses, as stored
+  std::uint64_t expert_bytes = 0;  ///< of which expert tensors (ModelConfig::active_weight_bytes)
   /// (type, bytes) of the tensors the model uses, one entry per storage type present.
   std::vector<std::pair<WeightType, std::uint64_t>> bytes_by_type;
   /// Tensors of the folder the model does not use, by name order (only with allow_unused_tensors).
@@ -207,8 +212,28 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
 
   ModelConfig& c = info.config;
   c.d_model = hf_dim(j, file, "hidden_size");
-  c.hidden_dim = hf_dim(j, file, "intermediate_size");
   c.n_layers = hf_dim(j, file, "num_hidden_layers");
+  if (arch->moe) {
+    // Every layer a mixture of experts: intermediate_size (the dense width) is unused.
+    c.n_experts = hf_dim(j, file, "num_experts");
+    if (c.n_experts > ModelConfig::kMaxExperts)
+      hf_fail(file, msg("field 'num_experts' = ", c.n_experts, " exceeds the limit ", ModelConfig::kMaxExperts));
+    c.n_experts_used = hf_dim(j, file, "num_experts_per_tok");
+    if (c.n_experts_used > c.n_experts)
+      hf_fail(file, msg("field 'num_experts_per_tok' = ", c.n_experts_used, " exceeds num_experts = ", c.n_experts,
+                        " (top-k must be at most the expert count)"));
+    c.hidden_dim = hf_dim(j, file, "moe_intermediate_size");
+    c.router_order = arch->router_order;
+    c.norm_topk_prob = detail::hf_bool(j, file, "norm_topk_prob", arch->norm_topk_prob);
+    if (const auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null() && !(it->is_array() && it->empty()))
+      hf_fail(file, msg("field 'mlp_only_layers' = ", detail::json_value_text(*it),
+                        " makes some layers dense (kvdecode supports experts in every layer: [])"));
+    if (j.contains("decoder_sparse_step") && hf_dim(j, file, "decoder_sparse_step", 1) != 1)
+      hf_fail(file, msg("field 'decoder_sparse_step' = ", detail::json_value_text(j["decoder_sparse_step"]),
+                        " puts experts in only some layers (kvdecode supports 1: every layer)"));
+  } else {
+    c.hidden_dim = hf_dim(j, file, "intermediate_size");
+  }
   c.n_heads = hf_dim(j, file, "num_attention_heads");
   c.n_kv_heads = hf_dim(j, file, "num_key_value_heads", c.n_heads);
   if (c.n_heads % c.n_kv_heads != 0)
@@ -335,6 +360,7 @@ namespace detail {
 struct HFTensorSpec {
   std::string name;
   std::uint64_t rows, cols;
+  bool expert;  ///< one expert's part of an expert tensor
 };
 
 /// Every tensor a model of config `c` reads, in the order the loader checks them:
@@ -344,7 +370,14 @@ inline std::vector<HFTensorSpec> hf_tensor_specs(const ModelConfig& c) {
   for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
     if (!s.hf) return;  // not stored as a tensor (rope_freqs: config.json's rope_scaling)
     const std::uint64_t rows = tensor_rows(s, c), cols = tensor_cols(s, c);
-    out.push_back({hf_tensor_name(s, layer), s.matrix ? rows : 0, s.matrix ? cols : rows});
+    if (s.experts == Dim::kOne) {
+      out.push_back({hf_tensor_name(s, layer), s.matrix ? rows : 0, s.matrix ? cols : rows, false});
+      return;
+    }
+    // An expert tensor: one tensor per expert, each its share of the rows.
+    const std::uint64_t e_count = tensor_experts(s, c);
+    for (std::uint64_t e = 0; e < e_count; ++e)
+      out.push_back({hf_expert_tensor_name(s, layer, static_cast<int>(e)), rows / e_count, cols, true});
   });
   return out;
 }
@@ -370,6 +403,7 @@ inline void hf_check_tensors(const std::string& folder, const SafetensorsModel& 
 
   std::unordered_set<std::string> used;
   info.weight_bytes = 0;
+  info.expert_bytes = 0;
   info.bytes_by_type.clear();
   info.unused_tensors.clear();
   for (const HFTensorSpec& s : hf_tensor_specs(c)) {
@@ -382,6 +416,7 @@ inline void hf_check_tensors(const std::string& folder, const SafetensorsModel& 
                             ", expected [", s.rows ? msg(s.rows, ",") : std::string(), s.cols,
                             "] for this model's config"));
     info.weight_bytes += t.n_bytes;
+    if (s.expert) info.expert_bytes += t.n_bytes;
     auto it = info.bytes_by_type.begin();
     while (it != info.bytes_by_type.end() && it->first != t.type) ++it;
     if (it == info.bytes_by_type.end())
@@ -449,13 +484,34 @@ ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& op
     return v;
   };
 
+  // The E tensors of an expert tensor, copied one after the other into one matrix;
+  // FormatError naming the first expert whose storage type differs from expert 0's.
+  auto experts = [&](const TensorSpec& s, int layer) {
+    const int n = static_cast<int>(tensor_experts(s, c));
+    const SafetensorsTensor& first = m.get(hf_expert_tensor_name(s, layer, 0));
+    std::vector<unsigned char> bytes;
+    bytes.reserve(static_cast<std::size_t>(first.n_bytes) * static_cast<std::size_t>(n));
+    for (int e = 0; e < n; ++e) {
+      const std::string name = hf_expert_tensor_name(s, layer, e);
+      const SafetensorsTensor& t = m.get(name);
+      if (t.type != first.type)
+        throw FormatError(detail::msg(folder, ": tensor '", name, "' (in ", t.file, ") has type ", weight_type_name(t.type),
+                              ", expert 0 has ", weight_type_name(first.type), " (one expert tensor holds one type)"));
+      bytes.insert(bytes.end(), t.data, t.data + t.n_bytes);
+    }
+    return WeightMatrix::copy_of(first.type, static_cast<long>(tensor_rows(s, c)), static_cast<long>(tensor_cols(s, c)),
+                                 bytes.data(), bytes.size());
+  };
+
   ModelWeights<T> w;
   w.config = c;
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
   for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
     if (!s.hf) return;
     const auto slot = tensor_slot(w, s.id, layer);
-    if (slot.matrix)
+    if (s.experts != Dim::kOne)
+      *slot.matrix = experts(s, layer);
+    else if (slot.matrix)
       *slot.matrix = matrix(hf_tensor_name(s, layer));
     else
       *slot.vector = vec(hf_tensor_name(s, layer));

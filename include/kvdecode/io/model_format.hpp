@@ -68,6 +68,9 @@ struct ModelInfo {
   ModelConfig config;                ///< validated; max_seq_len capped at the options' max_seq_len
   std::uint64_t file_context = 0;    ///< the model's own context, as stored (before any cap)
   std::uint64_t weight_bytes = 0;    ///< bytes of every tensor the model uses, as stored
+  std::uint64_t expert_bytes = 0;    ///< of which expert tensors (a mixture of experts)
+  /// Bytes of weights one token reads: all but the experts, and K of E of those.
+  std::uint64_t active_weight_bytes() const { return config.active_weight_bytes(weight_bytes, expert_bytes); }
   /// (type, bytes) of the tensors the model uses, one entry per storage type present.
   std::vector<std::pair<WeightType, std::uint64_t>> bytes_by_type;
   /// Tensors the model does not use (only with allow_unused_tensors; otherwise refused).
@@ -141,6 +144,7 @@ inline ModelInfo read_model_info(const std::string& path, const WeightLoadOption
       m.config = g.config;
       m.file_context = g.file_context;
       m.weight_bytes = g.weight_bytes;
+      m.expert_bytes = g.expert_bytes;
       m.bytes_by_type = g.bytes_by_type;
       m.unused_tensors = g.unused_tensors;
       break;
@@ -152,6 +156,7 @@ inline ModelInfo read_model_info(const std::string& path, const WeightLoadOption
       m.config = h.config;
       m.file_context = h.file_context;
       m.weight_bytes = h.weight_bytes;
+      m.expert_bytes = h.expert_bytes;
       m.bytes_by_type = std::move(h.bytes_by_type);
       m.unused_tensors = std::move(h.unused_tensors);
       break;

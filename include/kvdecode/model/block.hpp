@@ -1,9 +1,11 @@
 // One pre-norm transformer block with residual connections:
 //   x = x + attention(rmsnorm(x));  x = x + mlp(rmsnorm(x))
+// where mlp is one SwiGLU (mlp.hpp) or a mixture of experts (moe.hpp), as the config says.
 #pragma once
 
 #include "kvdecode/model/attention.hpp"
 #include "kvdecode/model/mlp.hpp"
+#include "kvdecode/model/moe.hpp"
 #include "kvdecode/model/ops.hpp"
 
 namespace kvd {
@@ -13,14 +15,28 @@ class TransformerBlock {
  public:
   TransformerBlock() = default;
   TransformerBlock(const ModelConfig& c, const LayerWeights<T>& w, int layer, const RoPE<T>* rope)
-      : attn_norm_(w.attn_norm, c.norm_eps), attn_(c, w, layer, rope), ffn_norm_(w.ffn_norm, c.norm_eps), mlp_(c, w) {}
+      : attn_norm_(w.attn_norm, c.norm_eps), attn_(c, w, layer, rope), ffn_norm_(w.ffn_norm, c.norm_eps) {
+    if (c.moe())
+      moe_ = MoE<T>(c, w);
+    else
+      mlp_ = SwiGLU<T>(c, w);
+  }
 
   const Attention<T>& attention() const { return attn_; }
-  const SwiGLU<T>& mlp() const { return mlp_; }
+  const SwiGLU<T>& mlp() const { return mlp_; }  ///< empty in a mixture of experts
+  const MoE<T>& moe() const { return moe_; }      ///< empty with a dense FFN
+  bool is_moe() const { return moe_.n_experts() > 0; }
+  /// Packed bytes of the FFN one row reads: the SwiGLU's, or the router's and K experts'.
+  std::uint64_t ffn_active_bytes() const {
+    return is_moe() ? moe_.active_bytes() : mlp_.w13().bytes() + mlp_.w2().bytes();
+  }
+  /// Packed bytes of the FFN: the SwiGLU's, or the router's and every expert's.
+  std::uint64_t ffn_bytes() const { return is_moe() ? moe_.bytes() : mlp_.w13().bytes() + mlp_.w2().bytes(); }
   /// Fast mode on every product of the block (PackedMatrix::set_fast_matmul).
   void set_fast_matmul(bool on) {
     attn_.set_fast_matmul(on);
     mlp_.set_fast_matmul(on);
+    moe_.set_fast_matmul(on);
   }
 
   /// Updates ws.x (M rows) in place. Returns multiply-adds performed.
@@ -48,7 +64,8 @@ class TransformerBlock {
       add_rows(x + r0 * ld, proj + r0 * ld, r1 - r0, D, ld);
       ffn_norm_.apply_rows(x + r0 * ld, ld, r1 - r0, xn + r0 * ld, ld);
     };
-    macs += mlp_.forward(xn, ld, M, ws, ws.proj.data(), ld, row_prologue(ffn_in));
+    macs += is_moe() ? moe_.forward(xn, ld, M, ws, ws.proj.data(), ld, row_prologue(ffn_in))
+                     : mlp_.forward(xn, ld, M, ws, ws.proj.data(), ld, row_prologue(ffn_in));
     ws.pending_residual = true;
     return macs;
   }
@@ -60,7 +77,7 @@ class TransformerBlock {
     attn_norm_.apply(x.data(), x.cols(), x.rows(), xn.data(), xn.cols());
     x = x + attn_.template forward_reference<S, SV>(xn);
     ffn_norm_.apply(x.data(), x.cols(), x.rows(), xn.data(), xn.cols());
-    x = x + mlp_.forward_reference(xn);
+    x = x + (is_moe() ? moe_.forward_reference(xn) : mlp_.forward_reference(xn));
   }
 
  private:
@@ -73,7 +90,8 @@ class TransformerBlock {
   RMSNorm<T> attn_norm_;
   Attention<T> attn_;
   RMSNorm<T> ffn_norm_;
-  SwiGLU<T> mlp_;
+  SwiGLU<T> mlp_;  // the dense FFN, or empty
+  MoE<T> moe_;     // the mixture of experts, or empty
 };
 
 }  // namespace kvd

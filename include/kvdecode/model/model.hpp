@@ -76,13 +76,22 @@ class Model {
   }
   bool fast_matmul() const { return classifier_.fast_matmul(); }  ///< as set_fast_matmul() left every matrix
 
-  /// Bytes of weights a decode step reads: every packed matrix, one embedding
-  /// row and the norm vectors (what bounds decode speed).
+  /// Bytes of weights a decode step reads: every packed matrix (of a mixture of
+  /// experts, the router and K experts per layer), one embedding row and the norm
+  /// vectors (what bounds decode speed).
   std::uint64_t weight_bytes_per_token() const {
     std::uint64_t b = classifier_.bytes() + embedding_.row_bytes() +
                       sizeof(T) * (config_.d_model * (2ull * config_.n_layers + 1));
     for (const auto& blk : blocks_)
-      b += blk.attention().wqkv().bytes() + blk.attention().wo().bytes() + blk.mlp().w13().bytes() + blk.mlp().w2().bytes();
+      b += blk.attention().wqkv().bytes() + blk.attention().wo().bytes() + blk.ffn_active_bytes();
+    return b;
+  }
+
+  /// Bytes of every packed matrix and the embedding as stored (what the model
+  /// holds in memory; with experts, all E of them).
+  std::uint64_t weight_bytes() const {
+    std::uint64_t b = classifier_.bytes() + embedding_.bytes();
+    for (const auto& blk : blocks_) b += blk.attention().wqkv().bytes() + blk.attention().wo().bytes() + blk.ffn_bytes();
     return b;
   }
 

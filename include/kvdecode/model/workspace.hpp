@@ -29,13 +29,25 @@ template <class T>
 struct Workspace {
   long ld_d = 0, ld_qkv = 0, ld_q = 0, ld_ff2 = 0, ld_ff = 0, ld_v = 0, ld_s = 0, heads = 0;
   long rows = 0, logit_rows = 0, score_threads = 0;
+  long ffn_k = 1, n_experts = 0, ld_e = 0;  // FFN rows per token (K of a mixture of experts), E, router stride
   detail::AlignedBuffer<T> x;       // (rows, ld_d)    residual stream
   detail::AlignedBuffer<T> xn;      // (rows, ld_d)    normalised input of a sub-layer
   detail::AlignedBuffer<T> qkv;     // (rows, ld_qkv)  q | k | v
   detail::AlignedBuffer<T> att;     // (rows, ld_q)    attention output, all heads
   detail::AlignedBuffer<T> proj;    // (rows, ld_d)    output projection of a sub-layer
-  detail::AlignedBuffer<T> h13;     // (rows, ld_ff2)  w1 x | w3 x
-  detail::AlignedBuffer<T> hmid;    // (rows, ld_ff)   silu(w1 x) * w3 x
+  detail::AlignedBuffer<T> h13;     // (rows * ffn_k, ld_ff2)  w1 x | w3 x (an expert's, per slot)
+  detail::AlignedBuffer<T> hmid;    // (rows * ffn_k, ld_ff)   silu(w1 x) * w3 x
+  // A mixture of experts (model/moe.hpp); empty otherwise. A slot is one (row, rank)
+  // pair, the slots of one expert consecutive.
+  detail::AlignedBuffer<T> router;  // (rows, ld_e)          router logits
+  detail::AlignedBuffer<T> xg;      // (rows * ffn_k, ld_d)  each slot's input row, grouped by expert
+  detail::AlignedBuffer<T> ye;      // (rows * ffn_k, ld_d)  each slot's expert output
+  std::vector<int> route_expert;    // (rows, ffn_k) chosen experts by rank
+  std::vector<T> route_weight;      // (rows, ffn_k) their weights
+  std::vector<int> route_slot;      // (rows, ffn_k) their slots
+  std::vector<int> expert_start;    // (E + 1) first slot of each expert
+  std::vector<int> expert_next;     // (E) next free slot of each expert while grouping
+  std::vector<T> route_scratch;     // (E) one row's probabilities
   detail::AlignedBuffer<T> xl;      // (logit_rows, ld_d) final-normed rows that need logits
   detail::AlignedBuffer<T> logits;  // (logit_rows, ld_v)
   static constexpr int kScoreRows = 8;  // score rows per thread: up to 8 rows (prefill) or 2 heads (decode)
@@ -75,6 +87,12 @@ struct Workspace {
     ld_v = round_up_lanes(c.vocab_size);
     ld_s = round_up_lanes(c.max_seq_len);
     heads = c.n_heads;
+    ffn_k = c.ffn_rows_per_token();
+    n_experts = c.n_experts;
+    ld_e = round_up_lanes(c.n_experts);
+    expert_start.resize(static_cast<std::size_t>(n_experts + 1));
+    expert_next.resize(static_cast<std::size_t>(n_experts));
+    route_scratch.resize(static_cast<std::size_t>(n_experts));
   }
 
   /// Grows (never shrinks) to hold n rows, n_logits logit rows and n_seqs sequences.
@@ -82,7 +100,12 @@ struct Workspace {
   void reserve(long n, long n_logits, long n_seqs) {
     if (n > rows) {
       x.resize(n * ld_d); xn.resize(n * ld_d); qkv.resize(n * ld_qkv); att.resize(n * ld_q);
-      proj.resize(n * ld_d); h13.resize(n * ld_ff2); hmid.resize(n * ld_ff);
+      proj.resize(n * ld_d); h13.resize(n * ffn_k * ld_ff2); hmid.resize(n * ffn_k * ld_ff);
+      if (n_experts > 0) {
+        router.resize(n * ld_e); xg.resize(n * ffn_k * ld_d); ye.resize(n * ffn_k * ld_d);
+        route_expert.resize(static_cast<std::size_t>(n * ffn_k)); route_weight.resize(static_cast<std::size_t>(n * ffn_k));
+        route_slot.resize(static_cast<std::size_t>(n * ffn_k));
+      }
       rows = n;
     }
     if (n_logits > logit_rows) {

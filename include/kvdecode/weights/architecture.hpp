@@ -11,8 +11,12 @@
 //   * The on-disk orders that differ from the table's (llama.cpp's GGUF order,
 //     llama2.c's by kind across layers) as lists of TensorIds.
 //   * kArchitectures: one row per architecture (GGUF general.architecture, Hugging
-//     Face class, RoPE pairing, biases, q/k norms). An architecture that differs
-//     from another only in flags is one more row.
+//     Face class, RoPE pairing, biases, q/k norms, mixture-of-experts routing). An
+//     architecture that differs from another only in flags is one more row.
+// A mixture of experts stores each expert tensor as one matrix, every expert's rows
+// stacked (expert e's rows are [e * rows / E, (e + 1) * rows / E)): GGUF's 3-D
+// tensors [cols, rows / E, E] as they lie in the file, Hugging Face's E tensors
+// one after the other.
 // weights.hpp includes this header: the table sits below the weights it describes.
 // How to add an architecture: docs/development.md.
 #pragma once
@@ -45,6 +49,9 @@ enum class Dim : std::uint8_t {
   kHeadDim = 5,   ///< Dh
   kVocab = 6,     ///< V
   kRopeHalf = 7,  ///< rotary_dim / 2 (one RoPE frequency factor per rotated pair)
+  kExperts = 8,   ///< E
+  kExpertsHidden = 9,  ///< E * F: every expert's gate (or up) rows stacked
+  kExpertsDModel = 10, ///< E * D: every expert's down rows stacked
 };
 
 /// The value of `d` for config `c`, in 64 bits (each factor is an int, so no
@@ -60,17 +67,21 @@ inline std::uint64_t dim_value(Dim d, const ModelConfig& c) {
     case Dim::kHeadDim: return u(c.head_dim);
     case Dim::kVocab: return u(c.vocab_size);
     case Dim::kRopeHalf: return u(c.rotary_dim()) / 2;
+    case Dim::kExperts: return u(c.n_experts);
+    case Dim::kExpertsHidden: return u(c.n_experts) * u(c.hidden_dim);
+    case Dim::kExpertsDModel: return u(c.n_experts) * u(c.d_model);
   }
   return 0;
 }
 
 /// When a model has a tensor.
 enum class Presence : std::uint8_t {
-  kAlways = 0,
+  kAlways = 0,              ///< every model (the dense FFN rows: every model without experts, see dense_ffn)
   kQkvBias = 1,             ///< when config.qkv_bias
   kQkNorm = 2,              ///< when config.qk_norm
   kSeparateClassifier = 3,  ///< when !config.shared_classifier
   kIfStored = 4,            ///< optional: when its source holds it (rope_freqs)
+  kMoe = 5,                 ///< when config.moe(): the router and the experts
 };
 
 /// How ModelWeights::random() fills a tensor.
@@ -104,6 +115,10 @@ enum class TensorId : std::uint8_t {
   kBv = 15,
   kQNorm = 16,
   kKNorm = 17,
+  kRouter = 18,
+  kExpertsGate = 19,
+  kExpertsDown = 20,
+  kExpertsUp = 21,
 };
 
 /// One row of the tensor table.
@@ -117,6 +132,13 @@ struct TensorSpec {
   const char* gguf;     ///< GGUF name; per layer the part after "blk.<layer>."
   const char* hf;       ///< Hugging Face name; per layer the part after "model.layers.<layer>."; nullptr: none
   RandomInit init;
+  /// The experts the rows are split in (kOne: a plain tensor). GGUF stores such a
+  /// tensor as [cols, rows / E, E]; Hugging Face as E tensors, `hf` with "{e}" for
+  /// the expert's index.
+  Dim experts = Dim::kOne;
+  /// A row of the one dense SwiGLU (w1, w2, w3): a mixture of experts has none of
+  /// them, whatever its presence says (which describes dense models).
+  bool dense_ffn = false;
 };
 
 /// The tensor table: model-level rows, then one layer's rows, each group in the
@@ -144,11 +166,11 @@ inline constexpr TensorSpec kTensors[] = {
     {TensorId::kFfnNorm, "ffn_norm", true, false, Dim::kDModel, Dim::kOne, Presence::kAlways, "ffn_norm.weight",
      "post_attention_layernorm.weight", RandomInit::kNearOne},
     {TensorId::kW1, "w1", true, true, Dim::kHidden, Dim::kDModel, Presence::kAlways, "ffn_gate.weight",
-     "mlp.gate_proj.weight", RandomInit::kFanIn},
+     "mlp.gate_proj.weight", RandomInit::kFanIn, Dim::kOne, true},
     {TensorId::kW2, "w2", true, true, Dim::kDModel, Dim::kHidden, Presence::kAlways, "ffn_down.weight",
-     "mlp.down_proj.weight", RandomInit::kHalfFanIn},
+     "mlp.down_proj.weight", RandomInit::kHalfFanIn, Dim::kOne, true},
     {TensorId::kW3, "w3", true, true, Dim::kHidden, Dim::kDModel, Presence::kAlways, "ffn_up.weight",
-     "mlp.up_proj.weight", RandomInit::kFanIn},
+     "mlp.up_proj.weight", RandomInit::kFanIn, Dim::kOne, true},
     {TensorId::kBq, "bq", true, false, Dim::kQDim, Dim::kOne, Presence::kQkvBias, "attn_q.bias",
      "self_attn.q_proj.bias", RandomInit::kSmall},
     {TensorId::kBk, "bk", true, false, Dim::kKvDim, Dim::kOne, Presence::kQkvBias, "attn_k.bias",
@@ -159,6 +181,14 @@ inline constexpr TensorSpec kTensors[] = {
      "self_attn.q_norm.weight", RandomInit::kNearOne},
     {TensorId::kKNorm, "k_norm", true, false, Dim::kHeadDim, Dim::kOne, Presence::kQkNorm, "attn_k_norm.weight",
      "self_attn.k_norm.weight", RandomInit::kNearOne},
+    {TensorId::kRouter, "router", true, true, Dim::kExperts, Dim::kDModel, Presence::kMoe, "ffn_gate_inp.weight",
+     "mlp.gate.weight", RandomInit::kFanIn},
+    {TensorId::kExpertsGate, "experts_gate", true, true, Dim::kExpertsHidden, Dim::kDModel, Presence::kMoe,
+     "ffn_gate_exps.weight", "mlp.experts.{e}.gate_proj.weight", RandomInit::kFanIn, Dim::kExperts},
+    {TensorId::kExpertsDown, "experts_down", true, true, Dim::kExpertsDModel, Dim::kHidden, Presence::kMoe,
+     "ffn_down_exps.weight", "mlp.experts.{e}.down_proj.weight", RandomInit::kHalfFanIn, Dim::kExperts},
+    {TensorId::kExpertsUp, "experts_up", true, true, Dim::kExpertsHidden, Dim::kDModel, Presence::kMoe,
+     "ffn_up_exps.weight", "mlp.experts.{e}.up_proj.weight", RandomInit::kFanIn, Dim::kExperts},
 };
 inline constexpr std::size_t kTensorCount = sizeof(kTensors) / sizeof(kTensors[0]);
 
@@ -182,12 +212,14 @@ inline std::uint64_t tensor_cols(const TensorSpec& s, const ModelConfig& c) { re
 /// True when every model of config `c` holds the tensor; false for the optional
 /// (kIfStored) rows, which a source may or may not hold. Never fails.
 inline bool tensor_required(const TensorSpec& s, const ModelConfig& c) {
+  if (s.dense_ffn && c.moe()) return false;
   switch (s.presence) {
     case Presence::kAlways: return true;
     case Presence::kQkvBias: return c.qkv_bias;
     case Presence::kQkNorm: return c.qk_norm;
     case Presence::kSeparateClassifier: return !c.shared_classifier;
     case Presence::kIfStored: return false;
+    case Presence::kMoe: return c.moe();
   }
   return false;
 }
@@ -205,6 +237,28 @@ inline std::string gguf_tensor_name(const TensorSpec& s, int layer) {
 inline std::string hf_tensor_name(const TensorSpec& s, int layer) {
   if (!s.hf) return std::string();
   return s.per_layer ? "model.layers." + std::to_string(layer) + "." + s.hf : std::string(s.hf);
+}
+
+/// The experts tensor `s` splits its rows in for config `c` (1 for a plain tensor). Never fails.
+inline std::uint64_t tensor_experts(const TensorSpec& s, const ModelConfig& c) { return dim_value(s.experts, c); }
+
+/// The GGUF shape of the tensor, ne[0] (the row length) first: [length] for a
+/// vector, [cols, rows] for a matrix, [cols, rows / E, E] for an expert tensor.
+/// Never fails.
+inline std::vector<std::uint64_t> gguf_tensor_ne(const TensorSpec& s, const ModelConfig& c) {
+  if (!s.matrix) return {tensor_rows(s, c)};
+  if (s.experts == Dim::kOne) return {tensor_cols(s, c), tensor_rows(s, c)};
+  const std::uint64_t e = tensor_experts(s, c);
+  return {tensor_cols(s, c), e ? tensor_rows(s, c) / e : 0, e};
+}
+
+/// The Hugging Face name of expert `e`'s part of an expert tensor in `layer`, e.g.
+/// "model.layers.3.mlp.experts.7.gate_proj.weight" ("{e}" replaced). Never fails.
+inline std::string hf_expert_tensor_name(const TensorSpec& s, int layer, int e) {
+  std::string n = hf_tensor_name(s, layer);
+  const std::size_t at = n.find("{e}");
+  if (at != std::string::npos) n.replace(at, 3, std::to_string(e));
+  return n;
 }
 
 /// Values of every tensor a model of config `c` holds (the optional rope_freqs
@@ -255,6 +309,10 @@ Slot layer_slot(Layer& l, TensorId id) {
     case TensorId::kBv: s.vector = &l.bv; break;
     case TensorId::kQNorm: s.vector = &l.q_norm; break;
     case TensorId::kKNorm: s.vector = &l.k_norm; break;
+    case TensorId::kRouter: s.matrix = &l.router; break;
+    case TensorId::kExpertsGate: s.matrix = &l.experts_gate; break;
+    case TensorId::kExpertsDown: s.matrix = &l.experts_down; break;
+    case TensorId::kExpertsUp: s.matrix = &l.experts_up; break;
     default: break;  // a model-level id
   }
   return s;
@@ -340,6 +398,7 @@ void for_each_tensor(const ModelWeights<T>& w, F&& f) {
 inline constexpr TensorId kGgufFileLayerOrder[] = {
     TensorId::kWq, TensorId::kWk, TensorId::kWv, TensorId::kWo,    TensorId::kAttnNorm, TensorId::kBq, TensorId::kBk,
     TensorId::kBv, TensorId::kQNorm, TensorId::kKNorm, TensorId::kW1, TensorId::kW2, TensorId::kW3, TensorId::kFfnNorm,
+    TensorId::kRouter, TensorId::kExpertsGate, TensorId::kExpertsDown, TensorId::kExpertsUp,
 };
 
 /// Calls f(spec, layer) for every tensor a model of config `c` may hold, in the
@@ -379,6 +438,11 @@ struct Architecture {
   bool qk_norm;             ///< per-head RMSNorm of q and k before RoPE
   bool hf_window_always;    ///< Hugging Face: a non-null sliding_window applies to every layer without
                             ///< use_sliding_window, and max_window_layers is ignored (Mistral)
+  bool moe = false;         ///< a mixture-of-experts FFN (GGUF <arch>.expert_count, expert_used_count,
+                            ///< expert_feed_forward_length; Hugging Face num_experts, num_experts_per_tok,
+                            ///< moe_intermediate_size)
+  RouterOrder router_order = RouterOrder::kSoftmaxTopK;  ///< with moe: how the router picks and weighs
+  bool norm_topk_prob = false;  ///< with moe: GGUF's fixed choice (Hugging Face: config.json's norm_topk_prob)
 };
 
 /// The architecture table. The first row of a GGUF name is the one GGUF files load as.
@@ -387,6 +451,8 @@ inline constexpr Architecture kArchitectures[] = {
     {"llama", "MistralForCausalLM", RopeStyle::kAdjacent, false, true, false, true},
     {"qwen2", "Qwen2ForCausalLM", RopeStyle::kHalves, true, false, false, false},
     {"qwen3", "Qwen3ForCausalLM", RopeStyle::kHalves, false, false, true, false},
+    {"qwen3moe", "Qwen3MoeForCausalLM", RopeStyle::kHalves, false, false, true, false, true, RouterOrder::kSoftmaxTopK,
+     true},
 };
 
 /// A range of architecture rows: kArchitectures by default, or a caller's table (tests).
@@ -428,10 +494,13 @@ inline std::string supported_architectures(bool gguf, ArchitectureTable table = 
 }
 
 /// The row a GGUF writer stores config `c` as: the first whose qkv_bias and qk_norm
-/// are c's (llama, qwen2, qwen3), or nullptr when none is. Never fails.
+/// are c's and which is a mixture of experts with c's routing exactly when c is
+/// (llama, qwen2, qwen3, qwen3moe), or nullptr when none is. Never fails.
 inline const Architecture* gguf_architecture_for(const ModelConfig& c, ArchitectureTable table = {}) {
   for (const Architecture& a : table)
-    if (a.qkv_bias == c.qkv_bias && a.qk_norm == c.qk_norm) return &a;
+    if (a.qkv_bias == c.qkv_bias && a.qk_norm == c.qk_norm && a.moe == c.moe() &&
+        (!a.moe || (a.router_order == c.router_order && a.norm_topk_prob == c.norm_topk_prob)))
+      return &a;
   return nullptr;
 }
 

@@ -34,9 +34,15 @@ struct LayerWeights {
   Vector<T> q_norm;     // (Dh) per-head RMSNorm of q when config.qk_norm, else empty
   Vector<T> k_norm;     // (Dh) per-head RMSNorm of k when config.qk_norm, else empty
   Vector<T> ffn_norm;   // (D)
-  WeightMatrix w1;      // (F, D)  gate
-  WeightMatrix w2;      // (D, F)  down
-  WeightMatrix w3;      // (F, D)  up
+  WeightMatrix w1;      // (F, D)  gate; empty in a mixture of experts
+  WeightMatrix w2;      // (D, F)  down; empty in a mixture of experts
+  WeightMatrix w3;      // (F, D)  up; empty in a mixture of experts
+  // A mixture of experts (config.moe()), else empty. Expert e's rows of each
+  // experts_* matrix are [e * F, (e + 1) * F) (gate, up) or [e * D, (e + 1) * D) (down).
+  WeightMatrix router;        // (E, D)      router logits
+  WeightMatrix experts_gate;  // (E * F, D)  every expert's gate, stacked
+  WeightMatrix experts_down;  // (E * D, F)  every expert's down, stacked
+  WeightMatrix experts_up;    // (E * F, D)  every expert's up, stacked
 
   /// Tells mapped files that this layer's matrices have been packed (see WeightMatrix::release_pages).
   void release_pages() const noexcept {

@@ -167,6 +167,18 @@ class WeightMatrix {
     return w;
   }
 
+  /// Rows [r0, r0 + n) of this matrix as a view sharing its bytes (one expert of
+  /// a stacked expert tensor). Throws ArgumentError naming the range and the row
+  /// count when it does not fit.
+  WeightMatrix row_block(long r0, long n) const {
+    if (r0 < 0 || n < 0 || r0 > rows_ - n)
+      throw ArgumentError(detail::msg("rows [", r0, ", ", r0 + n, ") are outside a matrix of ", rows_, " rows"));
+    WeightMatrix w = *this;
+    w.rows_ = n;
+    w.data_ = row_data(r0);
+    return w;
+  }
+
   WeightType type() const { return type_; }
   long rows() const { return rows_; }  ///< n_out
   long cols() const { return cols_; }  ///< n_in

@@ -1,0 +1,233 @@
+// The mixture-of-experts feed-forward sub-layer (Qwen3-MoE, gpt-oss):
+//   logits = router x                       (E)
+//   (e_k, w_k) for k < K = route(logits)    softmax then top-k, or top-k then softmax;
+//                                           with norm_topk_prob, w_k /= sum(w)
+//   out = sum over k of w_k * expert_{e_k}(x),  expert_e(x) = down_e(silu(gate_e x) * up_e x)
+//
+// The one order: route() ranks the chosen experts by weight, highest first, ties to
+// the lower expert index, and combine_row() sums their outputs in that rank order
+// (out = w_0 y_0, then out = fma(w_k, y_k, out)). A row's result depends only on its
+// own input: every expert's product gives each row the bits it would give it alone
+// (the reduction-order rule), so it does not matter which rows travel together, how
+// prefill groups them by expert or how the threads split the work.
+//
+// Prefill gathers the rows routed to each expert into one block and runs one product
+// per expert over it; a decode step runs only its K chosen experts, so it reads K of
+// the E experts' weights (active_bytes()).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kvdecode/matmul/matmul.hpp"
+#include "kvdecode/model/ops.hpp"
+#include "kvdecode/model/workspace.hpp"
+
+namespace kvd {
+
+namespace detail {
+
+/// Routes one row: logits (E) -> the K chosen experts (experts[0..K), by rank) and
+/// their weights (weights[0..K)), as `order` and `norm` say. `scratch` holds E
+/// values. Ties go to the lower index; NaN logits are never chosen over a number
+/// (a row of NaNs picks experts 0..K-1). The softmax uses the library's one exp.
+template <class T>
+void route_row(const T* logits, int E, int K, RouterOrder order, bool norm, T* scratch, int* experts, T* weights) {
+  // Top-K of v[0..E) by value, highest first, ties to the lower index.
+  auto top_k = [&](const T* v) {
+    for (int k = 0; k < K; ++k) {
+      int best = -1;
+      for (int i = 0; i < E; ++i) {
+        bool taken = false;
+        for (int j = 0; j < k; ++j) taken = taken || experts[j] == i;
+        if (!taken && (best < 0 || v[i] > v[best])) best = i;
+      }
+      experts[k] = best;
+    }
+  };
+  // out[i] = exp(v[i] - max) / sum over n values, the sum in index order.
+  auto softmax = [](const T* v, long n, T* out) {
+    T mx = v[0];
+    for (long i = 1; i < n; ++i) mx = v[i] > mx ? v[i] : mx;
+    for (long i = 0; i < n; ++i) out[i] = v[i] - mx;
+    exp_array(out, out, n);
+    T sum = T(0);
+    for (long i = 0; i < n; ++i) sum = sum + out[i];
+    const T inv = T(1) / sum;
+    for (long i = 0; i < n; ++i) out[i] = out[i] * inv;
+  };
+  if (order == RouterOrder::kSoftmaxTopK) {
+    softmax(logits, E, scratch);
+    top_k(scratch);
+    for (int k = 0; k < K; ++k) weights[k] = scratch[experts[k]];
+  } else {
+    top_k(logits);
+    for (int k = 0; k < K; ++k) scratch[k] = logits[experts[k]];
+    softmax(scratch, K, weights);
+  }
+  if (norm) {
+    T sum = T(0);
+    for (int k = 0; k < K; ++k) sum = sum + weights[k];
+    for (int k = 0; k < K; ++k) weights[k] = weights[k] / sum;
+  }
+}
+
+/// out[i] = sum over k in rank order of weights[k] * ys[k][i], i in [0, D): the
+/// one order every path sums the experts' outputs in (see the header).
+template <class T>
+void combine_row(const T* const* ys, const T* weights, int K, long D, T* out) {
+  for (long i = 0; i < D; ++i) out[i] = weights[0] * ys[0][i];
+  for (int k = 1; k < K; ++k)
+    for (long i = 0; i < D; ++i) out[i] = std::fma(weights[k], ys[k][i], out[i]);
+}
+
+}  // namespace detail
+
+template <class T>
+class MoE {
+ public:
+  MoE() = default;
+  /// Packs the router and each expert's gate|up and down. Precondition: w
+  /// validated for c (ModelWeights::validate), c.moe().
+  MoE(const ModelConfig& c, const LayerWeights<T>& w)
+      : d_model_(c.d_model), hidden_dim_(c.hidden_dim), n_experts_(c.n_experts), k_(c.n_experts_used),
+        order_(c.router_order), norm_(c.norm_topk_prob), router_({&w.router}) {
+    experts_.reserve(static_cast<std::size_t>(n_experts_));
+    for (long e = 0; e < n_experts_; ++e) {
+      const WeightMatrix gate = w.experts_gate.row_block(e * hidden_dim_, hidden_dim_);
+      const WeightMatrix up = w.experts_up.row_block(e * hidden_dim_, hidden_dim_);
+      const WeightMatrix down = w.experts_down.row_block(e * d_model_, d_model_);
+      Expert x;
+      x.w13 = PackedMatrix<T>({&gate, &up});
+      x.w2 = PackedMatrix<T>({&down});
+      x.up_col = x.w13.part_col(1);
+      experts_.push_back(std::move(x));
+    }
+  }
+
+  const PackedMatrix<T>& router() const { return router_; }  ///< (E, D)
+  long n_experts() const { return n_experts_; }
+  long n_experts_used() const { return k_; }
+  /// Fast mode on every product (PackedMatrix::set_fast_matmul).
+  void set_fast_matmul(bool on) {
+    router_.set_fast_matmul(on);
+    for (auto& x : experts_) {
+      x.w13.set_fast_matmul(on);
+      x.w2.set_fast_matmul(on);
+    }
+  }
+  /// Packed bytes of the router and every expert (what the model holds).
+  std::uint64_t bytes() const {
+    std::uint64_t b = router_.bytes();
+    for (const auto& x : experts_) b += x.w13.bytes() + x.w2.bytes();
+    return b;
+  }
+  /// Packed bytes one row reads: the router and K experts (every expert of a layer
+  /// has the same shape and types, so any K of them).
+  std::uint64_t active_bytes() const {
+    return experts_.empty() ? router_.bytes()
+                            : router_.bytes() + static_cast<std::uint64_t>(k_) * (experts_[0].w13.bytes() + experts_[0].w2.bytes());
+  }
+
+  /// xn (M, ldx) -> out (M, ldo); uses ws.router, ws.xg, ws.h13, ws.hmid, ws.ye and
+  /// the routing lists. `pre`, if given, prepares xn's rows first (inside the router
+  /// product). Allocates nothing once ws holds M rows. Returns multiply-adds performed.
+  std::uint64_t forward(const T* xn, long ldx, long M, Workspace<T>& ws, T* out, long ldo,
+                        const RowPrologue& pre = RowPrologue()) const {
+    using detail::Phase;
+    using detail::PhaseScope;
+    const long ld_d = ws.ld_d;
+    { PhaseScope ps(Phase::kW13); matmul(xn, ldx, M, router_, ws.router.data(), ws.ld_e, pre); }
+    // Route every row, then give each (row, rank) a slot: the slots of expert e are
+    // consecutive, in row order, so its rows form one block for one product.
+    int* const count = ws.expert_start.data();  // (E + 1) first slot of each expert
+    for (long e = 0; e <= n_experts_; ++e) count[e] = 0;
+    for (long m = 0; m < M; ++m) {
+      detail::route_row(ws.router.data() + m * ws.ld_e, static_cast<int>(n_experts_), static_cast<int>(k_), order_, norm_,
+                        ws.route_scratch.data(), ws.route_expert.data() + m * k_, ws.route_weight.data() + m * k_);
+      for (long k = 0; k < k_; ++k) ++count[ws.route_expert[m * k_ + k] + 1];
+    }
+    for (long e = 0; e < n_experts_; ++e) count[e + 1] += count[e];
+    int* const next = ws.expert_next.data();  // (E) next free slot of each expert
+    for (long e = 0; e < n_experts_; ++e) next[e] = count[e];
+    for (long m = 0; m < M; ++m)
+      for (long k = 0; k < k_; ++k) {
+        const int slot = next[ws.route_expert[m * k_ + k]]++;
+        ws.route_slot[m * k_ + k] = slot;
+        const T* src = xn + m * ldx;
+        std::copy(src, src + d_model_, ws.xg.data() + slot * ld_d);
+      }
+    std::uint64_t macs = static_cast<std::uint64_t>(M) * n_experts_ * d_model_;
+    for (long e = 0; e < n_experts_; ++e) {
+      const long n = count[e + 1] - count[e];
+      if (n == 0) continue;  // a decode step reads only the chosen experts
+      const long s0 = count[e];
+      run_expert(e, ws.xg.data() + s0 * ld_d, ld_d, n, ws.h13.data() + s0 * ws.ld_ff2, ws.ld_ff2,
+                 ws.hmid.data() + s0 * ws.ld_ff, ws.ld_ff, ws.ye.data() + s0 * ld_d, ld_d);
+      macs += static_cast<std::uint64_t>(n) * 3ull * hidden_dim_ * d_model_;
+    }
+    const T* ys[kMaxK];
+    for (long m = 0; m < M; ++m) {
+      for (long k = 0; k < k_; ++k) ys[k] = ws.ye.data() + ws.route_slot[m * k_ + k] * ld_d;
+      detail::combine_row(ys, ws.route_weight.data() + m * k_, static_cast<int>(k_), d_model_, out + m * ldo);
+    }
+    return macs;
+  }
+
+  /// The same sub-layer on whole matrices, for the cache-free reference, one row and
+  /// one expert at a time: (n, D) -> (n, D).
+  RowMatrix<T> forward_reference(const RowMatrix<T>& xn) const {
+    const long n = xn.rows(), ld = detail::round_up_lanes(d_model_);
+    RowMatrix<T> logits(n, router_.n_out_padded());  // (n, E padded)
+    matmul(xn.data(), xn.cols(), n, router_, logits.data(), logits.cols());
+    std::vector<T> scratch(static_cast<std::size_t>(n_experts_)), weights(static_cast<std::size_t>(k_));
+    std::vector<int> chosen(static_cast<std::size_t>(k_));
+    std::vector<T> h13(static_cast<std::size_t>(2 * detail::round_up_lanes(hidden_dim_)));
+    std::vector<T> hmid(static_cast<std::size_t>(detail::round_up_lanes(hidden_dim_)));
+    std::vector<T> y(static_cast<std::size_t>(k_ * ld));  // (K, D padded) each chosen expert's output
+    RowMatrix<T> out(n, d_model_);
+    const T* ys[kMaxK];
+    for (long m = 0; m < n; ++m) {
+      detail::route_row(logits.data() + m * logits.cols(), static_cast<int>(n_experts_), static_cast<int>(k_), order_,
+                        norm_, scratch.data(), chosen.data(), weights.data());
+      for (long k = 0; k < k_; ++k) {
+        run_expert(chosen[k], xn.data() + m * xn.cols(), xn.cols(), 1, h13.data(), static_cast<long>(h13.size()),
+                   hmid.data(), static_cast<long>(hmid.size()), y.data() + k * ld, ld);
+        ys[k] = y.data() + k * ld;
+      }
+      detail::combine_row(ys, weights.data(), static_cast<int>(k_), d_model_, out.data() + m * d_model_);
+    }
+    return out;
+  }
+
+ private:
+  static constexpr long kMaxK = ModelConfig::kMaxExperts;
+
+  struct Expert {
+    PackedMatrix<T> w13;  // (2F, D) gate rows then up rows (from up_col)
+    PackedMatrix<T> w2;   // (D, F)
+    long up_col = 0;
+  };
+
+  // Expert e on n rows: x (n, ldx) -> y (n, ldy) through h13 (n, ld13) and hmid (n, ldm).
+  void run_expert(long e, const T* x, long ldx, long n, T* h13, long ld13, T* hmid, long ldm, T* y, long ldy) const {
+    using detail::Phase;
+    using detail::PhaseScope;
+    const Expert& ex = experts_[static_cast<std::size_t>(e)];
+    { PhaseScope ps(Phase::kW13); matmul(x, ldx, n, ex.w13, h13, ld13); }
+    auto swiglu_rows = [&](long r0, long r1) {
+      for (long m = r0; m < r1; ++m) swiglu_array(h13 + m * ld13, h13 + m * ld13 + ex.up_col, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
+    };
+    { PhaseScope ps(Phase::kW2); matmul(hmid, ldm, n, ex.w2, y, ldy, row_prologue(swiglu_rows)); }
+  }
+
+  long d_model_ = 0, hidden_dim_ = 0, n_experts_ = 0, k_ = 0;
+  RouterOrder order_ = RouterOrder::kSoftmaxTopK;
+  bool norm_ = false;
+  PackedMatrix<T> router_;      // (E, D)
+  std::vector<Expert> experts_;  // E entries
+};
+
+}  // namespace kvd
