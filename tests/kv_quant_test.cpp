@@ -334,6 +334,45 @@ TYPED_TEST(KVQuantExact, OneAndTwoThreadsIdentical) {
   }
 }
 
+// Wide GQA groups, which decode reads as one item per KV head (or a part of one when
+// there are fewer KV heads than threads), in passes of up to 8 query heads sharing
+// every K and V load: 8 query heads per KV head (multi-query), 3 (a pass of 2 and one
+// of 1), and 16 over 2 KV heads (two passes). Prefill + decode == the reference,
+// with 1 and 2 threads.
+template <class K, class V>
+void expect_wide_groups_exact() {
+  using kvd_test::small_config;
+  const std::vector<kvd_test::NamedConfig> wide = {
+      {"MQA_H8_Dh32", small_config(8, 1, 32, 64, 2, 56, 61, 40)},
+      {"GQA_H6_Hk2_Dh64", small_config(6, 2, 64, 96, 2, 56, 61, 37)},
+      {"GQA_H16_Hk2_Dh32_Window9", kvd_test::windowed(small_config(16, 2, 32, 64, 1, 56, 61, 45), 9)},
+  };
+  const int saved = num_threads();
+  for (const auto& shape : wide) {
+    SCOPED_TRACE(shape.name);
+    const ModelConfig& c = shape.config;
+    Transformer<float> model(ModelWeights<float>::random(c, 39));
+    const auto tokens = make_tokens(c.max_seq_len, c.vocab_size, 40);
+    const RowMatrix<float> ref = model.forward_reference<K, V>(tokens);
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      KVCache<float, K, V> cache(c);
+      const RowMatrix<float> out = prefill_then_decode(model, tokens, 5, cache);
+      set_num_threads(saved);
+      expect_rows_eq(out, ref, std::to_string(threads) + " thread(s)");
+    }
+  }
+}
+
+TYPED_TEST(KVQuantExact, WideGroupsMatchReference) {
+  expect_wide_groups_exact<typename TypeParam::Key, typename TypeParam::Value>();
+}
+TEST(KVQuantExactPlain, WideGroupsMatchReference) {
+  expect_wide_groups_exact<float, float>();
+  expect_wide_groups_exact<Eigen::half, Eigen::half>();
+  expect_wide_groups_exact<Eigen::bfloat16, Eigen::bfloat16>();
+}
+
 // The double model quantizes the same way (its values rounded to float first), exactly too.
 TEST(KVQuantExactDouble, Q8AndQ4MatchReference) {
   const ModelConfig c = kvd_test::small_config(4, 2, 32, 64, 2, 56, 61, 40);

@@ -156,36 +156,58 @@ struct QuantRef {
   float value(long e) const { return dequantize(code(e), d[scale_index(e)]); }
 };
 
+#if defined(KVDECODE_VEC_AVX512) || defined(KVDECODE_VEC_AVX2)
+/// The 16 codes [p.i, p.i + 16) as signed bytes; p.i is a multiple of 16.
+template <int kBits, bool kKey>
+KVD_ALWAYS_INLINE inline __m128i quant_codes16(const QuantRef<kBits, kKey>& p) {
+  const long i = p.i;
+  if constexpr (kBits == 8) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.q + i));
+  } else if constexpr (kKey) {  // 16 lanes of one d: one nibble of 16 consecutive bytes
+    __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.q + (i >> 5) * 16));
+    if ((i >> 4) & 1) bytes = _mm_srli_epi16(bytes, 4);
+    return _mm_sub_epi8(_mm_and_si128(bytes, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+  } else {  // 16 consecutive d of one position: 8 bytes, low nibble first
+    const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.q + (i >> 1)));
+    const __m128i lo = _mm_and_si128(b8, _mm_set1_epi8(15));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(b8, 4), _mm_set1_epi8(15));
+    return _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8));
+  }
+}
+#endif
+
 /// Loads the 16 values [p.i, p.i + 16) as a compute vector; p.i is a multiple of
 /// 16 (every kernel reads whole lanes or whole 16-value runs of a V row). Each value
-/// is float(q) * float(d), the same product every other reader forms; the loops are
-/// written so that the compiler vectorizes them (the f16 scales convert as one vector).
+/// is float(q) * float(d), the same exact product every other reader forms: in
+/// AVX-512 or AVX2 registers for a float model, otherwise in loops written so that
+/// the compiler vectorizes them (the f16 scales convert as one vector).
 template <class T, int kBits, bool kKey>
 KVD_ALWAYS_INLINE inline Vec16<T> load_lanes(const QuantRef<kBits, kKey>& p) {
   const long i = p.i;
 #if defined(KVDECODE_VEC_AVX512)
   // The maskz forms with an all-ones mask are the plain instructions (see core/simd.hpp).
-  if constexpr (std::is_same_v<T, float>) {  // the same products, in registers
-    __m128i bytes;
-    if constexpr (kBits == 8) {
-      bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.q + i));
-    } else if constexpr (kKey) {
-      bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p.q + (i >> 5) * 16));
-      if ((i >> 4) & 1) bytes = _mm_srli_epi16(bytes, 4);
-      bytes = _mm_sub_epi8(_mm_and_si128(bytes, _mm_set1_epi8(15)), _mm_set1_epi8(8));
-    } else {
-      const __m128i b8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.q + (i >> 1)));
-      const __m128i lo = _mm_and_si128(b8, _mm_set1_epi8(15));
-      const __m128i hi = _mm_and_si128(_mm_srli_epi16(b8, 4), _mm_set1_epi8(15));
-      bytes = _mm_sub_epi8(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8));
-    }
-    const __m512 code = _mm512_maskz_cvtepi32_ps(__mmask16(0xFFFF), _mm512_maskz_cvtepi8_epi32(__mmask16(0xFFFF), bytes));
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512 code =
+        _mm512_maskz_cvtepi32_ps(__mmask16(0xFFFF), _mm512_maskz_cvtepi8_epi32(__mmask16(0xFFFF), quant_codes16(p)));
     __m512 scale;
     if constexpr (kKey)
       scale = _mm512_maskz_cvtph_ps(__mmask16(0xFFFF), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.d + (i >> 9) * 16)));
     else
       scale = _mm512_set1_ps(static_cast<float>(p.d[i >> 5]));
     return Vec16<T>{_mm512_maskz_mul_ps(__mmask16(0xFFFF), code, scale)};
+  }
+#elif defined(KVDECODE_VEC_AVX2)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m128i bytes = quant_codes16(p);
+    const __m256 code_lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+    const __m256 code_hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(bytes, bytes)));
+    if constexpr (kKey) {
+      const Vec16<float> scale = Vec16<float>::load_f16(reinterpret_cast<const std::uint16_t*>(p.d + (i >> 9) * 16));
+      return Vec16<T>{_mm256_mul_ps(code_lo, scale.lo), _mm256_mul_ps(code_hi, scale.hi)};
+    } else {
+      const __m256 scale = _mm256_set1_ps(static_cast<float>(p.d[i >> 5]));
+      return Vec16<T>{_mm256_mul_ps(code_lo, scale), _mm256_mul_ps(code_hi, scale)};
+    }
   }
 #endif
   float code[kLanes], scale[kLanes], out[kLanes];

@@ -111,11 +111,15 @@ class Attention {
 
   /// Step 2: fills ws.attention_items. Consecutive rows of one sequence (prefill)
   /// go in groups of up to kRowGroup, one query head per item, so they share every
-  /// K and V load; a lone row (decode) takes its query heads in pairs, so their
-  /// chains overlap. Either way each row and head gets exactly the computation it
-  /// would get alone. Returns the (row, position) pairs attended, summed.
+  /// K and V load; a lone row (decode) takes the query heads of one KV head per
+  /// item, so they share every K and V load (a block type's values are decoded once
+  /// per KV head), split in parts when there are fewer KV heads than threads.
+  /// Either way each row and head gets exactly the computation it would get alone.
+  /// Returns the (row, position) pairs attended, summed.
   std::uint64_t plan(const Row* rows, long M, Workspace<T>& ws) const {
-    const int pair = n_heads_ % 2 == 0 ? 2 : 1;
+    const int rep = n_heads_ / n_kv_heads_;
+    int parts = 1;  // items per KV head of a lone row: enough to give every thread one
+    while (parts < rep && static_cast<long>(n_kv_heads_) * parts * M < num_threads()) ++parts;
     auto& items = ws.attention_items;
     items.clear();
     std::uint64_t visible = 0;
@@ -124,9 +128,13 @@ class Attention {
       while (n < kRowGroup && m + n < M && rows[m + n].seq == rows[m].seq && rows[m + n].pos == rows[m].pos + n) ++n;
       for (int i = 0; i < n; ++i) visible += rows[m + i].pos - detail::first_visible(rows[m + i].pos, window_) + 1;
       if (n == 1)
-        for (int h = 0; h < n_heads_; h += pair) items.push_back({static_cast<int>(m), 1, h});
+        for (int g = 0; g < n_kv_heads_; ++g)
+          for (int p = 0; p < parts; ++p) {  // heads [rep * p / parts, rep * (p + 1) / parts) of the group
+            const int h0 = rep * p / parts, h1 = rep * (p + 1) / parts;
+            items.push_back({static_cast<int>(m), 1, g * rep + h0, h1 - h0});
+          }
       else
-        for (int h = 0; h < n_heads_; ++h) items.push_back({static_cast<int>(m), n, h});
+        for (int h = 0; h < n_heads_; ++h) items.push_back({static_cast<int>(m), n, h, 1});
       m += n;
     }
     return visible;
@@ -139,7 +147,7 @@ class Attention {
   /// (distinct elements, never the same one).
   template <class Cache>
   void run(const Row* rows, long M, Cache* const* caches, Workspace<T>& ws, std::uint64_t visible) const {
-    const int rep = n_heads_ / n_kv_heads_, pair = n_heads_ % 2 == 0 ? 2 : 1;
+    const int rep = n_heads_ / n_kv_heads_;
     const auto& items = ws.attention_items;
     const long n_items = static_cast<long>(items.size());
     const bool parallel = static_cast<std::int64_t>(visible) * n_heads_ * head_dim_ >= detail::kParallelThreshold ||
@@ -170,35 +178,32 @@ class Attention {
       const T* qh = qkv + item.row * ws.ld_qkv + h * head_dim_;
       T* out_h = ws.att.data() + item.row * ws.ld_q + h * head_dim_;
       const Cache& cache = *caches[row.seq];
-      const int kvh[2] = {h / rep, (h + 1) / rep};
+      const int kvh = h / rep;
       const int first = detail::first_visible(row.pos, window_);
       switch (item.rows) {
         case 1:
-          if (pair == 2)
-            detail::attend_heads<2>(qh, cache, layer_, kvh, head_dim_, first, row.pos, scores, ws.ld_s, out_h);
-          else
-            detail::attend_heads<1>(qh, cache, layer_, kvh, head_dim_, first, row.pos, scores, ws.ld_s, out_h);
+          detail::attend_kv_head(qh, cache, layer_, kvh, item.heads, head_dim_, first, row.pos, scores, ws.ld_s, out_h);
           break;
         case 2:
-          detail::attend_rows<2>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<2>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 3:
-          detail::attend_rows<3>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<3>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 4:
-          detail::attend_rows<4>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<4>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 5:
-          detail::attend_rows<5>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<5>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 6:
-          detail::attend_rows<6>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<6>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 7:
-          detail::attend_rows<7>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<7>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         default:
-          detail::attend_rows<8>(qh, ws.ld_qkv, cache, layer_, kvh[0], head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<8>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
       }
     }

@@ -1,7 +1,8 @@
 // The attention kernels: scores, the position-keyed softmax and the weighted
-// sum over a cache's 16-position blocks, for one decode row (a pair of query
-// heads) or for up to 8 consecutive prefill rows of one sequence sharing every
-// K and V load. The reduction order they all follow is stated at the top of
+// sum over a cache's 16-position blocks, for one decode row (the query heads
+// of one KV head, which share every K and V load, so a block type's values are
+// decoded once per KV head) or for up to 8 consecutive prefill rows of one
+// sequence sharing every K and V load. The reduction order they all follow is stated at the top of
 // kvdecode/model/attention.hpp; each row's result is the same whichever kernel ran it.
 #pragma once
 
@@ -23,6 +24,10 @@ template <class T, class S>
 inline Vec16<T> load_lanes(const S* p) {
   if constexpr (std::is_same_v<S, T>) {
     return Vec16<T>::load(p);
+  } else if constexpr (std::is_same_v<T, float> && std::is_same_v<S, Eigen::half>) {  // exact conversions
+    return Vec16<T>::load_f16(reinterpret_cast<const std::uint16_t*>(p));
+  } else if constexpr (std::is_same_v<T, float> && std::is_same_v<S, Eigen::bfloat16>) {
+    return Vec16<T>::load_bf16(reinterpret_cast<const std::uint16_t*>(p));
   } else {
     T tmp[kLanes];
     for (int i = 0; i < kLanes; ++i) tmp[i] = from_storage<T>(p[i]);
@@ -68,10 +73,23 @@ inline void softmax_blocks(T* s, int base, int n_blocks, int lo, int hi) {
   for (int i = 0; i < n; ++i) s[i] = s[i] / sum;
 }
 
-// For each of HG heads h: acc[h][v] += w[h][t - first] * v_t[16v .. 16v + 16) for t in
-// [first, last], in increasing t; NV vectors of 16 dims from dim d0, all in registers.
-// The HG heads' chains are independent, so they overlap in the pipeline.
-// v_block(h, b) returns head h's (16, head_dim) values of positions [16b, 16b + 16).
+// Register budgets of the group kernels below. They shape passes only, never results:
+// every head's chains are the same whatever the pass that carries them.
+//   kGroupPass: query heads one pass holds (8 with 32 vector registers, 4 with 16).
+//   kScoreBlocks: 16-position blocks whose scores one pass computes at once.
+//   kSumVectors: 16-dim vectors of the output one pass of the weighted sum holds.
+template <class T>
+inline constexpr int kGroupPass = Vec16<T>::kAccumulators >= 24 ? 8 : (Vec16<T>::kAccumulators >= 6 ? 4 : 2);
+template <class T, int HG>
+inline constexpr int kScoreBlocks = Vec16<T>::kAccumulators / HG >= 4 ? 4 : (Vec16<T>::kAccumulators / HG >= 2 ? 2 : 1);
+template <class T, int HG>
+inline constexpr int kSumVectors = std::max(1, std::min(8, Vec16<T>::kAccumulators * 2 / 3 / HG));
+
+// HG heads sharing one KV head: acc[h][v] += w[h][t - first] * v_t[16v .. 16v + 16) for t
+// in [first, last], in increasing t; NV vectors of 16 dims from dim d0, all in registers.
+// Each V vector is loaded (and, for a block type, decoded) once and feeds the HG heads'
+// chains, which are independent, so they also overlap in the pipeline.
+// v_block(b) returns the KV head's (16, head_dim) values of positions [16b, 16b + 16).
 template <int HG, int NV, class T, class VBlock>
 inline void weighted_sum_vecs(const T* const* w, int first, int last, int head_dim, int d0, VBlock&& v_block,
                               T* const* out) {
@@ -79,28 +97,30 @@ inline void weighted_sum_vecs(const T* const* w, int first, int last, int head_d
   for (int h = 0; h < HG; ++h)
     for (int v = 0; v < NV; ++v) acc[h][v] = Vec16<T>::zero();
   for (int b = first / kLanes; b <= last / kLanes; ++b) {
-    decltype(v_block(0, b)) vb[HG];
-    for (int h = 0; h < HG; ++h) vb[h] = v_block(h, b) + d0;
+    const auto vb = v_block(b) + d0;
     const int l0 = std::max(first, b * kLanes) - b * kLanes, l1 = std::min(last, b * kLanes + kLanes - 1) - b * kLanes;
     const int wo = b * kLanes - first;
-    for (int lane = l0; lane <= l1; ++lane)
+    for (int lane = l0; lane <= l1; ++lane) {
+      const auto row = vb + static_cast<long>(lane) * head_dim;
+      Vec16<T> vv[NV];
+      for (int v = 0; v < NV; ++v) vv[v] = load_lanes<T>(row + v * kLanes);
       for (int h = 0; h < HG; ++h) {
         const Vec16<T> wt = Vec16<T>::broadcast(w[h][wo + lane]);
-        const auto row = vb[h] + static_cast<long>(lane) * head_dim;
-        for (int v = 0; v < NV; ++v) acc[h][v].fma(wt, load_lanes<T>(row + v * kLanes));
+        for (int v = 0; v < NV; ++v) acc[h][v].fma(wt, vv[v]);
       }
+    }
   }
   for (int h = 0; h < HG; ++h)
     for (int v = 0; v < NV; ++v) acc[h][v].store(out[h] + d0 + v * kLanes);
 }
 
 /// out[h][0..head_dim) = fma chain over t in [first, last], increasing, from +0, of
-/// w[h][t - first] * v_t[d], for HG heads at once. Vectorised over d, up to 128 dims
-/// per pass in registers; each d's chain is the same sequence of operations as a
-/// scalar loop.
+/// w[h][t - first] * v_t[d], for HG heads sharing one KV head. Vectorised over d,
+/// kSumVectors vectors per pass in registers; each d's chain is the same sequence of
+/// operations as a scalar loop.
 template <int HG, class T, class VBlock>
 inline void weighted_sum(const T* const* w, int first, int last, int head_dim, VBlock&& v_block, T* const* out) {
-  constexpr int kMax = HG == 1 ? 8 : 4;  // vectors per pass: HG * kMax accumulators in registers
+  constexpr int kMax = kSumVectors<T, HG>;
   int d0 = 0;
   for (; head_dim - d0 >= kMax * kLanes; d0 += kMax * kLanes)
     weighted_sum_vecs<HG, kMax>(w, first, last, head_dim, d0, v_block, out);
@@ -109,63 +129,92 @@ inline void weighted_sum(const T* const* w, int first, int last, int head_dim, V
     case 6: if constexpr (kMax > 6) weighted_sum_vecs<HG, 6>(w, first, last, head_dim, d0, v_block, out); break;
     case 5: if constexpr (kMax > 5) weighted_sum_vecs<HG, 5>(w, first, last, head_dim, d0, v_block, out); break;
     case 4: if constexpr (kMax > 4) weighted_sum_vecs<HG, 4>(w, first, last, head_dim, d0, v_block, out); break;
-    case 3: weighted_sum_vecs<HG, 3>(w, first, last, head_dim, d0, v_block, out); break;
-    case 2: weighted_sum_vecs<HG, 2>(w, first, last, head_dim, d0, v_block, out); break;
-    case 1: weighted_sum_vecs<HG, 1>(w, first, last, head_dim, d0, v_block, out); break;
+    case 3: if constexpr (kMax > 3) weighted_sum_vecs<HG, 3>(w, first, last, head_dim, d0, v_block, out); break;
+    case 2: if constexpr (kMax > 2) weighted_sum_vecs<HG, 2>(w, first, last, head_dim, d0, v_block, out); break;
+    case 1: if constexpr (kMax > 1) weighted_sum_vecs<HG, 1>(w, first, last, head_dim, d0, v_block, out); break;
     default: break;
   }
   for (int h = 0; h < HG; ++h)
     for (int d = head_dim / kLanes * kLanes; d < head_dim; ++d) {  // the dims past the last full vector
       T acc = T(0);
       for (int t = first; t <= last; ++t)
-        acc = std::fma(w[h][t - first], from_storage<T>(v_block(h, t / kLanes)[(t % kLanes) * head_dim + d]), acc);
+        acc = std::fma(w[h][t - first], from_storage<T>(v_block(t / kLanes)[(t % kLanes) * head_dim + d]), acc);
       out[h][d] = acc;
     }
 }
 
-// scores[16j .. 16j + 16) = fma chain over d of q[d] * K[block b0 + j][d][lane], from +0,
-// for NG consecutive blocks at once (independent chains, so they overlap in the pipeline).
-template <int NG, class T, class KBlock>
-inline void score_blocks(const T* q, int head_dim, int b0, KBlock&& k_block, T* scores) {
+// scores[h * ld_s + 16j .. + 16) = fma chain over d of q_h[d] * K[block b0 + j][d][lane], from
+// +0, for HG heads sharing one KV head (q_h = q + h * head_dim) and NG consecutive blocks:
+// each K vector is loaded (and decoded) once and feeds HG independent chains.
+template <int HG, int NG, class T, class KBlock>
+inline void score_blocks(const T* q, int head_dim, int b0, KBlock&& k_block, T* scores, long ld_s) {
   decltype(k_block(0)) kbs[NG];
   for (int j = 0; j < NG; ++j) kbs[j] = k_block(b0 + j);
-  Vec16<T> acc[NG];
-  for (int j = 0; j < NG; ++j) acc[j] = Vec16<T>::zero();
-  for (int d = 0; d < head_dim; ++d) {
-    const Vec16<T> qd = Vec16<T>::broadcast(q[d]);
-    for (int j = 0; j < NG; ++j) acc[j].fma(qd, load_lanes<T>(kbs[j] + d * kLanes));
-  }
-  for (int j = 0; j < NG; ++j) acc[j].store(scores + j * kLanes);
+  Vec16<T> acc[NG][HG];
+  for (int j = 0; j < NG; ++j)
+    for (int h = 0; h < HG; ++h) acc[j][h] = Vec16<T>::zero();
+  for (int d = 0; d < head_dim; ++d)
+    for (int j = 0; j < NG; ++j) {
+      const Vec16<T> k = load_lanes<T>(kbs[j] + d * kLanes);
+      for (int h = 0; h < HG; ++h) acc[j][h].fma(Vec16<T>::broadcast(q[h * head_dim + d]), k);
+    }
+  for (int j = 0; j < NG; ++j)
+    for (int h = 0; h < HG; ++h) acc[j][h].store(scores + h * ld_s + j * kLanes);
 }
 
-/// HG consecutive query heads of one row over cache positions [first, last]:
-/// q holds the HG heads' queries back to back, kvh[h] is head h's KV head, and out
-/// receives the HG heads' outputs back to back. scores: HG rows of ld_s scratch, each
-/// at least round_up_lanes(last + 1) - 16 * (first / 16) values. Each head's result
-/// is the same as computing it alone: heads are grouped only to overlap their chains.
+/// HG consecutive query heads of one row, all reading KV head kvh, over cache
+/// positions [first, last]: q holds the HG heads' queries back to back and out
+/// receives their outputs back to back. scores: HG rows of ld_s scratch, each at
+/// least round_up_lanes(last + 1) - 16 * (first / 16) values. Each K and V value is
+/// read once for the HG heads, and each head's result is the same as computing it
+/// alone: the heads share loads, never a chain.
 template <int HG, class T, class Cache>
-inline void attend_heads(const T* q, const Cache& cache, int layer, const int* kvh, int head_dim, int first, int last,
+inline void attend_group(const T* q, const Cache& cache, int layer, int kvh, int head_dim, int first, int last,
                          T* scores, long ld_s, T* out) {
   const int b0 = first / kLanes, b1 = last / kLanes, nb = b1 - b0 + 1;
+  const long off = static_cast<long>(kvh) * head_dim * kLanes;  // the KV head inside a block
+  auto k_block = [&](int b) { return cache.k_block(layer, b) + off; };  // (head_dim, 16)
+  auto v_block = [&](int b) { return cache.v_block(layer, b) + off; };  // (16, head_dim)
+  constexpr int kNB = kScoreBlocks<T, HG>;
+  int g = 0;
+  for (; g + kNB <= nb; g += kNB) score_blocks<HG, kNB>(q, head_dim, b0 + g, k_block, scores + g * kLanes, ld_s);
+  for (; g < nb; ++g) score_blocks<HG, 1>(q, head_dim, b0 + g, k_block, scores + g * kLanes, ld_s);
   const T sqrt_dh = std::sqrt(static_cast<T>(head_dim));
   const T* w[HG];
   T* o[HG];
   for (int h = 0; h < HG; ++h) {
-    const long k_off = static_cast<long>(kvh[h]) * head_dim * kLanes;  // KV head inside a block
-    auto k_block = [&](int b) { return cache.k_block(layer, b) + k_off; };  // (head_dim, 16)
     T* s = scores + h * ld_s;
-    int g = 0;
-    for (; g + 4 <= nb; g += 4) score_blocks<4>(q + h * head_dim, head_dim, b0 + g, k_block, s + g * kLanes);
-    for (; g < nb; ++g) score_blocks<1>(q + h * head_dim, head_dim, b0 + g, k_block, s + g * kLanes);
     for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / sqrt_dh;
     softmax_blocks(s, b0 * kLanes, nb, first, last);
     w[h] = s + (first - b0 * kLanes);
     o[h] = out + h * head_dim;
   }
-  auto v_block = [&](int h, int b) {  // (16, head_dim)
-    return cache.v_block(layer, b) + static_cast<long>(kvh[h]) * head_dim * kLanes;
-  };
   weighted_sum<HG>(w, first, last, head_dim, v_block, o);
+}
+
+/// n_q consecutive query heads of one row, all reading KV head kvh (a GQA group or
+/// part of one), over cache positions [first, last]; q, out as for attend_group.
+/// Runs them in passes of kGroupPass<T> heads (then 4, 2, 1), each pass reading
+/// the KV head's positions once. scores: min(n_q, 8) rows of ld_s scratch.
+template <class T, class Cache>
+inline void attend_kv_head(const T* q, const Cache& cache, int layer, int kvh, int n_q, int head_dim, int first,
+                           int last, T* scores, long ld_s, T* out) {
+  constexpr int kPass = kGroupPass<T>;
+  const long step = head_dim;
+  int h = 0;
+  for (; n_q - h >= kPass; h += kPass)
+    attend_group<kPass>(q + h * step, cache, layer, kvh, head_dim, first, last, scores, ld_s, out + h * step);
+  if constexpr (kPass > 4)
+    if (n_q - h >= 4) {
+      attend_group<4>(q + h * step, cache, layer, kvh, head_dim, first, last, scores, ld_s, out + h * step);
+      h += 4;
+    }
+  if constexpr (kPass > 2)
+    if (n_q - h >= 2) {
+      attend_group<2>(q + h * step, cache, layer, kvh, head_dim, first, last, scores, ld_s, out + h * step);
+      h += 2;
+    }
+  if (n_q - h >= 1) attend_group<1>(q + h * step, cache, layer, kvh, head_dim, first, last, scores, ld_s, out + h * step);
 }
 
 /// R (up to 8) consecutive rows of one sequence (positions pos0 .. pos0 + R - 1), one query

@@ -50,12 +50,13 @@ struct Workspace {
   std::vector<T> route_scratch;     // (E) one row's probabilities
   detail::AlignedBuffer<T> xl;      // (logit_rows, ld_d) final-normed rows that need logits
   detail::AlignedBuffer<T> logits;  // (logit_rows, ld_v)
-  static constexpr int kScoreRows = 8;  // score rows per thread: up to 8 rows (prefill) or 2 heads (decode)
+  static constexpr int kScoreRows = 8;  // score rows per thread: up to 8 rows (prefill) or 8 heads (decode)
   detail::AlignedBuffer<T> scores;  // (score_threads, kScoreRows, ld_s) attention scores
   struct AttentionItem {
     int row;   // first row
-    int rows;  // consecutive rows of one sequence (1 = one row, a pair of heads)
+    int rows;  // consecutive rows of one sequence (1 = one row, `heads` query heads of one KV head)
     int head;  // first query head
+    int heads; // query heads (1 when rows > 1)
   };
   std::vector<AttentionItem> attention_items;  // the current call's attention work list
   std::vector<int> seq_rows;        // rows per sequence in the current call
