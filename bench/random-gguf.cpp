@@ -1,10 +1,12 @@
 // kvdecode-random-gguf: writes a GGUF model of TinyLlama-1.1B's shape (d_model
-// 2048, hidden 5632, 22 layers, 32 query / 4 KV heads, vocab 32000, context 2048)
+// 2048, hidden 5632, 22 layers, 32 query / 4 KV heads, vocab 32000, context 2048 by default)
 // with seeded random f16 weights and a synthetic SentencePiece-style vocabulary,
 // so that kvdecode-quantize and kvdecode-generate (--draft-model, --lookup) can be
 // measured on a model of that size without downloading one:
-//   kvdecode-random-gguf OUT.gguf [LAYERS] [SEED] [DECAY]
-// LAYERS (default 22) shrinks the model for a quicker run. Every matrix holds its own
+//   kvdecode-random-gguf OUT.gguf [LAYERS] [SEED] [DECAY] [CONTEXT]
+// LAYERS (default 22) shrinks the model for a quicker run. CONTEXT (default 2048)
+// is the context_length written, so a benchmark can decode at depth 2048 and beyond
+// (bench/peers.sh); it changes no weight. Every matrix holds its own
 // values, uniform in [-0.03, 0.03), from SplitMix64(seed, tensor index); norms are 1.
 // The embedding and the classifier are drawn first, then the layers in order, so the
 // file with fewer LAYERS and the same SEED and DECAY is the first layers of the larger
@@ -37,6 +39,8 @@
 #include "kvdecode/kvdecode.hpp"
 
 namespace {
+
+constexpr long long kDefaultContext = 2048, kMinContext = 16, kMaxContext = 1 << 20;
 
 // A synthetic SentencePiece-style vocabulary of V tokens: <unk>, <s>, </s>, the 256
 // byte pieces, then "▁t<i>" pieces.
@@ -124,25 +128,33 @@ int run_moe(int argc, char** argv) {
 
 int run(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "--moe") return run_moe(argc, argv);
-  if (argc < 2 || argc > 5 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+  if (argc < 2 || argc > 6 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::cerr << "usage: kvdecode-random-gguf OUT.gguf [LAYERS (1..22, default 22)] [SEED (default 1)] [DECAY (0..1, "
-                 "default 1)]\n"
+                 "default 1)] [CONTEXT (16..1048576, default 2048)]\n"
                  "  A random f16 model of the TinyLlama-1.1B shape. Fewer LAYERS with the same SEED and DECAY give the\n"
-                 "  first layers of the larger model. DECAY scales layer l's attn_output and ffn_down by DECAY^l.\n";
-    return argc < 2 || argc > 5 ? 2 : 0;
+                 "  first layers of the larger model. DECAY scales layer l's attn_output and ffn_down by DECAY^l.\n"
+                 "  CONTEXT is the context_length written (the weights do not depend on it).\n";
+    return argc < 2 || argc > 6 ? 2 : 0;
   }
   const std::string path = argv[1];
   const int layers = argc > 2 ? std::stoi(argv[2]) : 22;
   const std::uint64_t seed = argc > 3 ? std::stoull(argv[3]) : 1;
   const double decay = argc > 4 ? std::stod(argv[4]) : 1.0;
+  std::size_t used = 0;
+  const long long context = argc > 5 ? std::stoll(argv[5], &used) : kDefaultContext;
+  if (argc > 5 && used != std::string(argv[5]).size())
+    throw kvd::ArgumentError(kvd::detail::msg("CONTEXT = '", argv[5], "' is not a whole number in [", kMinContext, ", ",
+                                              kMaxContext, "]"));
   if (layers < 1 || layers > 22) throw kvd::ArgumentError(kvd::detail::msg("LAYERS = ", layers, " must be in [1, 22]"));
   if (!(decay > 0 && decay <= 1)) throw kvd::ArgumentError(kvd::detail::msg("DECAY = ", argv[4], " must be in (0, 1]"));
+  if (context < kMinContext || context > kMaxContext)
+    throw kvd::ArgumentError(kvd::detail::msg("CONTEXT = ", context, " must be in [", kMinContext, ", ", kMaxContext, "]"));
   const std::uint64_t d = 2048, ff = 5632, H = 32, KV = 4, V = 32000, dh = 64;
 
   kvd::GGUFWriter w;
   w.set_string("general.architecture", "llama");
   w.set_string("general.name", "random TinyLlama-1.1B shape");
-  w.set_u32("llama.context_length", 2048);
+  w.set_u32("llama.context_length", static_cast<std::uint32_t>(context));
   w.set_u32("llama.embedding_length", d);
   w.set_u32("llama.block_count", static_cast<std::uint32_t>(layers));
   w.set_u32("llama.feed_forward_length", ff);
@@ -183,7 +195,7 @@ int run(int argc, char** argv) {
     mat(name, kvd::tensor_cols(s, c), kvd::tensor_rows(s, c), scale);
   });
   w.write(path);
-  std::cerr << "wrote " << path << " (" << layers << " layers, f16, decay " << decay << ")\n";
+  std::cerr << "wrote " << path << " (" << layers << " layers, f16, decay " << decay << ", context " << context << ")\n";
   return 0;
 }
 
