@@ -28,7 +28,33 @@ enum class RopeStyle : std::uint8_t {
   kHalves = 1,    ///< pairs (x[i], x[i + n/2]): GPT-NeoX, Hugging Face rotate_half, GGUF qwen2/qwen3 ("NEOX")
 };
 
+/// Which heads a KV cache stores rotated by the fixed Walsh-Hadamard transform
+/// (model/hadamard.hpp): none, keys (queries rotated alike), or keys and values (the
+/// attention output rotated back). Explicit values: frozen (cache files, header byte 38).
+enum class KVRotation : std::uint8_t {
+  kNone = 0,
+  kKeys = 1,
+  kKeysValues = 2,
+};
+
+/// "none", "k" or "kv". Never fails.
+inline const char* kv_rotation_name(KVRotation r) {
+  return r == KVRotation::kKeys ? "k" : r == KVRotation::kKeysValues ? "kv" : "none";
+}
+
+/// Parses "none", "k" (also "keys") or "kv" (also "keys-values"). Throws ArgumentError
+/// naming the text and the accepted names.
+inline KVRotation parse_kv_rotation(const std::string& s) {
+  if (s == "none") return KVRotation::kNone;
+  if (s == "k" || s == "keys") return KVRotation::kKeys;
+  if (s == "kv" || s == "keys-values") return KVRotation::kKeysValues;
+  throw ArgumentError(detail::msg("unknown cache rotation '", s, "'; expected one of none, k, kv"));
+}
+
 namespace detail {
+/// True when n is a power of two (1, 2, 4, ...): the head widths a cache rotation takes.
+constexpr bool is_power_of_two(long long n) { return n > 0 && (n & (n - 1)) == 0; }
+
 /// The one sliding-window formula: the first position a query at `pos` may attend
 /// to, 0 without a window (sliding_window = 0), else max(0, pos - window + 1).
 inline int first_visible(int pos, int sliding_window) {
@@ -56,6 +82,10 @@ struct ModelConfig {
   int rope_dim = 0;               ///< leading dimensions of each head that RoPE rotates; 0 = all (head_dim)
   bool qkv_bias = false;          ///< q, k and v projections add a bias (qwen2)
   bool qk_norm = false;           ///< per-head RMSNorm of q and k before RoPE (qwen3)
+  /// How KV caches store heads: rotated by the Walsh-Hadamard transform (keys, or keys
+  /// and values) to spread outliers before a block type quantizes them. Not a property
+  /// of the weights: a load option (--cache-rotate). Needs a power-of-two head_dim.
+  KVRotation kv_rotation = KVRotation::kNone;
 
   int q_dim() const { return n_heads * head_dim; }            ///< H * Dh
   int kv_dim() const { return n_kv_heads * head_dim; }        ///< Hk * Dh
@@ -107,6 +137,11 @@ struct ModelConfig {
       throw ConfigError(detail::msg("ModelConfig.rope_style = ", static_cast<int>(rope_style), " is not a RoPE style"));
     if (sliding_window < 0)
       throw ConfigError(detail::msg("ModelConfig.sliding_window = ", sliding_window, " must be >= 0 (0 = off)"));
+    if (kv_rotation != KVRotation::kNone && kv_rotation != KVRotation::kKeys && kv_rotation != KVRotation::kKeysValues)
+      throw ConfigError(detail::msg("ModelConfig.kv_rotation = ", static_cast<int>(kv_rotation), " is not a cache rotation"));
+    if (kv_rotation != KVRotation::kNone && !detail::is_power_of_two(head_dim))
+      throw ConfigError(detail::msg("ModelConfig.head_dim = ", head_dim, " is not a power of two, which the cache rotation (",
+                                    kv_rotation_name(kv_rotation), ", a Walsh-Hadamard transform per head) needs"));
     // Limits that keep every buffer size far from integer overflow (2^31 elements per matrix).
     constexpr long long kMaxDim = 1 << 20;
     auto bounded = [&](const char* name, long long v) {
@@ -151,7 +186,8 @@ struct ModelConfig {
                        sliding_window ? detail::msg(" window=", sliding_window) : std::string(),
                        rope_style == RopeStyle::kHalves ? " rope=halves" : "",
                        rope_dim ? detail::msg(" rope_dim=", rope_dim) : std::string(), qkv_bias ? " qkv_bias" : "",
-                       qk_norm ? " qk_norm" : "");
+                       qk_norm ? " qk_norm" : "",
+                       kv_rotation != KVRotation::kNone ? detail::msg(" kv_rotation=", kv_rotation_name(kv_rotation)) : std::string());
   }
 
   bool operator==(const ModelConfig& o) const {
@@ -159,7 +195,8 @@ struct ModelConfig {
            n_kv_heads == o.n_kv_heads && head_dim == o.head_dim && hidden_dim == o.hidden_dim &&
            max_seq_len == o.max_seq_len && rope_theta == o.rope_theta && norm_eps == o.norm_eps &&
            shared_classifier == o.shared_classifier && sliding_window == o.sliding_window &&
-           rope_style == o.rope_style && rope_dim == o.rope_dim && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm;
+           rope_style == o.rope_style && rope_dim == o.rope_dim && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm &&
+           kv_rotation == o.kv_rotation;
   }
   bool operator!=(const ModelConfig& o) const { return !(*this == o); }
 };
