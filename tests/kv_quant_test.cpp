@@ -58,6 +58,25 @@ std::vector<double> oracle_block(const float* x, int bits) {
   return out;
 }
 
+// The cache rotation of one head of n floats (model/hadamard.hpp), computed in double
+// from the definition: the butterflies in their fixed order, then the scale
+// s = 1 / sqrt(n), each operation rounded to float as the float code rounds it
+// (round_f32 of a double sum, difference, product, quotient or square root of floats
+// is the correctly rounded float operation).
+std::vector<double> oracle_rotate(const float* x, int n) {
+  std::vector<double> v(x, x + n);
+  for (int len = 1; len < n; len *= 2)
+    for (int i = 0; i < n; i += 2 * len)
+      for (int j = i; j < i + len; ++j) {
+        const double a = v[j], b = v[j + len];
+        v[j] = round_f32(a + b);
+        v[j + len] = round_f32(a - b);
+      }
+  const double s = round_f32(1.0 / round_f32(std::sqrt(static_cast<double>(n))));
+  for (auto& e : v) e = round_f32(e * s);
+  return v;
+}
+
 // Blocks of 32 floats that exercise the rounding: several magnitudes, exact halves,
 // ties for the largest |x|, an all-zero block, a lone value, negative maxima.
 std::vector<std::vector<float>> oracle_cases() {
@@ -193,16 +212,37 @@ struct PairName {
 };
 TYPED_TEST_SUITE(KVQuantExact, Pairs, PairName);
 
-std::vector<kvd_test::NamedConfig> shapes() {
+// `c` with its caches' heads stored rotated (ModelConfig::kv_rotation).
+ModelConfig rotated(ModelConfig c, KVRotation rotation) {
+  c.kv_rotation = rotation;
+  return c;
+}
+
+std::vector<kvd_test::NamedConfig> shapes(KVRotation rotation = KVRotation::kNone) {
   using kvd_test::small_config;
   using kvd_test::windowed;
   return {
       // name, H, Hk, Dh, D, L, F, V, S
-      {"MHA_Dh32", small_config(2, 2, 32, 64, 2, 72, 97, 40)},
-      {"GQA_Dh64_S70", small_config(4, 2, 64, 128, 2, 96, 130, 70)},  // several 16-position blocks
-      {"GQA_Window12_S50", windowed(small_config(4, 2, 32, 64, 2, 56, 61, 50), 12)},  // ring-buffer cache
+      {"MHA_Dh32", rotated(small_config(2, 2, 32, 64, 2, 72, 97, 40), rotation)},
+      {"GQA_Dh64_S70", rotated(small_config(4, 2, 64, 128, 2, 96, 130, 70), rotation)},  // several 16-position blocks
+      {"GQA_Window12_S50", rotated(windowed(small_config(4, 2, 32, 64, 2, 56, 61, 50), 12), rotation)},  // ring-buffer cache
   };
 }
+
+// Both rotations, for the rotated variants of the suites below.
+constexpr KVRotation kRotations[] = {KVRotation::kKeys, KVRotation::kKeysValues};
+
+// A suite's test, unrotated as Name and rotated both ways (keys; keys and values) as RotatedName.
+#define KVD_EXACT_WITH_ROTATIONS(Name, check)                                       \
+  TYPED_TEST(KVQuantExact, Name) {                                                  \
+    check<typename TypeParam::Key, typename TypeParam::Value>(KVRotation::kNone);   \
+  }                                                                                 \
+  TYPED_TEST(KVQuantExact, Rotated##Name) {                                         \
+    for (KVRotation r : kRotations) {                                               \
+      SCOPED_TRACE(kv_rotation_name(r));                                            \
+      check<typename TypeParam::Key, typename TypeParam::Value>(r);                 \
+    }                                                                               \
+  }
 
 template <class T, class Cache>
 RowMatrix<T> prefill_then_decode(Transformer<T>& model, const std::vector<int>& tokens, int k, Cache& cache) {
@@ -222,13 +262,26 @@ void expect_rows_eq(const RowMatrix<T>& got, const RowMatrix<T>& ref, const std:
         << what << ", row " << r << ": " << kvd_test::first_difference(got.row(r).data(), ref.row(r).data(), got.cols());
 }
 
+// Prefill of k tokens then decode of the rest, with 1 and with 2 threads, == ref.
+template <class K, class V>
+void expect_threads_match(Transformer<float>& model, const std::vector<int>& tokens, const RowMatrix<float>& ref,
+                          int k) {
+  const int saved = num_threads();
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    KVCache<float, K, V> cache(model.config());
+    const RowMatrix<float> out = prefill_then_decode(model, tokens, k, cache);
+    set_num_threads(saved);
+    expect_rows_eq(out, ref, std::to_string(threads) + " thread(s)");
+  }
+}
+
 }  // namespace
 
 // Prefill (all logits), and prefill + decode at several splits, == forward_reference<K, V>.
-TYPED_TEST(KVQuantExact, PrefillAndDecodeMatchReference) {
-  using K = typename TypeParam::Key;
-  using V = typename TypeParam::Value;
-  for (const auto& shape : shapes()) {
+template <class K, class V>
+void prefill_and_decode_match(KVRotation rotation) {
+  for (const auto& shape : shapes(rotation)) {
     SCOPED_TRACE(shape.name);
     const ModelConfig& c = shape.config;
     Transformer<float> model(ModelWeights<float>::random(c, 31));
@@ -240,12 +293,12 @@ TYPED_TEST(KVQuantExact, PrefillAndDecodeMatchReference) {
     }
   }
 }
+KVD_EXACT_WITH_ROTATIONS(PrefillAndDecodeMatchReference, prefill_and_decode_match)
 
 // Chunked prefill (pieces of 5, 16 and 23) == the reference.
-TYPED_TEST(KVQuantExact, ChunkedPrefillMatchesReference) {
-  using K = typename TypeParam::Key;
-  using V = typename TypeParam::Value;
-  for (const auto& shape : shapes()) {
+template <class K, class V>
+void chunked_prefill_matches(KVRotation rotation) {
+  for (const auto& shape : shapes(rotation)) {
     SCOPED_TRACE(shape.name);
     const ModelConfig& c = shape.config;
     Transformer<float> model(ModelWeights<float>::random(c, 32));
@@ -263,13 +316,13 @@ TYPED_TEST(KVQuantExact, ChunkedPrefillMatchesReference) {
     }
   }
 }
+KVD_EXACT_WITH_ROTATIONS(ChunkedPrefillMatchesReference, chunked_prefill_matches)
 
 // decode_batch over contiguous caches and over paged sequences (sharing a forked
 // prefix) == each sequence decoded alone == the reference.
-TYPED_TEST(KVQuantExact, BatchedPagedAndForkedMatchReference) {
-  using K = typename TypeParam::Key;
-  using V = typename TypeParam::Value;
-  const ModelConfig c = kvd_test::small_config(4, 2, 64, 128, 2, 96, 130, 70);
+template <class K, class V>
+void batched_paged_forked_match(KVRotation rotation) {
+  const ModelConfig c = rotated(kvd_test::small_config(4, 2, 64, 128, 2, 96, 130, 70), rotation);
   Transformer<float> model(ModelWeights<float>::random(c, 33));
   const int B = 4, steps = 30, prompt_len[B] = {1, 16, 21, 33};
   std::vector<std::vector<int>> tokens;
@@ -315,24 +368,18 @@ TYPED_TEST(KVQuantExact, BatchedPagedAndForkedMatchReference) {
     }
   }
 }
+KVD_EXACT_WITH_ROTATIONS(BatchedPagedAndForkedMatchReference, batched_paged_forked_match)
 
 // One and two threads give the same bits.
-TYPED_TEST(KVQuantExact, OneAndTwoThreadsIdentical) {
-  using K = typename TypeParam::Key;
-  using V = typename TypeParam::Value;
-  const ModelConfig c = kvd_test::small_config(4, 2, 64, 128, 2, 96, 130, 70);
+template <class K, class V>
+void one_and_two_threads_identical(KVRotation rotation) {
+  const ModelConfig c = rotated(kvd_test::small_config(4, 2, 64, 128, 2, 96, 130, 70), rotation);
   Transformer<float> model(ModelWeights<float>::random(c, 35));
   const auto tokens = make_tokens(c.max_seq_len, c.vocab_size, 36);
   const RowMatrix<float> ref = model.forward_reference<K, V>(tokens);
-  const int saved = num_threads();
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    KVCache<float, K, V> cache(c);
-    const RowMatrix<float> out = prefill_then_decode(model, tokens, 40, cache);
-    set_num_threads(saved);
-    expect_rows_eq(out, ref, std::to_string(threads) + " thread(s)");
-  }
+  expect_threads_match<K, V>(model, tokens, ref, 40);
 }
+KVD_EXACT_WITH_ROTATIONS(OneAndTwoThreadsIdentical, one_and_two_threads_identical)
 
 // Wide GQA groups, which decode reads as one item per KV head (or a part of one when
 // there are fewer KV heads than threads), in passes of up to 8 query heads sharing
@@ -347,20 +394,12 @@ void expect_wide_groups_exact() {
       {"GQA_H6_Hk2_Dh64", small_config(6, 2, 64, 96, 2, 56, 61, 37)},
       {"GQA_H16_Hk2_Dh32_Window9", kvd_test::windowed(small_config(16, 2, 32, 64, 1, 56, 61, 45), 9)},
   };
-  const int saved = num_threads();
   for (const auto& shape : wide) {
     SCOPED_TRACE(shape.name);
     const ModelConfig& c = shape.config;
     Transformer<float> model(ModelWeights<float>::random(c, 39));
     const auto tokens = make_tokens(c.max_seq_len, c.vocab_size, 40);
-    const RowMatrix<float> ref = model.forward_reference<K, V>(tokens);
-    for (int threads : {1, 2}) {
-      set_num_threads(threads);
-      KVCache<float, K, V> cache(c);
-      const RowMatrix<float> out = prefill_then_decode(model, tokens, 5, cache);
-      set_num_threads(saved);
-      expect_rows_eq(out, ref, std::to_string(threads) + " thread(s)");
-    }
+    expect_threads_match<K, V>(model, tokens, model.forward_reference<K, V>(tokens), 5);
   }
 }
 
@@ -522,13 +561,158 @@ std::string error_of(F&& f) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- the cache rotation
+
+// The rotation of a head (hadamard_rotate) equals the double oracle bit for bit, for
+// every power-of-two width up to 256, and a rotated head row quantized and read back
+// (what a rotated q8_0 / q4_0 cache holds) equals the oracle's rotation then the
+// oracle's quantization.
+TEST(KVQuantRotation, RotationEqualsDoubleOracle) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> g(0.0f, 2.0f);
+  for (int n = 1; n <= 256; n *= 2)
+    for (int r = 0; r < 20; ++r) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = g(rng);
+      if (r == 0) x[0] = 40.0f;  // one outlier, which the rotation spreads
+      const std::vector<double> want = oracle_rotate(x.data(), n);
+      std::vector<float> got = x;
+      detail::hadamard_rotate(got.data(), 1, n);
+      for (int i = 0; i < n; ++i) ASSERT_EQ(static_cast<double>(got[i]), want[i]) << "width " << n << ", index " << i;
+      if (n < 32) continue;
+      for (int bits : {8, 4}) {
+        std::vector<float> stored = got;
+        if (bits == 8) detail::KVStore<CacheQ8_0>::round_trip(stored.data(), n);
+        else detail::KVStore<CacheQ4_0>::round_trip(stored.data(), n);
+        std::vector<float> rotated_f(want.begin(), want.end());
+        for (int b = 0; b < n; b += 32) {
+          const std::vector<double> q = oracle_block(rotated_f.data() + b, bits);
+          for (int j = 0; j < 32; ++j)
+            ASSERT_EQ(static_cast<double>(stored[b + j]), q[j]) << "q" << bits << ", width " << n << ", index " << b + j;
+        }
+      }
+    }
+}
+
+// The rotation keeps q.k: scores of rotated q and k differ from the unrotated ones only
+// by rounding (an orthonormal transform), and rotating twice gives the row back
+// within rounding. A sanity check of the transform, not of exactness.
+TEST(KVQuantRotation, PreservesDotProductsAndIsItsOwnInverse) {
+  std::mt19937 rng(18);
+  std::normal_distribution<double> g(0.0, 1.0);
+  std::vector<double> q(64), k(64);
+  for (auto& v : q) v = g(rng);
+  for (auto& v : k) v = g(rng);
+  double dot = 0;
+  for (int i = 0; i < 64; ++i) dot += q[i] * k[i];
+  std::vector<double> qr = q, kr = k;
+  detail::hadamard_rotate(qr.data(), 1, 64);
+  detail::hadamard_rotate(kr.data(), 1, 64);
+  double dot_r = 0;
+  for (int i = 0; i < 64; ++i) dot_r += qr[i] * kr[i];
+  EXPECT_NEAR(dot_r, dot, 1e-12);
+  detail::hadamard_rotate(qr.data(), 1, 64);
+  for (int i = 0; i < 64; ++i) EXPECT_NEAR(qr[i], q[i], 1e-14);
+}
+
+// A rotation needs a power-of-two head_dim: the config, a cache and the model refuse
+// head_dim 48 naming it and the rotation; an unrotated one takes it.
+TEST(KVQuantRotation, HeadDimNotAPowerOfTwoRefused) {
+  ModelConfig c = kvd_test::small_config(2, 2, 48, 96, 1, 56, 61, 20);
+  c.validate();
+  c.kv_rotation = KVRotation::kKeys;
+  const std::string e = error_of<ConfigError>([&] { c.validate(); });
+  EXPECT_NE(e.find("head_dim = 48"), std::string::npos) << e;
+  EXPECT_NE(e.find("power of two"), std::string::npos) << e;
+  EXPECT_THROW((KVCache<float, Eigen::half>(c)), ConfigError);
+  c.kv_rotation = static_cast<KVRotation>(7);
+  c.head_dim = 32;
+  c.d_model = 64;
+  EXPECT_NE(error_of<ConfigError>([&] { c.validate(); }).find("kv_rotation = 7"), std::string::npos);
+}
+
+// A rotated cache means nothing to an unrotated model, and the other way round:
+// the model refuses the cache (CacheMismatchError naming the rotation), and so does
+// a cache file restored into a cache of the other rotation.
+TEST(KVQuantRotation, RotatedAndUnrotatedDoNotMix) {
+  kvd_test::TempDir dir;
+  const ModelConfig plain = kvd_test::small_config(4, 2, 32, 64, 1, 56, 61, 40);
+  const ModelConfig rot = rotated(plain, KVRotation::kKeys);
+  Transformer<float> model(ModelWeights<float>::random(plain, 45));
+  KVCache<float, CacheQ4_0> rotated_cache(rot);
+  const std::string e = error_of<CacheMismatchError>([&] { model.decode_step(1, rotated_cache); });
+  EXPECT_NE(e.find("rotation k"), std::string::npos) << e;
+  EXPECT_EQ(rotated_cache.length(), 0);
+  Transformer<float> rot_model(ModelWeights<float>::random(rot, 45));
+  rot_model.prefill(make_tokens(9, rot.vocab_size, 46), rotated_cache);
+  const std::string path = dir.file("rot.kvdc");
+  save_cache(rotated_cache, path, 3);
+  EXPECT_EQ(read_cache_info(path).shape.rotation, KVRotation::kKeys);
+  KVCache<float, CacheQ4_0> unrotated(plain);
+  const std::string f = error_of<CacheMismatchError>([&] { restore_cache(path, unrotated, 3); });
+  EXPECT_NE(f.find("rotation k"), std::string::npos) << f;
+  EXPECT_EQ(unrotated.length(), 0);
+  // A rotated cache of one plain type is a version 3 file (version 1 has no room for it).
+  KVCache<float, Eigen::half> rotated_f16(rot);
+  rot_model.prefill(make_tokens(9, rot.vocab_size, 46), rotated_f16);
+  const std::string path16 = dir.file("rot16.kvdc");
+  save_cache(rotated_f16, path16, 3);
+  const std::vector<unsigned char> bytes = read_bytes(path16);
+  EXPECT_EQ(detail::load_u32_le(bytes.data() + 4), 3u);
+  EXPECT_EQ(bytes[38], 1u);
+  KVCache<float, Eigen::half> back(rot);
+  restore_cache(path16, back, 3);
+  EXPECT_EQ(values_of(back, 0), values_of(rotated_f16, 0));
+}
+
+// Header byte 38 of a cache file: a rotation code that is none of 0, 1, 2 is refused
+// naming it; in a version 1 file it stays a reserved byte that must be 0; a rotation
+// with a head_dim that is not a power of two is refused naming head_dim. The target
+// cache stays empty.
+TEST(KVQuantRotation, BadRotationByteRefused) {
+  kvd_test::TempDir dir;
+  const ModelConfig plain = kvd_test::small_config(4, 2, 32, 64, 1, 56, 61, 40);
+  const ModelConfig rot = rotated(plain, KVRotation::kKeysValues);
+  Transformer<float> model(ModelWeights<float>::random(rot, 47));
+  KVCache<float, Eigen::half> cache(rot);
+  model.prefill(make_tokens(5, rot.vocab_size, 48), cache);
+  const std::string path = dir.file("r.kvdc");
+  save_cache(cache, path, 0);
+  auto bytes = read_bytes(path);
+  ASSERT_EQ(bytes[38], 2u);
+  bytes[38] = 3;
+  reseal(bytes);
+  write_bytes(path, bytes);
+  KVCache<float, Eigen::half> target(rot);
+  EXPECT_HAS(error_of<FileError>([&] { restore_cache(path, target, 0); }), "rotation = 3");
+  EXPECT_EQ(target.length(), 0);
+  // head_dim 48 (and d_model 96) in a rotated file
+  bytes[38] = 1;
+  detail::store_u32_le(bytes.data() + 20, 48);
+  reseal(bytes);
+  write_bytes(path, bytes);
+  EXPECT_HAS(error_of<FileError>([&] { read_cache_info(path); }), "head_dim = 48");
+  // version 1 (an unrotated f16 cache): byte 38 is reserved
+  Transformer<float> plain_model(ModelWeights<float>::random(plain, 47));
+  KVCache<float, Eigen::half> plain_cache(plain);
+  plain_model.prefill(make_tokens(5, plain.vocab_size, 48), plain_cache);
+  save_cache(plain_cache, path, 0);
+  bytes = read_bytes(path);
+  ASSERT_EQ(detail::load_u32_le(bytes.data() + 4), 1u);
+  bytes[38] = 1;
+  reseal(bytes);
+  write_bytes(path, bytes);
+  KVCache<float, Eigen::half> plain_target(plain);
+  EXPECT_HAS(error_of<FileError>([&] { restore_cache(path, plain_target, 0); }), "reserved header byte 38");
+  EXPECT_EQ(plain_target.length(), 0);
+}
+
 // save_cache then restore_cache (contiguous and paged) and load_cache: the same values,
 // a version 3 file naming both types, and decoding on equals the reference.
-TYPED_TEST(KVQuantExact, CacheFileRoundTripIsExact) {
-  using K = typename TypeParam::Key;
-  using V = typename TypeParam::Value;
+template <class K, class V>
+void cache_file_round_trip(KVRotation rotation) {
   kvd_test::TempDir dir;
-  for (const auto& shape : shapes()) {
+  for (const auto& shape : shapes(rotation)) {
     SCOPED_TRACE(shape.name);
     const ModelConfig& c = shape.config;
     Transformer<float> model(ModelWeights<float>::random(c, 41));
@@ -568,13 +752,13 @@ TYPED_TEST(KVQuantExact, CacheFileRoundTripIsExact) {
     EXPECT_TRUE(std::equal(a.begin() + 64, a.end() - 8, b.begin() + 64));
   }
 }
+KVD_EXACT_WITH_ROTATIONS(CacheFileRoundTripIsExact, cache_file_round_trip)
 
 // A prompt cache of a quantized conversation restores and continues exactly.
-TYPED_TEST(KVQuantExact, PromptCacheRoundTripIsExact) {
-  using K = typename TypeParam::Key;
-  using V = typename TypeParam::Value;
+template <class K, class V>
+void prompt_cache_round_trip(KVRotation rotation) {
   kvd_test::TempDir dir;
-  const ModelConfig c = kvd_test::small_config(4, 2, 32, 64, 2, 56, 61, 50);
+  const ModelConfig c = rotated(kvd_test::small_config(4, 2, 32, 64, 2, 56, 61, 50), rotation);
   Transformer<float> model(ModelWeights<float>::random(c, 43));
   const auto tokens = make_tokens(c.max_seq_len, c.vocab_size, 44);
   const RowMatrix<float> ref = model.forward_reference<K, V>(tokens);
@@ -593,6 +777,7 @@ TYPED_TEST(KVQuantExact, PromptCacheRoundTripIsExact) {
   KVCache<float> other(c);
   EXPECT_HAS(error_of<CacheMismatchError>([&] { restore_prompt_cache(path, other, 9); }), "holds");
 }
+KVD_EXACT_WITH_ROTATIONS(PromptCacheRoundTripIsExact, prompt_cache_round_trip)
 
 // Bad version 3 files: one targeted change each to a sound file of q8_0 keys and
 // q4_0 values (or f16 values), resealed so the check meant for it fires; the target

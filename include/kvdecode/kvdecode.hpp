@@ -47,6 +47,7 @@
 
 #include "kvdecode/model/ops.hpp"
 #include "kvdecode/model/workspace.hpp"
+#include "kvdecode/model/hadamard.hpp"
 #include "kvdecode/model/attention.hpp"
 #include "kvdecode/model/mlp.hpp"
 #include "kvdecode/model/moe.hpp"

@@ -40,6 +40,7 @@ void round_trip(const std::string& path, const kvd::CacheFileInfo& info, const s
   c.head_dim = info.shape.head_dim;
   c.max_seq_len = info.shape.max_seq_len;
   c.sliding_window = info.shape.sliding_window;
+  c.kv_rotation = info.shape.rotation;  // a rotated file loads into a rotated cache
   c.d_model = 2; c.hidden_dim = 2; c.vocab_size = 3;
   kvd::CacheLoadOptions opt;
   opt.model_id = info.model_id;

@@ -167,6 +167,13 @@ void cache_files(const fs::path& tmp) {
   c.sliding_window = 3;
   c.max_seq_len = 40;
   cache_file<kvd::CacheQ4_0>(tmp, "q4_0-window3-20of40", c, 20, 40);
+  // Rotated heads (header byte 38): q4_0 keys rotated, and one plain type rotated (version 3 too).
+  c = tiny(true);
+  c.head_dim = 32;
+  c.kv_rotation = kvd::KVRotation::kKeys;
+  cache_file<kvd::CacheQ4_0>(tmp, "q4_0-rotated-k-2of4", c, 2, 4);
+  c.kv_rotation = kvd::KVRotation::kKeysValues;
+  cache_file<Eigen::half>(tmp, "f16-rotated-kv-3of8", c, 3, 8);
 }
 
 template <class S, class SV = S>
@@ -221,6 +228,9 @@ void prompt_cache_files(const fs::path& tmp) {
   prompt_cache_file<kvd::CacheQ4_0, Eigen::half>(tmp, "q4_0-keys-f16-values-2of4", c, 2, 4);
   c.max_seq_len = 32;
   prompt_cache_file<kvd::CacheQ8_0, kvd::CacheQ4_0>(tmp, "paged-q8_0-keys-q4_0-values-20of32", c, 20, 0, true);
+  // Rotated heads inside (the cache file's header byte 38).
+  c.kv_rotation = kvd::KVRotation::kKeysValues;
+  prompt_cache_file<kvd::CacheQ8_0>(tmp, "q8_0-rotated-kv-3of8", c, 3, 8);
 }
 
 void ggufs() {

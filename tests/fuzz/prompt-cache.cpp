@@ -54,6 +54,7 @@ void round_trip(const std::string& path, const kvd::PromptCacheInfo& info, const
   c.head_dim = info.cache.shape.head_dim;
   c.max_seq_len = info.cache.shape.max_seq_len;
   c.sliding_window = info.cache.shape.sliding_window;
+  c.kv_rotation = info.cache.shape.rotation;  // a rotated file loads into a rotated cache
   c.d_model = 2; c.hidden_dim = 2; c.vocab_size = 3;
   kvd::KVCache<T, S, SV> cache(c, info.cache.capacity);
   const std::vector<int> tokens = kvd::restore_prompt_cache(path, cache, info.model_id);

@@ -25,14 +25,20 @@
 //       64      -  data: (length - first, 2 [K then V], n_layers, n_kv_heads, head_dim) raw elements of dtype
 //   end - 8     8  u64 checksum: FNV-1a 64 of every byte before it
 //
-// Version 3 (written when keys and values differ in type, or either is a block
-// type q8_0 / q4_0; version 1 is written otherwise, byte for byte as before):
+// Version 3 (written when keys and values differ in type, either is a block type
+// q8_0 / q4_0, or the heads are rotated; version 1 is written otherwise, byte for
+// byte as before):
 //       36      1  u8  K dtype (0 f32, 1 f64, 2 bf16, 3 f16, 4 q8_0, 5 q4_0)
 //       37      1  u8  V dtype (the same codes)
 //       64      -  data: (length - first, 2 [K then V], n_layers, n_kv_heads) rows of
 //                      head_dim values: a plain type's raw elements, or a block type's
 //                      head_dim / 32 blocks of [f16 d, codes] as ggml stores them
 //                      (q8_0: 32 int8; q4_0: 16 bytes, byte j = (q[j] + 8) | (q[j + 16] + 8) << 4)
+//       38      1  u8  rotation (KVRotation's frozen codes: 0 none, 1 keys, 2 keys and
+//                      values): the heads are stored rotated (ModelConfig::kv_rotation);
+//                      part of the cache shape. Needs a power-of-two head_dim. A rotated
+//                      cache is always version 3, and builds before rotation refuse
+//                      the byte (version 1 and older version 3 files keep it 0).
 //   every other field as in version 1 (data bytes = (length - first) * the cache's bytes_per_token()).
 // A block must be one the quantizer writes (kv_cache.hpp, KVStore): its scale finite, and
 // quantizing the values it reads as gives it back; a block type needs a head_dim
@@ -147,10 +153,12 @@ inline bool is_block_type(DType t) { return t == DType::kQ8 || t == DType::kQ4; 
 /// "f32", ..., "q8_0", "q4_0": the names the options take.
 inline const char* type_text(DType t) { return t == DType::kQ8 ? "q8_0" : t == DType::kQ4 ? "q4_0" : dtype_name(t); }
 
-/// "(layers 2, kv_heads 4, head_dim 16, max_seq_len 256, sliding_window 0)"
+/// "(layers 2, kv_heads 4, head_dim 16, max_seq_len 256, sliding_window 0)", and
+/// ", rotation kv" before the parenthesis closes for a rotated cache.
 inline std::string shape_text(const CacheShape& s) {
   return msg("(layers ", s.n_layers, ", kv_heads ", s.n_kv_heads, ", head_dim ", s.head_dim, ", max_seq_len ",
-             s.max_seq_len, ", sliding_window ", s.sliding_window, ")");
+             s.max_seq_len, ", sliding_window ", s.sliding_window,
+             s.rotation != KVRotation::kNone ? msg(", rotation ", kv_rotation_name(s.rotation)) : std::string(), ")");
 }
 
 /// The first position a cache of this shape and length keeps (KVCache::first_position()).
@@ -162,7 +170,7 @@ inline int first_kept(const CacheShape& s, int length) {
 inline std::array<unsigned char, kHeaderBytes> make_header(const CacheShape& shape, DType dtype, DType value_dtype,
                                                            int capacity, int length, int first, std::uint64_t model_id,
                                                            std::uint64_t data_bytes) {
-  const bool typed = dtype != value_dtype || is_block_type(dtype);
+  const bool typed = dtype != value_dtype || is_block_type(dtype) || shape.rotation != KVRotation::kNone;
   std::array<unsigned char, kHeaderBytes> h{};
   std::memcpy(h.data(), kMagic, 4);
   store_u32_le(h.data() + 4, typed ? kVersionTyped : kVersion);
@@ -175,6 +183,7 @@ inline std::array<unsigned char, kHeaderBytes> make_header(const CacheShape& sha
   store_u32_le(h.data() + 32, static_cast<std::uint32_t>(length));
   h[36] = static_cast<unsigned char>(dtype);
   h[37] = static_cast<unsigned char>(typed ? static_cast<unsigned>(value_dtype) : element_bytes(dtype));
+  h[38] = static_cast<unsigned char>(shape.rotation);  // 0 unless rotated (then version 3)
   store_u64_le(h.data() + 40, model_id);
   store_u64_le(h.data() + 48, data_bytes);
   store_u32_le(h.data() + 56, static_cast<std::uint32_t>(shape.sliding_window));
@@ -249,19 +258,26 @@ inline CacheFileInfo parse_header(const std::string& path, const unsigned char* 
         bad(path, "header field ", field, " = ", type_text(t), " needs a head_dim that is a multiple of ", kQuantBlock,
             ", but head_dim = ", info.shape.head_dim);
     }
-    // One file per cache: one plain type for keys and values is written as version 1,
-    // so a version 3 file of one plain type is refused (restoring and saving it again
-    // must give the same bytes).
-    if (h[36] == h[37] && !is_block_type(dtype))
+    if (h[38] > static_cast<unsigned>(KVRotation::kKeysValues))
+      bad(path, "header field rotation = ", unsigned(h[38]), " is not a cache rotation (0 none, 1 keys, 2 keys and values)");
+    info.shape.rotation = static_cast<KVRotation>(h[38]);
+    if (info.shape.rotation != KVRotation::kNone && !is_power_of_two(info.shape.head_dim))
+      bad(path, "header field rotation = ", kv_rotation_name(info.shape.rotation),
+          " needs a head_dim that is a power of two, but head_dim = ", info.shape.head_dim);
+    // One file per cache: one plain type for keys and values, unrotated, is written as
+    // version 1, so a version 3 file of one plain type is refused unless rotated
+    // (restoring and saving it again must give the same bytes).
+    if (h[36] == h[37] && !is_block_type(dtype) && info.shape.rotation == KVRotation::kNone)
       bad(path, "header fields K dtype = V dtype = ", type_text(dtype), " in a version ", kVersionTyped,
-          " file; version ", kVersionTyped, " holds a block type or keys and values of different types, one plain "
-          "type is version ", kVersion);
+          " file; version ", kVersionTyped, " holds a block type, keys and values of different types or rotated "
+          "heads, one plain type is version ", kVersion);
     info.dtype = dtype;
     info.value_dtype = static_cast<DType>(h[37]);
     elem = 1;  // sizes below come from the row bytes of each type
   }
   for (int off : {38, 39})
-    if (h[off] != 0) bad(path, "reserved header byte ", off, " = ", unsigned(h[off]), " must be 0");
+    if (h[off] != 0 && !(off == 38 && version == kVersionTyped))
+      bad(path, "reserved header byte ", off, " = ", unsigned(h[off]), " must be 0");
   info.model_id = load_u64_le(h + 40);
 
   // Each factor is at most 2^20, but their product can pass 2^64 (2^20 layers x 2^20

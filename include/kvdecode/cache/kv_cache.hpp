@@ -363,16 +363,18 @@ inline std::size_t cache_size_mul(std::size_t a, std::size_t b, const char* what
 }
 }  // namespace detail
 
-/// The shape a cache must agree with: layers, KV heads and head width.
+/// The shape a cache must agree with: layers, KV heads and head width, and whether
+/// its heads are stored rotated (a rotated cache means nothing to an unrotated model).
 struct CacheShape {
   int n_layers = 0, n_kv_heads = 0, head_dim = 0, max_seq_len = 0;
   int sliding_window = 0;  ///< 0 = every past position is kept
+  KVRotation rotation = KVRotation::kNone;  ///< heads stored rotated (ModelConfig::kv_rotation)
   static CacheShape of(const ModelConfig& c) {
-    return {c.n_layers, c.n_kv_heads, c.head_dim, c.max_seq_len, c.sliding_window};
+    return {c.n_layers, c.n_kv_heads, c.head_dim, c.max_seq_len, c.sliding_window, c.kv_rotation};
   }
   bool operator==(const CacheShape& o) const {
     return n_layers == o.n_layers && n_kv_heads == o.n_kv_heads && head_dim == o.head_dim &&
-           max_seq_len == o.max_seq_len && sliding_window == o.sliding_window;
+           max_seq_len == o.max_seq_len && sliding_window == o.sliding_window && rotation == o.rotation;
   }
   bool operator!=(const CacheShape& o) const { return !(*this == o); }
 };

@@ -30,7 +30,33 @@ enum class RopeStyle : std::uint8_t {
   kHalves = 1,    ///< pairs (x[i], x[i + n/2]): GPT-NeoX, Hugging Face rotate_half, GGUF qwen2/qwen3 ("NEOX")
 };
 
+/// Which heads a KV cache stores rotated by the fixed Walsh-Hadamard transform
+/// (model/hadamard.hpp): none, keys (queries rotated alike), or keys and values (the
+/// attention output rotated back). Explicit values: frozen (cache files, header byte 38).
+enum class KVRotation : std::uint8_t {
+  kNone = 0,
+  kKeys = 1,
+  kKeysValues = 2,
+};
+
+/// "none", "k" or "kv". Never fails.
+inline const char* kv_rotation_name(KVRotation r) {
+  return r == KVRotation::kKeys ? "k" : r == KVRotation::kKeysValues ? "kv" : "none";
+}
+
+/// Parses "none", "k" (also "keys") or "kv" (also "keys-values"). Throws ArgumentError
+/// naming the text and the accepted names.
+inline KVRotation parse_kv_rotation(const std::string& s) {
+  if (s == "none") return KVRotation::kNone;
+  if (s == "k" || s == "keys") return KVRotation::kKeys;
+  if (s == "kv" || s == "keys-values") return KVRotation::kKeysValues;
+  throw ArgumentError(detail::msg("unknown cache rotation '", s, "'; expected one of none, k, kv"));
+}
+
 namespace detail {
+/// True when n is a power of two (1, 2, 4, ...): the head widths a cache rotation takes.
+constexpr bool is_power_of_two(long long n) { return n > 0 && (n & (n - 1)) == 0; }
+
 /// The one sliding-window formula: the first position a query at `pos` may attend
 /// to, 0 without a window (sliding_window = 0), else max(0, pos - window + 1).
 inline int first_visible(int pos, int sliding_window) {
@@ -70,6 +96,10 @@ struct ModelConfig {
   int n_experts_used = 0;         ///< K: experts each row runs, in [1, E] when E > 0, else 0
   RouterOrder router_order = RouterOrder::kSoftmaxTopK;  ///< softmax then top-k, or top-k then softmax
   bool norm_topk_prob = false;    ///< the K router weights are divided by their sum (Qwen3-MoE)
+  /// How KV caches store heads: rotated by the Walsh-Hadamard transform (keys, or keys
+  /// and values) to spread outliers before a block type quantizes them. Not a property
+  /// of the weights: a load option (--cache-rotate). Needs a power-of-two head_dim.
+  KVRotation kv_rotation = KVRotation::kNone;
 
   int q_dim() const { return n_heads * head_dim; }            ///< H * Dh
   int kv_dim() const { return n_kv_heads * head_dim; }        ///< Hk * Dh
@@ -145,6 +175,11 @@ struct ModelConfig {
       throw ConfigError(detail::msg("ModelConfig.n_experts_used = ", n_experts_used, " must be 0 without experts (n_experts = 0)"));
     if (router_order != RouterOrder::kSoftmaxTopK && router_order != RouterOrder::kTopKSoftmax)
       throw ConfigError(detail::msg("ModelConfig.router_order = ", static_cast<int>(router_order), " is not a router order"));
+    if (kv_rotation != KVRotation::kNone && kv_rotation != KVRotation::kKeys && kv_rotation != KVRotation::kKeysValues)
+      throw ConfigError(detail::msg("ModelConfig.kv_rotation = ", static_cast<int>(kv_rotation), " is not a cache rotation"));
+    if (kv_rotation != KVRotation::kNone && !detail::is_power_of_two(head_dim))
+      throw ConfigError(detail::msg("ModelConfig.head_dim = ", head_dim, " is not a power of two, which the cache rotation (",
+                                    kv_rotation_name(kv_rotation), ", a Walsh-Hadamard transform per head) needs"));
     // Limits that keep every buffer size far from integer overflow (2^31 elements per matrix).
     constexpr long long kMaxDim = 1 << 20;
     auto bounded = [&](const char* name, long long v) {
@@ -195,7 +230,8 @@ struct ModelConfig {
                        n_experts ? detail::msg(" experts=", n_experts_used, "/", n_experts,
                                                router_order == RouterOrder::kTopKSoftmax ? " topk-softmax" : "",
                                                norm_topk_prob ? " norm_topk" : "")
-                                 : std::string());
+                                 : std::string(),
+                       kv_rotation != KVRotation::kNone ? detail::msg(" kv_rotation=", kv_rotation_name(kv_rotation)) : std::string());
   }
 
   bool operator==(const ModelConfig& o) const {
@@ -205,7 +241,7 @@ struct ModelConfig {
            shared_classifier == o.shared_classifier && sliding_window == o.sliding_window &&
            rope_style == o.rope_style && rope_dim == o.rope_dim && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm &&
            n_experts == o.n_experts && n_experts_used == o.n_experts_used && router_order == o.router_order &&
-           norm_topk_prob == o.norm_topk_prob;
+           norm_topk_prob == o.norm_topk_prob && kv_rotation == o.kv_rotation;
   }
   bool operator!=(const ModelConfig& o) const { return !(*this == o); }
 };

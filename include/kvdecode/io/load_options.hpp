@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kvdecode/core/config.hpp"
+
 namespace kvd {
 
 /// Options shared by every weight loader.
@@ -24,6 +26,11 @@ struct WeightLoadOptions {
   /// With allow_unused_tensors: receives the unused tensors' names (file order for
   /// GGUF, name order for a folder); may be null.
   std::vector<std::string>* unused_tensors = nullptr;
+  /// Caches of this model store their heads rotated (ModelConfig::kv_rotation,
+  /// --cache-rotate): none, keys, or keys and values. Set by load_model_weights(),
+  /// read_model_info() and open_model(), which then throw ConfigError naming
+  /// head_dim when it is not a power of two.
+  KVRotation cache_rotation = KVRotation::kNone;
 };
 
 }  // namespace kvd

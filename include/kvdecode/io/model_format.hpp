@@ -173,6 +173,8 @@ inline ModelInfo read_model_info(const std::string& path, const WeightLoadOption
       break;
     }
   }
+  m.config.kv_rotation = options.cache_rotation;
+  m.config.validate();  // a rotation needs a power-of-two head_dim
   return m;
 }
 
@@ -190,6 +192,8 @@ ModelWeights<T> load_model_weights(const std::string& path, const WeightLoadOpti
     case ModelFormat::kHfFolder: w = load_hf_model<T>(path, options); break;
     case ModelFormat::kLlama2c: w = load_checkpoint<T>(path, options); break;
   }
+  w.config.kv_rotation = options.cache_rotation;
+  w.config.validate();  // a rotation needs a power-of-two head_dim
   if (info) *info = std::move(m);
   return w;
 }

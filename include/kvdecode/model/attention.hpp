@@ -23,6 +23,13 @@
 // positions, each lane its own chain over d, so the vector width never enters
 // a sum. In the reference, masked entries add exact zeros after (or before)
 // the visible ones, which change nothing.
+//
+// CACHE ROTATION (ModelConfig::kv_rotation, model/hadamard.hpp): after RoPE, each
+// q and k head (and each v head with kKeysValues) is rotated by the normalised
+// Walsh-Hadamard transform, in finish_row(), which every path calls; with rotated
+// values each head's output is rotated back, by the same function, right after the
+// weighted sum. Both are one fixed sequence of operations per head, so the paths
+// still agree bit for bit.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +38,7 @@
 
 #include "kvdecode/core/config.hpp"
 #include "kvdecode/model/attention_kernels.hpp"
+#include "kvdecode/model/hadamard.hpp"
 #include "kvdecode/matmul/matmul.hpp"
 #include "kvdecode/cache/kv_cache.hpp"
 #include "kvdecode/model/ops.hpp"
@@ -53,7 +61,7 @@ class Attention {
   /// must outlive this object.
   Attention(const ModelConfig& c, const LayerWeights<T>& w, int layer, const RoPE<T>* rope)
       : n_heads_(c.n_heads), n_kv_heads_(c.n_kv_heads), head_dim_(c.head_dim), d_model_(c.d_model),
-        window_(c.sliding_window), layer_(layer), norm_eps_(static_cast<T>(c.norm_eps)), rope_(rope),
+        window_(c.sliding_window), layer_(layer), rotation_(c.kv_rotation), norm_eps_(static_cast<T>(c.norm_eps)), rope_(rope),
         wqkv_({&w.wq, &w.wk, &w.wv}), wo_({&w.wo}), q_norm_(w.q_norm), k_norm_(w.k_norm) {
     k_col_ = wqkv_.part_col(1);
     v_col_ = wqkv_.part_col(2);
@@ -183,6 +191,7 @@ class Attention {
       switch (item.rows) {
         case 1:
           detail::attend_kv_head(qh, cache, layer_, kvh, item.heads, head_dim_, first, row.pos, scores, ws.ld_s, out_h);
+          if (rotation_ == KVRotation::kKeysValues) detail::hadamard_rotate(out_h, item.heads, head_dim_);
           break;
         case 2:
           detail::attend_rows<2>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
@@ -206,6 +215,8 @@ class Attention {
           detail::attend_rows<8>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
       }
+      if (item.rows > 1 && rotation_ == KVRotation::kKeysValues)
+        for (int r = 0; r < item.rows; ++r) detail::hadamard_rotate(out_h + r * ws.ld_q, 1, head_dim_);
     }
     }
   }
@@ -263,6 +274,7 @@ class Attention {
           const T* v = &qkv(t, vo);
           for (int d = 0; d < head_dim_; ++d) o[d] = std::fma(w, v[d], o[d]);
         }
+        if (rotation_ == KVRotation::kKeysValues) detail::hadamard_rotate(o, 1, head_dim_);  // values were rotated
       }
     }
     RowMatrix<T> out(n, wo_.n_out_padded());
@@ -282,10 +294,16 @@ class Attention {
     }
     rope_->apply(r, n_heads_, pos);              // q heads
     rope_->apply(r + k_col_, n_kv_heads_, pos);  // k heads
+    if (rotation_ != KVRotation::kNone) {        // the cache rotation: q and k alike, then v
+      detail::hadamard_rotate(r, n_heads_, head_dim_);
+      detail::hadamard_rotate(r + k_col_, n_kv_heads_, head_dim_);
+      if (rotation_ == KVRotation::kKeysValues) detail::hadamard_rotate(r + v_col_, n_kv_heads_, head_dim_);
+    }
   }
 
   static constexpr int kRowGroup = 8;  // prefill rows sharing K/V loads (attend_rows<2..8>)
   int n_heads_ = 0, n_kv_heads_ = 0, head_dim_ = 0, d_model_ = 0, window_ = 0, layer_ = 0;
+  KVRotation rotation_ = KVRotation::kNone;  // heads the cache stores rotated (see the top of this file)
   T norm_eps_ = T(1e-5);
   const RoPE<T>* rope_ = nullptr;
   PackedMatrix<T> wqkv_;  // (q_dim + 2 kv_dim, D)
