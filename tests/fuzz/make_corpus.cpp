@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <string>
@@ -472,7 +473,9 @@ void gguf_vocabs() {
 
 // A tiny llama model in GGUF, with a byte-level BPE vocabulary: D=32, L=1, H=4,
 // Hk=2, Dh=8, F=64, context 16; matrices of type `mt`, the embedding f16.
-void gguf_model(kvd::WeightType mt, const std::string& name) {
+// `spoil` may change a tensor's bytes after quantization (by name).
+void gguf_model(kvd::WeightType mt, const std::string& name,
+                const std::function<void(const std::string&, Bytes&)>& spoil = {}) {
   kvd::GGUFWriter w;
   std::vector<std::string> tokens;
   for (int c = 33; c < 127; ++c) tokens.push_back(std::string(1, static_cast<char>(c)));
@@ -514,6 +517,7 @@ void gguf_model(kvd::WeightType mt, const std::string& name) {
     Bytes q(row_bytes * rows);
     for (std::uint64_t r = 0; r < rows; ++r)
       kvd::detail::quantize_row(t, x.data() + r * cols, q.data() + r * row_bytes, static_cast<std::int64_t>(cols));
+    if (spoil) spoil(name, q);
     std::vector<std::uint64_t> ne = {cols};
     if (rows > 1) ne.push_back(rows);
     w.add_tensor(name, t, ne, q.data(), q.size());
@@ -531,6 +535,38 @@ void gguf_model(kvd::WeightType mt, const std::string& name) {
   tensor("blk.0.ffn_down.weight", mt, F, D, 0.2f);
   tensor("output_norm.weight", WT::kF32, D, 1, 1.0f);
   put("gguf", name, w.bytes());
+}
+
+// The table types (iq4_nl, iq4_xs, mxfp4): one tensor of each, as written, and
+// with the block a load refuses (an infinite or NaN f16 d, e8m0 0xFF, an e8m0
+// scale whose levels overflow float); and tiny models of iq4_nl and mxfp4 (their
+// blocks of 32 fit D = 32), one with an mxfp4 NaN scale.
+void table_type_ggufs() {
+  using WT = kvd::WeightType;
+  std::vector<float> x(256);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.013f * static_cast<float>((i * 37) % 101) - 0.6f;
+  auto one = [&](WT t, const std::function<void(Bytes&)>& spoil, const std::string& name) {
+    kvd::GGUFWriter w;
+    w.set_string("general.architecture", "llama");
+    Bytes q(kvd::weight_row_bytes(t, 256));
+    kvd::detail::quantize_row(t, x.data(), q.data(), 256);
+    spoil(q);
+    w.add_tensor(std::string("t.") + kvd::weight_type_name(t), t, {256}, q.data(), q.size());
+    put("gguf", name, w.bytes());
+  };
+  auto keep = [](Bytes&) {};
+  one(WT::kIQ4_NL, keep, "iq4_nl-row");
+  one(WT::kIQ4_XS, keep, "iq4_xs-row");
+  one(WT::kMXFP4, keep, "mxfp4-row");
+  one(WT::kIQ4_NL, [](Bytes& q) { q[18 * 2] = 0x00, q[18 * 2 + 1] = 0x7C; }, "iq4_nl-inf-scale");
+  one(WT::kIQ4_XS, [](Bytes& q) { q[0] = 0x00, q[1] = 0x7E; }, "iq4_xs-nan-scale");
+  one(WT::kMXFP4, [](Bytes& q) { q[17 * 3] = 0xFF; }, "mxfp4-e8m0-nan");
+  one(WT::kMXFP4, [](Bytes& q) { q[17] = 0xFE, q[18] = 0x77; }, "mxfp4-e8m0-overflow");
+  gguf_model(WT::kIQ4_NL, "tiny-llama-iq4_nl");
+  gguf_model(WT::kMXFP4, "tiny-llama-mxfp4");
+  gguf_model(WT::kMXFP4, "tiny-llama-mxfp4-nan-scale", [](const std::string& name, Bytes& q) {
+    if (name == "blk.0.ffn_up.weight") q[17 * 5] = 0xFF;
+  });
 }
 
 // Texts for the encoder targets: ASCII, valid multi-byte UTF-8, invalid UTF-8, spaces.
@@ -600,6 +636,7 @@ int main(int argc, char** argv) {
     gguf_vocabs();
     gguf_model(kvd::WeightType::kF16, "tiny-llama-f16");
     gguf_model(kvd::WeightType::kQ8_0, "tiny-llama-q8_0");
+    table_type_ggufs();
     safetensors();
     hf_folders();
     tokenizer_jsons();

@@ -21,11 +21,13 @@
 // The integer sums are exact and every float step is a fixed, row-local
 // sequence, so the result is the same bits for every M, path, tiling and thread
 // count: the exactness contract holds in this mode as in the default one (each
-// mode against itself). float(I) is exact: |I| <= 32 * 31 * 127 (q5) or
-// 16 * 32 * 127 (q6_K) < 2^24. For sub-blocks of 32, Q_s = Q_j.
+// mode against itself). float(I) is exact: |I| <= 32 * 31 * 127 (q5),
+// 16 * 32 * 127 (q6_K) or 32 * 127 * 127 (the levels) < 2^24. For sub-blocks of
+// 32, Q_s = Q_j.
 //
 // Types: every block type but q8_0. Codes in sub-blocks of 32: q4_0, q4_1, q4_K
-// (4 bits), q5_0, q5_1, q5_K (5 bits); in sub-blocks of 16: q2_K (2 bits), q3_K
+// (4 bits), q5_0, q5_1, q5_K (5 bits), and the levels of iq4_nl, iq4_xs and mxfp4
+// (int8 table values picked by 4-bit codes); in sub-blocks of 16: q2_K (2 bits), q3_K
 // (3) and q6_K (6). So Q4_K_M, Q5_K_M, Q3_K_M and Q2_K files run in fast mode
 // throughout. q8_0 keeps the default numerics: on AVX2 its bytes would need
 // transposing to 4 values per output lane, which measured no faster than its
@@ -50,6 +52,10 @@
 // order 0, 4, 8, 12, 1, 5, ... (fast_order() 16). q3_K adds its high bit (bit 2
 // of each byte, from the high word) and takes code + 4 in [0, 8), subtracting
 // 4 Q_s after (at most 8 * 2 * 7 * 127 = 14224 in 16 bits per sub-block).
+// The table types look their nibble planes up in a 16-byte table (vpshufb): with
+// VNNI as level + 128 (unsigned, subtracting 128 Q_s after); without, as the
+// signed level, multiplied as |level| times q with the level's sign (vpsignb), each
+// plane's 16-bit pair sums (at most 2 * 127 * 127 = 32258) widened to 32 bits.
 // With VNNI (AVX512-VNNI + VL, or AVX-VNNI) the same tiles take vpdpbusd for each
 // pair of vpmaddubsw and 16-bit adds: 32-bit sums throughout, the same integers.
 // With AVX512-VNNI and BW, large M of the byte-plane types (fast_planes.hpp) runs 512-bit
