@@ -43,6 +43,8 @@ std::vector<unsigned char> random_rows(WeightType t, long n_out, long n_in, std:
   for (std::size_t blk = 0; blk < rows.size() / tr.block_bytes; ++blk)
     for (int f = 0; f < layout.n_fields; ++f)
       if (layout.fields[f].width == 2) std::memcpy(rows.data() + blk * tr.block_bytes + layout.fields[f].offset, &scale, 2);
+  if (t == WeightType::kMXFP4)  // its scale is the e8m0 byte: 2^-10, no subnormals or infinities
+    for (std::size_t blk = 0; blk < rows.size() / tr.block_bytes; ++blk) rows[blk * tr.block_bytes] = 117;
   return rows;
 }
 
@@ -156,7 +158,8 @@ void BM_Matmul16InCache(benchmark::State& st) {
 const int kRegister = [] {
   const WeightType types[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
                               WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
-                              WeightType::kQ5_K, WeightType::kQ6_K};
+                              WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS,
+                              WeightType::kMXFP4};
   auto* b = benchmark::RegisterBenchmark("BM_QuantMatmul", BM_QuantMatmul);
   b->ArgNames({"type", "M", "threads", "fast"});
   for (WeightType t : types)

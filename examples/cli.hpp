@@ -272,7 +272,7 @@ inline std::vector<Option> all_options(Params& p) {
 
   // ---- model and input
   add({{"--model", "-m"}, "PATH", "model file, told apart by content: GGUF (architectures llama, qwen2, qwen3; tensors in f32, f16, bf16, "
-       "q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K; its own vocabulary), a Hugging Face folder (config.json + "
+       "q8_0, q4_0, q4_1, q5_0, q5_1, q2_K..q6_K, iq4_nl, iq4_xs, mxfp4; its own vocabulary), a Hugging Face folder (config.json + "
        "safetensors; its tokenizer.json) or a llama2.c checkpoint (legacy or version-1 float32)", in,
        kGenerate | kCacheReport | kPlan | kTokenize | kServer, none, [&p](const S&, const S& v) { p.model = v; }});
   add({{"--tokenizer"}, "PATH", "tokenizer for --prompt and text output: GGUF, tokenizer.json (any name) or its "

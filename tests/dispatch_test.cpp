@@ -135,7 +135,7 @@ TEST(Dispatch, EveryLevelGivesTheBaselinesBits) {
   const WeightType types[] = {WeightType::kF32,  WeightType::kF16,  WeightType::kBF16, WeightType::kQ8_0,
                               WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0, WeightType::kQ5_1,
                               WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K, WeightType::kQ5_K,
-                              WeightType::kQ6_K};
+                              WeightType::kQ6_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS, WeightType::kMXFP4};
   const int saved = num_threads();
   long compared = 0;
   for (WeightType t : types) {

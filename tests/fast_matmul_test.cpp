@@ -24,7 +24,8 @@ namespace {
 using namespace kvd;
 
 const WeightType kFastTypes[] = {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ4_K, WeightType::kQ5_0, WeightType::kQ5_1,
-                                 WeightType::kQ5_K, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ6_K, WeightType::kQ8_0};
+                                 WeightType::kQ5_K, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ6_K, WeightType::kQ8_0,
+                                 WeightType::kIQ4_NL, WeightType::kIQ4_XS, WeightType::kMXFP4};
 
 using kvd_test::activations;
 using kvd_test::make_rows;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "kvdecode/io/checkpoint.hpp"
@@ -177,6 +178,15 @@ TEST(GGUFModel, ConfigFromMetadata) {
 
 class GGUFExactness : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
 
+// tests/data/ik: ik_llama.cpp's llama-quantize's copies of rand256-F32 in the table
+// types, with ik's logits and dequantized-float hashes (tools/ik_reference.cpp).
+const std::string kIkData = std::string(KVDECODE_TEST_DATA_DIR) + "/ik/";
+
+/// A shared file's name ("rand256-Q4_0") or "ik/<name>" for tests/data/ik -> its path.
+std::string gguf_path(const std::string& name) {
+  return name.rfind("ik/", 0) == 0 ? kIkData + name.substr(3) + ".gguf" : kGGUF + name + ".gguf";
+}
+
 // reference == prefill == prefill + decode == chunked == batched == paged, bit for
 // bit, with `threads` threads, in the default mode or the fast mode (fast_int8.hpp).
 void check_every_path(const std::string& name, int threads, bool fast) {
@@ -184,7 +194,7 @@ void check_every_path(const std::string& name, int threads, bool fast) {
   set_num_threads(threads);
   GGUFLoadOptions o;
   o.max_seq_len = 40;
-  Transformer<float> model(load_gguf_model<float>(kGGUF + name + ".gguf", o));
+  Transformer<float> model(load_gguf_model<float>(gguf_path(name), o));
   model.set_fast_matmul(fast);
   const ModelConfig& c = model.config();
   const auto ids = read_ids(kRef + "prompt.ids");
@@ -244,7 +254,7 @@ void check_every_path(const std::string& name, int threads, bool fast) {
 
 TEST_P(GGUFExactness, EveryPathIdentical) {
   const std::string name = std::get<0>(GetParam());
-  SKIP_IF_MISSING(kGGUF + name + ".gguf");
+  SKIP_IF_MISSING(gguf_path(name));
   check_every_path(name, std::get<1>(GetParam()), false);
 }
 
@@ -266,7 +276,7 @@ class GGUFFastExactness : public ::testing::TestWithParam<std::tuple<const char*
 // The same contract in the fast mode: every path bit-identical to every other.
 TEST_P(GGUFFastExactness, EveryPathIdentical) {
   const std::string name = std::get<0>(GetParam());
-  SKIP_IF_MISSING(kGGUF + name + ".gguf");
+  SKIP_IF_MISSING(gguf_path(name));
   check_every_path(name, std::get<1>(GetParam()), true);
 }
 
@@ -281,6 +291,22 @@ INSTANTIATE_TEST_SUITE_P(FastMode, GGUFFastExactness,
                            for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return s + "_threads" + std::to_string(std::get<1>(info.param));
                          });
+
+// The table types (ik_llama.cpp's files in tests/data/ik), in the default and the
+// fast mode (where their levels meet the int8 activations).
+std::string file_and_threads(const ::testing::TestParamInfo<std::tuple<const char*, int>>& info) {
+  std::string s = std::get<0>(info.param);
+  for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s + "_threads" + std::to_string(std::get<1>(info.param));
+}
+INSTANTIATE_TEST_SUITE_P(TableTypes, GGUFExactness,
+                         ::testing::Combine(::testing::Values("ik/rand256-IQ4_NL", "ik/rand256-IQ4_XS", "ik/rand256-MXFP4"),
+                                            ::testing::Values(1, 2)),
+                         file_and_threads);
+INSTANTIATE_TEST_SUITE_P(TableTypes, GGUFFastExactness,
+                         ::testing::Combine(::testing::Values("ik/rand256-IQ4_NL", "ik/rand256-IQ4_XS", "ik/rand256-MXFP4"),
+                                            ::testing::Values(1, 2)),
+                         file_and_threads);
 
 class GGUFFastReference : public ::testing::TestWithParam<const char*> {};
 
@@ -559,6 +585,124 @@ TEST(GGUFModelUnusedTensors, VocabularyShorterThanTheEmbeddingIsRefused) {
   tokens.push_back("t39");
   g.w.set_string_array("tokenizer.ggml.tokens", tokens);
   EXPECT_EQ(load_error(g, {}), "");
+}
+
+// ---- The table types against ik_llama.cpp -----------------------------------------
+// ik_llama.cpp (August 2026) quantized rand256-F32 to iq4_nl, iq4_xs and mxfp4
+// (tests/data/ik/rand256-<T>.gguf), wrote each back as F32 with its own
+// dequantization, and computed that F32 copy's logits of the reference prompt with
+// an f16 K/V cache (without flash attention it takes no other V cache): ik's
+// forward pass on exactly these weights, without the int8 rounding of activations
+// its quantized kernels do. kvdecode on the quantized file with the same cache
+// dtype stays within 1e-4 of the largest of those logits at every position, and so
+// does its float32 forward against its float64 forward (the tighter oracle).
+
+class GGUFIkReference : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GGUFIkReference, LogitsMatchIkLlamaAndTheFloat64Forward) {
+  const std::string name = GetParam(), path = kIkData + name + ".gguf";
+  if (!fs::exists(path)) GTEST_SKIP() << "test data not found: " << path;
+  SKIP_IF_MISSING(kRef + "prompt.ids");
+  const auto ids = read_ids(kRef + "prompt.ids");
+  Transformer<float> model(load_gguf_model<float>(path));
+  const int V = model.config().vocab_size;
+  const std::vector<float> ik = read_floats(kIkData + name + ".logits");
+  ASSERT_EQ(ik.size(), ids.size() * V);
+  KVCache<float, Eigen::half> cache(model.config(), static_cast<int>(ids.size()));
+  const RowMatrix<float> f16_cache = model.prefill(ids, cache, true);
+  const double worst_ik = check_near_reference(ik, f16_cache, ids.size(), V, 1e-4, name + " vs ik_llama.cpp");
+  Transformer<double> exact(load_gguf_model<double>(path));
+  KVCache<double> cache64(exact.config(), static_cast<int>(ids.size()));
+  const RowMatrix<double> f64 = exact.prefill(ids, cache64, true);
+  std::vector<float> f64_floats(f64.size());
+  for (long t = 0; t < f64.rows(); ++t)
+    for (long v = 0; v < V; ++v) f64_floats[static_cast<std::size_t>(t * V + v)] = static_cast<float>(f64(t, v));
+  const double worst_f64 = check_near_reference(f64_floats, prompt_logits(model, ids), ids.size(), V, 1e-4,
+                                                name + " vs float64");
+  std::cout << "  " << name << ": largest error " << worst_ik << " of the largest logit against ik_llama.cpp (f16 cache), "
+            << worst_f64 << " against the float64 forward (f32 cache)\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(TableTypes, GGUFIkReference, ::testing::Values("rand256-IQ4_NL", "rand256-IQ4_XS", "rand256-MXFP4"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (auto& ch : s) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s;
+                         });
+
+// ---- Blocks of the table types a load refuses -------------------------------------
+// The tiny model with an output.weight of type t (rows quantized from a valid
+// pattern), one block spoiled: the load names the tensor, the row, the block and
+// the limit (tests/fuzz/corpus/gguf holds one seed of each).
+
+std::string table_type_error(WeightType t, const std::function<void(unsigned char* block)>& spoil, long row, long block) {
+  TinyGGUF g;
+  g.d = t == WeightType::kIQ4_XS ? 256 : 32;
+  g.heads = g.d / 8;
+  g.kv_heads = g.heads / 2;
+  g.build();
+  const std::size_t rb = weight_row_bytes(t, static_cast<std::uint64_t>(g.d));
+  std::vector<unsigned char> q(rb * static_cast<std::size_t>(g.vocab));
+  std::vector<float> x(static_cast<std::size_t>(g.d));
+  for (int r = 0; r < g.vocab; ++r) {
+    for (int k = 0; k < g.d; ++k) x[static_cast<std::size_t>(k)] = 0.01f * static_cast<float>((r * 31 + k * 7) % 23 - 11);
+    detail::quantize_row(t, x.data(), q.data() + static_cast<std::size_t>(r) * rb, g.d);
+  }
+  if (spoil) spoil(q.data() + static_cast<std::size_t>(row) * rb + static_cast<std::size_t>(block) * weight_type_traits(t).block_bytes);
+  g.w.add_tensor("output.weight", t, {static_cast<std::uint64_t>(g.d), static_cast<std::uint64_t>(g.vocab)}, q.data(), q.size());
+  return g.error();
+}
+
+TEST(GGUFModelTableTypes, ValidBlocksOfEachTypeLoad) {
+  for (WeightType t : {WeightType::kIQ4_NL, WeightType::kIQ4_XS, WeightType::kMXFP4})
+    EXPECT_EQ(table_type_error(t, {}, 0, 0), "") << weight_type_name(t);
+}
+
+TEST(GGUFModelTableTypes, IQ4_NLInfiniteScaleIsNamed) {
+  const std::string e = table_type_error(WeightType::kIQ4_NL, [](unsigned char* b) { b[0] = 0x00, b[1] = 0x7C; }, 3, 0);
+  EXPECT_NE(e.find("tensor 'output.weight' (iq4_nl): row 3 block 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("0x7c00 is infinite"), std::string::npos) << e;
+  EXPECT_NE(e.find("|d| <= 65504"), std::string::npos) << e;
+}
+
+TEST(GGUFModelTableTypes, IQ4_XSNanScaleIsNamed) {
+  const std::string e = table_type_error(WeightType::kIQ4_XS, [](unsigned char* b) { b[0] = 0x01, b[1] = 0xFE; }, 39, 0);
+  EXPECT_NE(e.find("tensor 'output.weight' (iq4_xs): row 39 block 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("0xfe01 is NaN"), std::string::npos) << e;
+  EXPECT_NE(e.find("|d| <= 65504"), std::string::npos) << e;
+}
+
+TEST(GGUFModelTableTypes, MXFP4NanScaleIsNamed) {
+  const std::string e = table_type_error(WeightType::kMXFP4, [](unsigned char* b) { b[0] = 0xFF; }, 7, 0);
+  EXPECT_NE(e.find("tensor 'output.weight' (mxfp4): row 7 block 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("0xff, which OCP MX defines as NaN (the limit is 0xfe)"), std::string::npos) << e;
+}
+
+TEST(GGUFModelTableTypes, MXFP4ScaleThatOverflowsIsNamed) {
+  // e8m0 0xfe is 2^127: level 12 (e2m1 6) times 2^126 is beyond float's range.
+  const std::string e = table_type_error(WeightType::kMXFP4, [](unsigned char* b) { b[0] = 0xFE, b[1] = 0x07; }, 12, 0);
+  EXPECT_NE(e.find("tensor 'output.weight' (mxfp4): row 12 block 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("0xfe times its largest level 12 / 2 overflows float (the limit is 2^128)"), std::string::npos) << e;
+  // The same scale with levels up to 3 (1.5 x 2^127) is a finite block, and loads.
+  EXPECT_EQ(table_type_error(WeightType::kMXFP4, [](unsigned char* b) {
+              b[0] = 0xFE;
+              for (int j = 1; j < 17; ++j) b[j] = 0x33;
+            }, 12, 0), "");
+}
+
+TEST(GGUFModelTableTypes, OtherIqTypesStayRefusedByName) {
+  for (WeightType t : {WeightType::kIQ2_XXS, WeightType::kIQ2_XS, WeightType::kIQ3_XXS, WeightType::kIQ1_S,
+                       WeightType::kIQ3_S, WeightType::kIQ2_S, WeightType::kIQ1_M}) {
+    TinyGGUF g;
+    g.d = 256;
+    g.heads = 8;
+    g.build();
+    std::vector<unsigned char> q(weight_row_bytes(t, 256) * 40, 0);
+    g.w.add_tensor("output.weight", t, {256, 40}, q.data(), q.size());
+    const std::string e = g.error();
+    EXPECT_NE(e.find("'output.weight' has type " + weight_type_name(t) + ", which kvdecode does not support"),
+              std::string::npos) << e;
+  }
 }
 
 }  // namespace

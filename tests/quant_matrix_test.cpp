@@ -25,7 +25,8 @@ using kvd_test::QuantRows;
 
 const WeightType kTypes[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
                              WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
-                             WeightType::kQ5_K, WeightType::kQ6_K};
+                             WeightType::kQ5_K, WeightType::kQ6_K, WeightType::kIQ4_NL, WeightType::kIQ4_XS,
+                             WeightType::kMXFP4};
 
 /// The reduction-order rule, written out: one fma per k in increasing k from +0.
 template <class T>
@@ -321,12 +322,12 @@ TEST(QuantMatrix, RepackedBytesAreTheFilesBytes) {
 TEST(QuantMatrix, UnsupportedTypeIsRefusedNamingTensorAndType) {
   std::vector<unsigned char> rows(4096);
   try {
-    QuantMatrix qm(WeightType::kIQ4_NL, 4, 256, rows.data(), "blk.3.ffn_down.weight");
+    QuantMatrix qm(WeightType::kIQ3_S, 4, 256, rows.data(), "blk.3.ffn_down.weight");
     FAIL() << "no error";
   } catch (const ConfigError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("blk.3.ffn_down.weight"), std::string::npos) << m;
-    EXPECT_NE(m.find("iq4_nl"), std::string::npos) << m;
+    EXPECT_NE(m.find("iq3_s"), std::string::npos) << m;
   }
   EXPECT_THROW(QuantMatrix(WeightType::kF16, 4, 256, rows.data(), "x"), ConfigError);
 }

@@ -29,6 +29,10 @@ using detail::float_bits;
 const WeightType kBlockTypes[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
                                   WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
                                   WeightType::kQ5_K, WeightType::kQ6_K};
+/// The table types (levels looked up by a 4-bit code), which ../shared's llama.cpp
+/// of February 2025 did not write: their golden floats are ik_llama.cpp's
+/// (tests/data/table_types, see DequantizeFiles.TableTypesMatchIkLlamasFloats).
+const WeightType kTableTypes[] = {WeightType::kIQ4_NL, WeightType::kIQ4_XS, WeightType::kMXFP4};
 
 std::vector<float> gaussian(long n, unsigned seed, float sigma = 1.f) {
   std::mt19937 rng(seed);
@@ -257,6 +261,53 @@ TEST(Dequantize, Q6_KLayout) {
   for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], (0.25f * float(b.scales[i / 16])) * float(code[i] - 32)) << i;
 }
 
+const float kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+TEST(Dequantize, IQ4_NLLayout) {
+  detail::BlockIQ4_NL b{};
+  b.d = kHalfQuarter;
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(j | (15 - j) << 4);
+  const auto y = dequantize_one(WeightType::kIQ4_NL, b, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(y[i], 0.25f * kIq4Levels[i < 16 ? i : 31 - i]) << i;
+}
+
+TEST(Dequantize, IQ4_XSLayout) {
+  detail::BlockIQ4_XS b{};
+  b.d = kHalfQuarter;
+  const int ls[8] = {0, 63, 32, 31, 1, 40, 17, 62};  // 6-bit scales, stored with offset 32
+  for (int s = 0; s < 8; ++s) {
+    b.scales_l[s / 2] = static_cast<std::uint8_t>(b.scales_l[s / 2] | (ls[s] & 15) << (4 * (s % 2)));
+    b.scales_h = static_cast<std::uint16_t>(b.scales_h | (ls[s] >> 4) << (2 * s));
+  }
+  std::mt19937 rng(5);
+  std::vector<int> code(256);
+  for (auto& c : code) c = static_cast<int>(rng() % 16);
+  for (int s = 0; s < 8; ++s)
+    for (int j = 0; j < 16; ++j)
+      b.qs[16 * s + j] = static_cast<std::uint8_t>(code[32 * s + j] | code[32 * s + 16 + j] << 4);
+  const auto y = dequantize_one(WeightType::kIQ4_XS, b, 256);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], (0.25f * float(ls[i / 32] - 32)) * kIq4Levels[code[i]]) << i;
+}
+
+TEST(Dequantize, MXFP4LayoutAndEveryScale) {
+  // e2m1: sign bit 3, magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; scale 2^(e - 127).
+  const float e2m1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  detail::BlockMXFP4 b{};
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(j | (15 - j) << 4);
+  for (int e = 0; e < 255; ++e) {
+    b.e = static_cast<std::uint8_t>(e);
+    const auto y = dequantize_one(WeightType::kMXFP4, b, 32);
+    for (int i = 0; i < 32; ++i) {
+      const int c = i < 16 ? i : 31 - i;
+      const double want = (c & 8 ? -1.0 : 1.0) * e2m1[c & 7] * std::ldexp(1.0, e - 127);
+      // ggml's +0 for the code -0 (its doubled table holds 0 twice)
+      if (want == 0) ASSERT_EQ(float_bits(y[i]), 0u) << e << " " << i;
+      else if (std::fabs(want) > 3.4028234663852886e38) ASSERT_TRUE(std::isinf(y[i])) << e << " " << i;
+      else ASSERT_EQ(double(y[i]), want) << e << " " << i;
+    }
+  }
+}
+
 TEST(Dequantize, EveryProductIsExactSoOnlyTheLastAddRounds) {
   // A scale is an f16 (11 significant bits) times a sub-block scale of at most
   // 8 bits, times a code of at most 6 bits: at most 24 bits, so every product in
@@ -266,7 +317,8 @@ TEST(Dequantize, EveryProductIsExactSoOnlyTheLastAddRounds) {
   struct Widths { const char* type; int sc_lo, sc_hi, q_lo, q_hi; };
   const Widths widths[] = {{"q8_0", 1, 1, -128, 127}, {"q4_0/q4_1", 1, 1, -8, 15}, {"q5_0/q5_1", 1, 1, -16, 31},
                            {"q2_K", 0, 15, 0, 3},     {"q3_K", -32, 31, -4, 3},   {"q4_K", 0, 63, 0, 15},
-                           {"q5_K", 0, 63, 0, 31},    {"q6_K", -128, 127, -32, 31}};
+                           {"q5_K", 0, 63, 0, 31},    {"q6_K", -128, 127, -32, 31}, {"iq4_nl", 1, 1, -127, 113},
+                           {"iq4_xs", -32, 31, -127, 113}};
   for (const auto& w : widths)
     for (std::uint32_t h = 0x0001; h < 0x7C00; h += 97) {
       const float d = detail::fp16_to_fp32(static_cast<std::uint16_t>(h | 0x3FF));  // all 11 bits set
@@ -294,6 +346,15 @@ std::map<std::string, std::string> reference_hashes(const std::string& path) {
   return out;
 }
 
+/// The sha256 of tensor t's floats, dequantized row by row.
+std::string dequantized_hash(const GGUFFile& f, const GGUFTensorInfo& t) {
+  const std::uint64_t n = t.ne[0] * t.rows(), row_bytes = weight_row_bytes(t.type, t.ne[0]);
+  std::vector<float> y(n);
+  for (std::uint64_t r = 0; r < t.rows(); ++r)
+    detail::dequantize_row(t.type, f.tensor_data(t) + r * row_bytes, y.data() + r * t.ne[0], static_cast<std::int64_t>(t.ne[0]));
+  return kvd_test::sha256_hex(y.data(), n * 4);
+}
+
 TEST(DequantizeFiles, EveryTensorMatchesGgmlsFloats) {
   const std::string models = kShared + "/models/gguf", refs = kShared + "/reference/gguf";
   if (!std::filesystem::is_directory(models) || !std::filesystem::is_directory(refs))
@@ -309,16 +370,10 @@ TEST(DequantizeFiles, EveryTensorMatchesGgmlsFloats) {
     const GGUFFile f = GGUFFile::open(entry.path().string());
     ASSERT_EQ(f.tensors().size(), want.size()) << name;
     for (const auto& t : f.tensors()) {
-      const std::uint64_t n = t.ne[0] * t.rows();
-      std::vector<float> y(n);
-      const std::uint64_t row_bytes = weight_row_bytes(t.type, t.ne[0]);
-      ASSERT_EQ(row_bytes * t.rows(), t.n_bytes) << name << " " << t.name;
-      for (std::uint64_t r = 0; r < t.rows(); ++r)
-        detail::dequantize_row(t.type, f.tensor_data(t) + r * row_bytes, y.data() + r * t.ne[0],
-                               static_cast<std::int64_t>(t.ne[0]));
+      ASSERT_EQ(weight_row_bytes(t.type, t.ne[0]) * t.rows(), t.n_bytes) << name << " " << t.name;
       const auto it = want.find(t.name);
       ASSERT_NE(it, want.end()) << name << " " << t.name;
-      EXPECT_EQ(kvd_test::sha256_hex(y.data(), n * 4), it->second) << name << " " << t.name << " " << weight_type_name(t.type);
+      EXPECT_EQ(dequantized_hash(f, t), it->second) << name << " " << t.name << " " << weight_type_name(t.type);
       ++tensors;
       ++per_type[t.type];
     }
@@ -333,6 +388,28 @@ TEST(DequantizeFiles, EveryTensorMatchesGgmlsFloats) {
   std::ostringstream os;
   for (const auto& [type, count] : per_type) os << " " << weight_type_name(type) << ":" << count;
   std::cout << "checked " << tensors << " tensors of " << files << " files;" << os.str() << "\n";
+}
+
+// ik_llama.cpp's llama-quantize wrote rand256-F32 as iq4_nl, iq4_xs and mxfp4
+// (tests/data/ik); tools/ik_reference.cpp hashed ik's ggml's dequantized floats of
+// every tensor. Ours are the same, bit for bit.
+TEST(DequantizeFiles, TableTypesMatchIkLlamasFloats) {
+  const std::string dir = std::string(KVDECODE_TEST_DATA_DIR) + "/ik/";
+  std::map<WeightType, int> per_type;
+  for (const char* name : {"rand256-IQ4_NL", "rand256-IQ4_XS", "rand256-MXFP4"}) {
+    const std::string path = dir + name + ".gguf";
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "test data not found: " << path;
+    const auto want = reference_hashes(dir + name + ".tensors.txt");
+    const GGUFFile f = GGUFFile::open(path);
+    ASSERT_EQ(f.tensors().size(), want.size()) << name;
+    for (const auto& t : f.tensors()) {
+      const auto it = want.find(t.name);
+      ASSERT_NE(it, want.end()) << name << " " << t.name;
+      EXPECT_EQ(dequantized_hash(f, t), it->second) << name << " " << t.name << " " << weight_type_name(t.type);
+      ++per_type[t.type];
+    }
+  }
+  for (WeightType t : kTableTypes) EXPECT_GT(per_type[t], 0) << weight_type_name(t);
 }
 
 // ---- Bad input -------------------------------------------------------------------
@@ -370,7 +447,8 @@ TEST(Quantize, RoundTripErrorPerType) {
   const ErrorBound bounds[] = {
       {WeightType::kF16, 3e-4},  {WeightType::kBF16, 2.2e-3}, {WeightType::kQ8_0, 0.0068}, {WeightType::kQ4_0, 0.095},
       {WeightType::kQ4_1, 0.085}, {WeightType::kQ5_0, 0.048}, {WeightType::kQ5_1, 0.041},  {WeightType::kQ2_K, 0.32},
-      {WeightType::kQ3_K, 0.175}, {WeightType::kQ4_K, 0.082}, {WeightType::kQ5_K, 0.043},  {WeightType::kQ6_K, 0.021}};
+      {WeightType::kQ3_K, 0.175}, {WeightType::kQ4_K, 0.082}, {WeightType::kQ5_K, 0.043},  {WeightType::kQ6_K, 0.021},
+      {WeightType::kIQ4_NL, 0.085}, {WeightType::kIQ4_XS, 0.09}, {WeightType::kMXFP4, 0.16}};
   const auto x = gaussian(256 * 32, 11);
   for (const auto& b : bounds) {
     const double e = relative_rmse(x, round_trip(b.type, x));
@@ -407,8 +485,19 @@ TEST(Quantize, SearchBeatsPlainMaxScaling) {
   EXPECT_LT(relative_rmse(x, round_trip(WeightType::kQ4_0, x)), relative_rmse(x, plain));
 }
 
+TEST(Quantize, TableTypesBeatTheirPlainCousins) {
+  // iq4_nl's levels fit Gaussian weights better than q4_0's evenly spaced ones at
+  // the same 4.5 bits; iq4_xs (4.25 bits) stays close to q4_K (4.5 bits).
+  const auto x = gaussian(256 * 64, 15);
+  auto err = [&](WeightType t) { return relative_rmse(x, round_trip(t, x)); };
+  EXPECT_LT(err(WeightType::kIQ4_NL), err(WeightType::kQ4_0));
+  EXPECT_LT(err(WeightType::kIQ4_XS), 1.1 * err(WeightType::kQ4_K));
+}
+
 TEST(Quantize, ZeroAndConstantBlocks) {
-  for (WeightType t : kBlockTypes) {
+  std::vector<WeightType> types(std::begin(kBlockTypes), std::end(kBlockTypes));
+  types.insert(types.end(), std::begin(kTableTypes), std::end(kTableTypes));
+  for (WeightType t : types) {
     const std::vector<float> zero(256, 0.f);
     for (float v : round_trip(t, zero)) ASSERT_EQ(v, 0.f) << weight_type_name(t);
     const std::vector<float> constant(256, 0.5f);
@@ -429,7 +518,9 @@ TEST(Quantize, ExactGridValuesSurvive) {
 
 TEST(Quantize, RowLayoutMatchesBlockByBlock) {
   // quantize_row over many blocks = the blocks quantized one at a time.
-  for (WeightType t : kBlockTypes) {
+  std::vector<WeightType> types(std::begin(kBlockTypes), std::end(kBlockTypes));
+  types.insert(types.end(), std::begin(kTableTypes), std::end(kTableTypes));
+  for (WeightType t : types) {
     const auto tr = weight_type_traits(t);
     const auto x = gaussian(512, 14);
     std::vector<unsigned char> whole(weight_row_bytes(t, 512)), parts(whole.size());
@@ -441,7 +532,7 @@ TEST(Quantize, RowLayoutMatchesBlockByBlock) {
 }
 
 
-// The block-type table (weights/block_types.hpp): exactly the ten types kvdecode
+// The block-type table (weights/block_types.hpp): exactly the thirteen types kvdecode
 // computes with have a row, each row agrees with weight_type_traits() and fills its
 // block with its panel layout, and the quantizer's fallback types are the ones the
 // converter has always written.
@@ -450,7 +541,8 @@ TEST(BlockTypes, OneRowPerComputedTypeAgreeingWithTheTypeTable) {
       {WeightType::kQ8_0, WeightType::kF16}, {WeightType::kQ4_0, WeightType::kF16}, {WeightType::kQ4_1, WeightType::kF16},
       {WeightType::kQ5_0, WeightType::kF16}, {WeightType::kQ5_1, WeightType::kF16}, {WeightType::kQ2_K, WeightType::kQ4_0},
       {WeightType::kQ3_K, WeightType::kQ4_0}, {WeightType::kQ4_K, WeightType::kQ5_0}, {WeightType::kQ5_K, WeightType::kQ5_1},
-      {WeightType::kQ6_K, WeightType::kQ8_0}};
+      {WeightType::kQ6_K, WeightType::kQ8_0}, {WeightType::kIQ4_NL, WeightType::kF16},
+      {WeightType::kIQ4_XS, WeightType::kIQ4_NL}, {WeightType::kMXFP4, WeightType::kF16}};
   int rows = 0;
   for (std::uint32_t code = 0; code < 64; ++code) {
     const auto t = static_cast<WeightType>(code);
@@ -470,7 +562,7 @@ TEST(BlockTypes, OneRowPerComputedTypeAgreeingWithTheTypeTable) {
     EXPECT_EQ(detail::block_type_fallback(t), has_row ? fallback.at(t) : WeightType::kF16) << code;
     rows += has_row;
   }
-  EXPECT_EQ(rows, 10);
+  EXPECT_EQ(rows, 13);
 }
 
 }  // namespace

@@ -120,6 +120,25 @@ TEST(QuantScheme, FileTypesAreLlamaCppsCodes) {
   EXPECT_EQ(static_cast<std::uint32_t>(quant_scheme_file_type(QuantScheme::kBF16)), 32u);
 }
 
+TEST(QuantScheme, TableTypesAreSchemesWithLlamaCppsFileTypes) {
+  // llama.h: LLAMA_FTYPE_MOSTLY_IQ4_NL = 25, _IQ4_XS = 30, _MXFP4 (mainline's MXFP4_MOE) = 38.
+  struct Row { const char* name; WeightType type; std::uint32_t file_type; };
+  for (const Row& r : {Row{"IQ4_NL", WeightType::kIQ4_NL, 25u}, Row{"IQ4_XS", WeightType::kIQ4_XS, 30u},
+                       Row{"MXFP4", WeightType::kMXFP4, 38u}}) {
+    const QuantScheme s = parse_quant_scheme(r.name);
+    EXPECT_STREQ(quant_scheme_name(s), r.name);
+    EXPECT_EQ(quant_scheme_type(s), r.type) << r.name;
+    EXPECT_EQ(static_cast<std::uint32_t>(quant_scheme_file_type(s)), r.file_type) << r.name;
+  }
+  // iq4_xs falls back to iq4_nl on rows of 32s, then f16; the classifier gets q6_K.
+  const auto c = ctx(6, 6, 6);
+  EXPECT_EQ(choose_tensor_type(QuantScheme::kIQ4_XS, blk(1, "attn_q"), {288, 288}, c), WeightType::kIQ4_NL);
+  EXPECT_EQ(choose_tensor_type(QuantScheme::kIQ4_XS, blk(1, "ffn_down"), {768, 288}, c), WeightType::kIQ4_XS);
+  EXPECT_EQ(choose_tensor_type(QuantScheme::kIQ4_XS, blk(1, "attn_q"), {48, 48}, c), WeightType::kF16);
+  EXPECT_EQ(choose_tensor_type(QuantScheme::kMXFP4, blk(1, "attn_q"), {288, 288}, c), WeightType::kMXFP4);
+  EXPECT_EQ(choose_tensor_type(QuantScheme::kIQ4_NL, "output.weight", {4096, 32000}, ctx(32)), WeightType::kQ6_K);
+}
+
 TEST(QuantScheme, UnknownNameListsTheAccepted) {
   try {
     parse_quant_scheme("Q9_K");
@@ -689,8 +708,8 @@ TEST(QuantizeBadInput, TensorOfATypeWithoutDequantizationIsNamed) {
   TempDir dir;
   GGUFWriter w;
   w.set_string("general.architecture", "llama");
-  std::vector<unsigned char> bytes(18 * 2 * 4, 0);  // iq4_nl: 18 bytes per 32 values; 4 rows of 64
-  w.add_tensor("blk.0.attn_q.weight", WeightType::kIQ4_NL, {64, 4}, bytes.data(), bytes.size());
+  std::vector<unsigned char> bytes(110 * 4, 0);  // iq3_s: 110 bytes per 256 values; 4 rows of 256
+  w.add_tensor("blk.0.attn_q.weight", WeightType::kIQ3_S, {256, 4}, bytes.data(), bytes.size());
   w.write(dir.file("iq.gguf"));
   try {
     quantize_model(dir.file("iq.gguf"), dir.file("out.gguf"), QuantScheme::kQ8_0);
@@ -698,7 +717,7 @@ TEST(QuantizeBadInput, TensorOfATypeWithoutDequantizationIsNamed) {
   } catch (const FormatError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("blk.0.attn_q.weight"), std::string::npos) << m;
-    EXPECT_NE(m.find("iq4_nl"), std::string::npos) << m;
+    EXPECT_NE(m.find("iq3_s"), std::string::npos) << m;
     EXPECT_NE(m.find("iq.gguf"), std::string::npos) << m;
   }
   EXPECT_FALSE(fs::exists(dir.file("out.gguf")));

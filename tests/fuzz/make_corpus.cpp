@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <string>
@@ -486,9 +487,11 @@ enum class MoeDefect { kNone, kZeroExperts, kTopKAboveCount, kMissingRouter, kRa
 // A tiny llama model in GGUF, with a byte-level BPE vocabulary: D=32, L=1, H=4,
 // Hk=2, Dh=8, F=64, context 16; matrices of type `mt`, the embedding f16. With
 // experts > 0, a qwen3moe model instead (q/k norms, a router and `experts` experts of
-// width F, 2 per token), wrong as `defect` says.
+// width F, 2 per token), wrong as `defect` says. `spoil` may change a tensor's bytes
+// after quantization (by name).
 void gguf_model(kvd::WeightType mt, const std::string& name, std::uint64_t experts = 0,
-                MoeDefect defect = MoeDefect::kNone) {
+                MoeDefect defect = MoeDefect::kNone,
+                const std::function<void(const std::string&, Bytes&)>& spoil = {}) {
   kvd::GGUFWriter w;
   const std::string arch = experts ? "qwen3moe" : "llama";
   std::vector<std::string> tokens;
@@ -536,6 +539,7 @@ void gguf_model(kvd::WeightType mt, const std::string& name, std::uint64_t exper
     Bytes q(row_bytes * rows * n_experts);
     for (std::uint64_t r = 0; r < rows * n_experts; ++r)
       kvd::detail::quantize_row(t, x.data() + r * cols, q.data() + r * row_bytes, static_cast<std::int64_t>(cols));
+    if (spoil) spoil(name, q);
     std::vector<std::uint64_t> ne = {cols};
     if (rows > 1 || n_experts > 1) ne.push_back(rows);
     if (n_experts > 1) ne.push_back(n_experts);
@@ -565,6 +569,38 @@ void gguf_model(kvd::WeightType mt, const std::string& name, std::uint64_t exper
   }
   tensor("output_norm.weight", WT::kF32, D, 1, 1.0f);
   put("gguf", name, w.bytes());
+}
+
+// The table types (iq4_nl, iq4_xs, mxfp4): one tensor of each, as written, and
+// with the block a load refuses (an infinite or NaN f16 d, e8m0 0xFF, an e8m0
+// scale whose levels overflow float); and tiny models of iq4_nl and mxfp4 (their
+// blocks of 32 fit D = 32), one with an mxfp4 NaN scale.
+void table_type_ggufs() {
+  using WT = kvd::WeightType;
+  std::vector<float> x(256);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = 0.013f * static_cast<float>((i * 37) % 101) - 0.6f;
+  auto one = [&](WT t, const std::function<void(Bytes&)>& spoil, const std::string& name) {
+    kvd::GGUFWriter w;
+    w.set_string("general.architecture", "llama");
+    Bytes q(kvd::weight_row_bytes(t, 256));
+    kvd::detail::quantize_row(t, x.data(), q.data(), 256);
+    spoil(q);
+    w.add_tensor(std::string("t.") + kvd::weight_type_name(t), t, {256}, q.data(), q.size());
+    put("gguf", name, w.bytes());
+  };
+  auto keep = [](Bytes&) {};
+  one(WT::kIQ4_NL, keep, "iq4_nl-row");
+  one(WT::kIQ4_XS, keep, "iq4_xs-row");
+  one(WT::kMXFP4, keep, "mxfp4-row");
+  one(WT::kIQ4_NL, [](Bytes& q) { q[18 * 2] = 0x00, q[18 * 2 + 1] = 0x7C; }, "iq4_nl-inf-scale");
+  one(WT::kIQ4_XS, [](Bytes& q) { q[0] = 0x00, q[1] = 0x7E; }, "iq4_xs-nan-scale");
+  one(WT::kMXFP4, [](Bytes& q) { q[17 * 3] = 0xFF; }, "mxfp4-e8m0-nan");
+  one(WT::kMXFP4, [](Bytes& q) { q[17] = 0xFE, q[18] = 0x77; }, "mxfp4-e8m0-overflow");
+  gguf_model(WT::kIQ4_NL, "tiny-llama-iq4_nl");
+  gguf_model(WT::kMXFP4, "tiny-llama-mxfp4");
+  gguf_model(WT::kMXFP4, "tiny-llama-mxfp4-nan-scale", 0, MoeDefect::kNone, [](const std::string& name, Bytes& q) {
+    if (name == "blk.0.ffn_up.weight") q[17 * 5] = 0xFF;
+  });
 }
 
 // Texts for the encoder targets: ASCII, valid multi-byte UTF-8, invalid UTF-8, spaces.
@@ -639,6 +675,7 @@ int main(int argc, char** argv) {
     gguf_model(kvd::WeightType::kF16, "qwen3moe-topk-above-count", 4, MoeDefect::kTopKAboveCount);
     gguf_model(kvd::WeightType::kF16, "qwen3moe-missing-router", 4, MoeDefect::kMissingRouter);
     gguf_model(kvd::WeightType::kF16, "qwen3moe-ragged-experts", 4, MoeDefect::kRaggedExperts);
+    table_type_ggufs();
     safetensors();
     hf_folders();
     tokenizer_jsons();

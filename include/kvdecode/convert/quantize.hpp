@@ -17,12 +17,13 @@
 //     q5_K on the first 1/16 of the layers, else q4_K.
 //   * Q4_K_M, Q5_K_M: attn_v and ffn_down q6_K on the layers use_more_bits picks
 //     (the first 1/8, the last 1/8 and every third between).
-//   * Q3_K, Q4_K, Q5_K ("plain"), Q6_K and the legacy types: every matrix in that
-//     type, the classifier as above.
+//   * Q3_K, Q4_K, Q5_K ("plain"), Q6_K, IQ4_NL, IQ4_XS, MXFP4 and the legacy types:
+//     every matrix in that type, the classifier as above.
 //   * A row length that is not a multiple of the chosen type's block falls back as
-//     llama.cpp does: q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0; q2_K / q3_K -> q4_0
-//     (llama.cpp uses iq4_nl, which kvdecode does not store: q4_0 has its 4.5 bits
-//     and block of 32); and if the row is not a multiple of 32 either -> f16.
+//     llama.cpp does: q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, iq4_xs -> iq4_nl;
+//     q2_K / q3_K -> q4_0 (llama.cpp uses iq4_nl there; kvdecode keeps q4_0, which
+//     has its 4.5 bits and block of 32, as before it stored iq4_nl); and if the row
+//     is not a multiple of 32 either -> f16.
 //
 // Layout: tensors are written in GGUF's llama convention (ne = [cols, rows], RoPE on
 // adjacent pairs). llama2.c checkpoints already rotate adjacent pairs; Hugging Face
@@ -66,7 +67,7 @@ namespace kvd {
 /// What kvdecode-quantize can produce (a storage type, possibly with llama.cpp's mix).
 enum class QuantScheme {
   kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ2_K,
-  kQ3_K, kQ3_K_M, kQ4_K, kQ4_K_M, kQ5_K, kQ5_K_M, kQ6_K,
+  kQ3_K, kQ3_K_M, kQ4_K, kQ4_K_M, kQ5_K, kQ5_K_M, kQ6_K, kIQ4_NL, kIQ4_XS, kMXFP4,
 };
 
 /// llama.cpp's `enum llama_ftype`, the value of general.file_type. Frozen: on disk.
@@ -87,6 +88,9 @@ enum class LlamaFileType : std::uint32_t {
   kMostlyQ5_K_S = 16,
   kMostlyQ5_K_M = 17,
   kMostlyQ6_K = 18,
+  kMostlyIQ4_NL = 25,
+  kMostlyIQ4_XS = 30,
+  kMostlyMXFP4 = 38,  ///< mainline llama.cpp's code for MXFP4 (its name there: MXFP4_MOE); ik_llama.cpp's too
   kMostlyBF16 = 32,
 };
 
@@ -117,6 +121,9 @@ inline const std::vector<QuantSchemeInfo>& quant_schemes() {
       {QuantScheme::kQ5_K, "Q5_K", WeightType::kQ5_K, LlamaFileType::kMostlyQ5_K_S},
       {QuantScheme::kQ5_K_M, "Q5_K_M", WeightType::kQ5_K, LlamaFileType::kMostlyQ5_K_M},
       {QuantScheme::kQ6_K, "Q6_K", WeightType::kQ6_K, LlamaFileType::kMostlyQ6_K},
+      {QuantScheme::kIQ4_NL, "IQ4_NL", WeightType::kIQ4_NL, LlamaFileType::kMostlyIQ4_NL},
+      {QuantScheme::kIQ4_XS, "IQ4_XS", WeightType::kIQ4_XS, LlamaFileType::kMostlyIQ4_XS},
+      {QuantScheme::kMXFP4, "MXFP4", WeightType::kMXFP4, LlamaFileType::kMostlyMXFP4},
   };
   return k;
 }

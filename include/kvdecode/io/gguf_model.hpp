@@ -102,7 +102,7 @@ inline const GGUFTensorInfo* gguf_tensor(const GGUFFile& f, const std::string& n
   if (!weight_type_traits(t->type).supported)
     gguf_model_fail(f, msg("tensor '", name, "' has type ", weight_type_name(t->type),
                            ", which kvdecode does not support (supported: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, "
-                           "q5_1, q2_K, q3_K, q4_K, q5_K, q6_K)"));
+                           "q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4)"));
   return t;
 }
 
@@ -247,6 +247,12 @@ ModelWeights<T> load_gguf_weights(std::shared_ptr<const detail::GGUFOwner> owner
   w.config = c;
   auto matrix = [&](const std::string& name) {
     const GGUFTensorInfo* t = f.find_tensor(name);
+    try {
+      detail::check_blocks(t->type, f.tensor_data(*t), static_cast<std::int64_t>(t->rows()),
+                           static_cast<std::int64_t>(t->ne[0]), name);
+    } catch (const FormatError& e) {
+      detail::gguf_model_fail(f, e.what());
+    }
     return WeightMatrix::view(t->type, static_cast<long>(t->rows()), static_cast<long>(t->ne[0]), f.tensor_data(*t), owner);
   };
   auto vec = [&](const std::string& name) {

@@ -21,15 +21,17 @@
 // The integer sums are exact and every float step is a fixed, row-local
 // sequence, so the result is the same bits for every M, path, tiling and thread
 // count: the exactness contract holds in this mode as in the default one (each
-// mode against itself). float(I) is exact: |I| <= 32 * 128 * 127 (q8_0) or
-// 16 * 32 * 127 (q6_K) < 2^24. For sub-blocks of 32, Q_s = Q_j.
+// mode against itself). float(I) is exact: |I| <= 32 * 128 * 127 (q8_0),
+// 16 * 32 * 127 (q6_K) or 32 * 127 * 127 (the levels) < 2^24. For sub-blocks of
+// 32, Q_s = Q_j.
 //
 // Types: every block type. Codes in sub-blocks of 32: q4_0, q4_1, q4_K (4 bits),
-// q5_0, q5_1, q5_K (5 bits), q8_0 (8 bits, signed); in sub-blocks of 16: q2_K (2
-// bits), q3_K (3) and q6_K (6). So Q4_K_M, Q5_K_M, Q3_K_M, Q2_K and Q8_0 files run
-// in fast mode throughout. A matrix of a type the mode does not compute (f16, bf16
-// without AVX512-BF16, f32) keeps the default numerics, per matrix, so a model
-// mixing types is still exact across paths.
+// q5_0, q5_1, q5_K (5 bits), q8_0 (8 bits, signed), and the levels of iq4_nl,
+// iq4_xs and mxfp4 (int8 table values picked by 4-bit codes); in sub-blocks of 16:
+// q2_K (2 bits), q3_K (3) and q6_K (6). So Q4_K_M, Q5_K_M, Q3_K_M, Q2_K and Q8_0
+// files run in fast mode throughout. A matrix of a type the mode does not compute
+// (f16, bf16 without AVX512-BF16, f32) keeps the default numerics, per matrix, so a
+// model mixing types is still exact across paths.
 //
 // PATHS. The scalar loop below defines the result. On AVX2 the 8 nibbles of a
 // code word (values k .. k + 7 of one output) split into two byte vectors,
@@ -54,6 +56,10 @@
 // their values in order (fast_order() 4). Its signed codes enter vpdpbusd as code
 // + 128 (subtracting 128 Q_j after); without VNNI, vpmaddubsw takes |code| and
 // the activation with the code's sign (pairs of at most 2 * 128 * 127 = 32512).
+// The table types look their nibble planes up in a 16-byte table (vpshufb): with
+// VNNI as level + 128 (unsigned, subtracting 128 Q_s after); without, as the
+// signed level, multiplied as |level| times q with the level's sign (vpsignb), each
+// plane's 16-bit pair sums (at most 2 * 127 * 127 = 32258) widened to 32 bits.
 // With VNNI (AVX512-VNNI + VL, or AVX-VNNI) the same tiles take vpdpbusd for each
 // pair of vpmaddubsw and 16-bit adds: 32-bit sums throughout, the same integers.
 // With AVX512-VNNI and BW, large M of the byte-plane types (fast_planes.hpp) runs 512-bit

@@ -269,13 +269,14 @@ void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, floa
 /// One core in L2 at M = 64 (Zen 3, G multiply-adds/s, tiles -> planes, noisy):
 /// q5_0 26.6 -> 36.1, q5_1 29.3 -> 43.5, q5_K 29.1 -> 39.4, q3_K 23.8 -> 32.9, q6_K
 /// 28.3 -> 34.8; q4_K 40-43 -> 30-42 and q2_K 28-34 -> 22-32 stay with the tiles,
-/// whose two half panels share each broadcast.
+/// whose two half panels share each broadcast. The table types' levels have no
+/// byte planes: they take the tiles at every M.
 template <class Dec>
-inline constexpr bool kFastPlanes =
+inline constexpr bool kFastPlanes = !kFastLevels<Dec> &&
 #if defined(KVDECODE_FAST_PLANES_512)
     true;
 #else
-    kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3 || Dec::kFastCodes == FastCodes::kSix;
+    (kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3 || Dec::kFastCodes == FastCodes::kSix);
 #endif
 #endif  // KVDECODE_FAST_AVX2
 

@@ -2,8 +2,9 @@
 // half panels over all of k, the codes rebuilt in registers from the panel blocks
 // through the AVX2 decoders (quant_decode_avx2.hpp) and multiplied with the rounded
 // rows (fast_rows.hpp) by vpmaddubsw or, with VNNI, vpdpbusd. Three tile kinds: the
-// nibble planes (q4, q5) and q8_0's bytes, the 2-bit planes (q2_K, q3_K) and q6_K.
-// Empty unless KVDECODE_FAST_AVX2.
+// nibble planes (q4, q5, and the table types' levels looked up by nibble) and
+// q8_0's bytes, the 2-bit planes (q2_K, q3_K) and q6_K. Empty unless
+// KVDECODE_FAST_AVX2.
 #pragma once
 
 #include <cstdint>
@@ -39,12 +40,20 @@ KVD_ALWAYS_INLINE inline __m256i fast_dpbusd(__m256i acc, __m256i u8, __m256i s8
 template <class Dec>
 inline constexpr bool kFastFive = Dec::kFastCodes == FastCodes::kFive;
 
+/// Whether Dec's codes are levels of a table (iq4_nl, iq4_xs, mxfp4).
+template <class Dec>
+inline constexpr bool kFastLevels = Dec::kFastCodes == FastCodes::kLevels;
+
 /// The fast mode's offset of Dec's unsigned codes (subtracted as offset * Q_s).
 /// q8_0's signed codes enter vpdpbusd as code + 128; without VNNI its tiles move
 /// the code's sign onto the activation instead (fast_q8_dot16) and have no offset.
+/// Levels: with VNNI the tile looks up level + 128 (unsigned, in [1, 241]) for
+/// vpdpbusd; without, the level itself (|level| <= 127) through vpsignb.
 template <class Dec>
 constexpr int fast_code_offset() {
-#if !defined(KVDECODE_FAST_VNNI)
+#if defined(KVDECODE_FAST_VNNI)
+  if constexpr (kFastLevels<Dec>) return 128;
+#else
   if constexpr (Dec::kFastCodes == FastCodes::kBytes) return 0;
 #endif
   return Dec::kFastOffset;
@@ -86,6 +95,15 @@ KVD_ALWAYS_INLINE inline void fast_q8_codes(const unsigned char* pb, int g, int 
 KVD_ALWAYS_INLINE inline __m256i fast_q8_dot16(__m256i acc, __m256i c, __m256i a) {
   const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(c), _mm256_sign_epi8(a, c));
   return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+
+/// Dec's 16 levels as the bytes the tile multiplies (fast_code_offset() added), in
+/// both 128-bit lanes, for vpshufb by nibble.
+template <class Dec>
+inline __m256i fast_level_table() {
+  alignas(16) std::int8_t b[16];
+  for (int i = 0; i < 16; ++i) b[i] = static_cast<std::int8_t>(Dec::levels()[i] + fast_code_offset<Dec>());
+  return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
 }
 
 /// The word of high bits a 5-bit decoder loaded in begin() (bit v = value v of the sub-block).
@@ -169,20 +187,24 @@ KVD_ALWAYS_INLINE inline void fast_panel_blocks(const QuantPanels& w, long nblk,
 }
 
 /// AVX2 register tile for codes in nibble planes (q4_0, q4_1, q4_K; q5_0, q5_1,
-/// q5_K with their high bits) or bytes (q8_0): MR rows x NH half panels over all of
-/// k (see the top of this file). The running sums live in y, the sub-block's partial
-/// sums in registers (16-bit for 4-bit codes, widened to 32 per group of 8 for 5-bit
-/// ones and per product pair for q8_0's).
+/// q5_K with their high bits; iq4_nl, iq4_xs, mxfp4 through their level table) or
+/// bytes (q8_0): MR rows x NH half panels over all of k (see the top of this file).
+/// The running sums live in y, the sub-block's partial sums in registers (16-bit for
+/// 4-bit codes, widened to 32 per group of 8 for 5-bit ones, per plane for levels,
+/// whose products reach 127 * 127, and per product pair for q8_0's).
 template <class Dec, int MR, int NH>
 inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
-  constexpr bool kFive = kFastFive<Dec>;
+  constexpr bool kFive = kFastFive<Dec>, kLevels = kFastLevels<Dec>;
   constexpr bool kBytes = Dec::kFastCodes == FastCodes::kBytes;
+  [[maybe_unused]] constexpr bool kWide = kFive || kLevels || kBytes;  // 32-bit sums without VNNI
   constexpr int kOffset = fast_code_offset<Dec>();  // q4_0: codes - 8, q5_0: codes - 16
   constexpr int kSubs = Dec::kBlock / kFastBlock;
   const long K = rows.K, nbq = K / kFastBlock;
   fast_tile_zero<MR, NH>(y, ldy, h0);
   const __m256i m4 = _mm256_set1_epi8(15);
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
+  [[maybe_unused]] __m256i table = _mm256_setzero_si256();
+  if constexpr (kLevels) table = fast_level_table<Dec>();
   const std::size_t pbb = w.panel_block_bytes();
   const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
   const std::int8_t* q0 = rows.q.data() + m0 * K;
@@ -226,6 +248,10 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
           lo[i] = _mm256_and_si256(wv, m4);
           hi[i] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
           if constexpr (kFive) fast_or_high_bits(hword[i], g, lo[i], hi[i]);
+          if constexpr (kLevels) {
+            lo[i] = _mm256_shuffle_epi8(table, lo[i]);
+            hi[i] = _mm256_shuffle_epi8(table, hi[i]);
+          }
         }
         KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
           const std::int8_t* qa = q0 + r * K + j * kFastBlock + 8 * g;
@@ -241,8 +267,15 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
               t[r][i] = fast_q8_dot16(fast_q8_dot16(t[r][i], lo[i], b0), hi[i], b1);
               continue;
             }
-            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0), _mm256_maddubs_epi16(hi[i], b1));
-            t[r][i] = kFive ? _mm256_add_epi32(t[r][i], _mm256_madd_epi16(p, ones)) : _mm256_add_epi16(t[r][i], p);
+            if constexpr (kLevels) {
+              // |level| * (q with the level's sign): each 16-bit pair sum stays within 2 * 127 * 127
+              const __m256i p0 = _mm256_maddubs_epi16(_mm256_abs_epi8(lo[i]), _mm256_sign_epi8(b0, lo[i]));
+              const __m256i p1 = _mm256_maddubs_epi16(_mm256_abs_epi8(hi[i]), _mm256_sign_epi8(b1, hi[i]));
+              t[r][i] = _mm256_add_epi32(t[r][i], _mm256_add_epi32(_mm256_madd_epi16(p0, ones), _mm256_madd_epi16(p1, ones)));
+            } else {
+              const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo[i], b0), _mm256_maddubs_epi16(hi[i], b1));
+              t[r][i] = kFive ? _mm256_add_epi32(t[r][i], _mm256_madd_epi16(p, ones)) : _mm256_add_epi16(t[r][i], p);
+            }
 #endif
           }
         }
@@ -256,7 +289,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
 #if defined(KVDECODE_FAST_VNNI)
           __m256i I = t[r][i];
 #else
-          __m256i I = kFive || kBytes ? t[r][i] : _mm256_madd_epi16(t[r][i], ones);
+          __m256i I = kWide ? t[r][i] : _mm256_madd_epi16(t[r][i], ones);
 #endif
           if constexpr (kOffset != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * rows.qsum.data()[e]));
           float* yp = y + r * ldy + (h0 + i) * 8;
@@ -450,7 +483,7 @@ constexpr int fast_halves_of(int mr) {
   if constexpr (Dec::kFastCodes == FastCodes::kSix) return mr <= 1 ? 2 : 1;
   // q8_0's transposes hold 4 loaded vectors besides the codes
   if constexpr (Dec::kFastCodes == FastCodes::kBytes) return mr <= 2 || kFastVectorRegisters == 32 ? 2 : 1;
-  if constexpr (kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3) return mr <= 2 ? 2 : 1;
+  if constexpr (kFastFive<Dec> || kFastLevels<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3) return mr <= 2 ? 2 : 1;
   return fast_halves(mr);
 }
 

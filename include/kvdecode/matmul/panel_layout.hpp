@@ -41,7 +41,7 @@ inline int code_bits(QuantFieldKind k) {
 /// Where value i's code sits in ggml's field bytes: byte index and bit shift.
 inline void code_position(QuantFieldKind k, int i, int& byte, int& shift) {
   switch (k) {
-    case QuantFieldKind::kNibbles32: byte = i % 16, shift = i < 16 ? 0 : 4; return;
+    case QuantFieldKind::kNibbles32: byte = 16 * (i / 32) + i % 16, shift = (i % 32) < 16 ? 0 : 4; return;
     case QuantFieldKind::kNibbles256: byte = 32 * (i / 64) + i % 32, shift = (i % 64) < 32 ? 0 : 4; return;
     case QuantFieldKind::kHighBits256: byte = i % 32, shift = i / 32; return;
     case QuantFieldKind::kCrumbs256: byte = 32 * (i / 128) + i % 32, shift = 2 * ((i % 128) / 32); return;

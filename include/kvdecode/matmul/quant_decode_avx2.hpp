@@ -77,7 +77,8 @@ enum class FastCodes {
   kFive,     ///< nibble planes plus one high bit per value from a word of high bits (q5_0, q5_1, q5_K)
   kCrumbs,   ///< 2-bit codes, 16 to a word (q2_K); rows of order 16
   kCrumbs3,  ///< 2-bit codes plus one high bit per value (q3_K); rows of order 16
-  kSix       ///< nibble planes plus two high bits per value (q6_K)
+  kSix,      ///< nibble planes plus two high bits per value (q6_K)
+  kLevels    ///< nibble planes whose codes index 16 int8 levels (iq4_nl, iq4_xs, mxfp4): Dec::levels()
 };
 
 struct Avx2DecodeQ8_0 {
@@ -299,6 +300,92 @@ struct Avx2DecodeQ6_K {
 template <>
 struct Avx2DecoderOf<BlockTypeQ6_K> {
   using type = Avx2DecodeQ6_K;
+};
+
+/// The level of each lane's 4-bit code (bits 0..3 of idx; bits above are ignored)
+/// in a table of 16 floats held as two halves: vpermps reads 3 bits, bit 3 picks the half.
+inline __m256 q2_level(__m256i idx, __m256 lo8, __m256 hi8) {
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo8, idx), _mm256_permutevar8x32_ps(hi8, idx),
+                          _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+}
+/// Levels 8 h .. 8 h + 7 of a table type's 16 int8 levels, as floats.
+inline __m256 q2_levels8(const std::int8_t* v, int h) { return _mm256_cvtepi32_ps(q2_i8x8(reinterpret_cast<const unsigned char*>(v) + 8 * h)); }
+
+/// iq4_nl (kE8m0 = false: f16 d) and mxfp4 (true: e8m0 scale): one group of 32,
+/// code = the level of its nibble.
+template <bool kE8m0>
+struct Avx2DecodeTable32 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = false;
+  static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kLevels;
+  static constexpr int kFastOffset = 0;
+  static const std::int8_t* levels() { return kE8m0 ? kMxfp4Values : kIq4nlValues; }
+  const unsigned char* q;
+  __m256 D, N, lo8, hi8;
+  void begin(const unsigned char* pb, int, int h) {
+    if constexpr (kE8m0) {
+      // e8m0_to_fp32_half(): (e - 1) << 23, or 0x00200000 << e for e < 2
+      const __m256i e = q2_u8x8(pb + 8 * h);
+      const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+      const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+      const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+      D = _mm256_castsi256_ps(_mm256_blendv_epi8(normal, tiny, small));
+    } else {
+      D = q2_f16x8(pb + 16 * h);
+    }
+    N = _mm256_setzero_ps();
+    q = pb + (kE8m0 ? 16 : 32) + 32 * h;
+    const std::int8_t* levels = kE8m0 ? kMxfp4Values : kIq4nlValues;
+    lo8 = q2_levels8(levels, 0);
+    hi8 = q2_levels8(levels, 1);
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i w = q2_words(q + 64 * (kk / 8));
+    return q2_level(kk % 8 == 0 ? w : _mm256_srli_epi32(w, 4 * (kk % 8)), lo8, hi8);
+  }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeIQ4_NL> {
+  using type = Avx2DecodeTable32<false>;
+};
+template <>
+struct Avx2DecoderOf<BlockTypeMXFP4> {
+  using type = Avx2DecodeTable32<true>;
+};
+
+/// iq4_xs: 8 sub-blocks of 32, D = d (ls - 32), code = iq4_nl's level of its nibble.
+struct Avx2DecodeIQ4_XS {
+  static constexpr int kBlock = 256, kSub = 32;
+  static constexpr bool kMin = false;
+  static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kLevels;
+  static constexpr int kFastOffset = 0;
+  static const std::int8_t* levels() { return kIq4nlValues; }
+  const unsigned char* q;
+  __m256 D, N, lo8, hi8;
+  void begin(const unsigned char* pb, int s, int h) {
+    const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(q2_u8x8(pb + 64 + 16 * (s / 2) + 8 * h), _mm_cvtsi32_si128(4 * (s % 2))),
+                                        _mm256_set1_epi32(15));
+    const __m256i sh = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 32 + 16 * h)));
+    const __m256i hi = _mm256_and_si256(_mm256_srl_epi32(sh, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi32(3));
+    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(ls));
+    N = _mm256_setzero_ps();
+    q = pb + 128 + 256 * s + 32 * h;
+    lo8 = q2_levels8(kIq4nlValues, 0);
+    hi8 = q2_levels8(kIq4nlValues, 1);
+  }
+  template <int kk>
+  __m256 code() const {
+    const __m256i w = q2_words(q + 64 * (kk / 8));
+    return q2_level(kk % 8 == 0 ? w : _mm256_srli_epi32(w, 4 * (kk % 8)), lo8, hi8);
+  }
+};
+template <>
+struct Avx2DecoderOf<BlockTypeIQ4_XS> {
+  using type = Avx2DecodeIQ4_XS;
 };
 
 /// Calls f(Dec{}) with the AVX2 decoder of block type t (one look-up per call:

@@ -299,6 +299,68 @@ struct Avx512DecoderOf<BlockTypeQ6_K> {
   using type = DecodeQ6_K;
 };
 
+/// The 16 int8 levels of a table type as floats, for vpermps.
+inline __m512 qk_levels16(const std::int8_t* v) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v))));
+}
+
+/// iq4_nl (kE8m0 = false: f16 d) and mxfp4 (true: e8m0 scale): one group of 32,
+/// code = the level of its nibble, y = code * D.
+template <bool kE8m0>
+struct DecodeTable32 {
+  static constexpr int kBlock = 32, kSub = 32;
+  static constexpr bool kMin = false;
+  const unsigned char* q;
+  __m512 D, N;
+  void begin(const unsigned char* pb, int) {
+    if constexpr (kE8m0) {
+      // e8m0_to_fp32_half(): (e - 1) << 23, or 0x00200000 << e for e < 2
+      const __m512i e = qk_u8x16(pb);
+      const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+      const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+      D = _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpge_epi32_mask(e, _mm512_set1_epi32(2)), tiny, normal));
+    } else {
+      D = qk_f16x16(pb);
+    }
+    N = _mm512_setzero_ps();
+    q = pb + (kE8m0 ? 16 : 32);
+  }
+  template <int kk>
+  __m512 code() const { return qk_nibble_float<kk>(q, qk_levels16(kE8m0 ? kMxfp4Values : kIq4nlValues)); }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeIQ4_NL> {
+  using type = DecodeTable32<false>;
+};
+template <>
+struct Avx512DecoderOf<BlockTypeMXFP4> {
+  using type = DecodeTable32<true>;
+};
+
+/// iq4_xs: 8 sub-blocks of 32, D = d (ls - 32) with the 6-bit ls from scales_l's
+/// nibble and scales_h's 2 bits, code = iq4_nl's level of its nibble.
+struct DecodeIQ4_XS {
+  static constexpr int kBlock = 256, kSub = 32;
+  static constexpr bool kMin = false;
+  const unsigned char* q;
+  __m512 D, N;
+  void begin(const unsigned char* pb, int s) {
+    const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(qk_u8x16(pb + 64 + 16 * (s / 2)), 4 * (s % 2)), _mm512_set1_epi32(15));
+    const __m512i sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 32)));
+    const __m512i hi = _mm512_and_si512(_mm512_srl_epi32(sh, _mm_cvtsi32_si128(2 * s)), _mm512_set1_epi32(3));
+    const __m512i ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+    D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(ls));
+    N = _mm512_setzero_ps();
+    q = pb + 128 + 256 * s;
+  }
+  template <int kk>
+  __m512 code() const { return qk_nibble_float<kk>(q, qk_levels16(kIq4nlValues)); }
+};
+template <>
+struct Avx512DecoderOf<BlockTypeIQ4_XS> {
+  using type = DecodeIQ4_XS;
+};
+
 /// Panel block pb in the factored form, as factor_panel_block_portable() gives it.
 template <class Dec>
 KVDECODE_GCC_NOIPA inline void factor_panel_block_avx512(const unsigned char* pb, float* c, float* D, float* N) {

@@ -25,13 +25,23 @@
 //     y = (d * sc) * q - (dmin * m).
 //   q6_K (256 values, 210 B): u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d
 //     16 sub-blocks of 16, y = (d * scale) * (6-bit - 32).
+//   iq4_nl (32 values, 18 B): f16 d; u8 qs[16]                    y = d * kIq4nlValues[nibble]
+//     q4_0's nibble order; the 16 levels are a fixed non-linear table of int8.
+//   iq4_xs (256 values, 136 B): f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]
+//     8 sub-blocks of 32, each q4_0's nibble order in its own 16 bytes; 6-bit
+//     scale ls = low nibble of scales_l[s/2] (high nibble for odd s) | 2 bits of
+//     scales_h at 2s << 4, y = (d * (ls - 32)) * kIq4nlValues[nibble].
+//   mxfp4 (32 values, 17 B): u8 e (e8m0); u8 qs[16]               y = kMxfp4Values[nibble] * 2^(e - 128)
+//     q4_0's nibble order; OCP MX's e2m1 values, doubled to integers (so the
+//     scale is halved: ggml's GGML_E8M0_TO_FP32_HALF). e = 0xFF is OCP MX's NaN.
 // Where within a block each value's bits sit is spelled out by the dequantizers
 // below (the *_code() helpers), which the kernels' repacking shares.
 //
 // Exactness: each dequantized value is produced by the same IEEE float
 // operations, in the same order, as ggml's C code. Every product in them is
 // exact: a scale is an f16 (11 significant bits) times a sub-block scale of at
-// most 8 bits, times a code of at most 6 bits, 24 bits at most. So the one
+// most 8 bits, times a code of at most 6 bits, 24 bits at most (iq4_xs: 11 + 5 +
+// 7 bits; mxfp4: a power of two times a code of at most 4 bits). So the one
 // rounding is the final add or subtract, and computing s * q - m as a fused
 // multiply-add gives the same float (the kernels rely on this; a test checks
 // every scale and code width).
@@ -40,7 +50,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace kvd::detail {
 
@@ -55,6 +67,12 @@ inline float bits_float(std::uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+/// v as `digits` lowercase hex digits.
+inline std::string hex_u32(std::uint32_t v, int digits) {
+  std::string s(static_cast<std::size_t>(digits), '0');
+  for (int i = digits - 1; i >= 0; --i, v >>= 4) s[static_cast<std::size_t>(i)] = "0123456789abcdef"[v & 15];
+  return s;
 }
 
 /// IEEE binary16 -> binary32. Exact for every finite value and infinity; a NaN
@@ -128,7 +146,32 @@ struct BlockQ6_K { std::uint8_t ql[128]; std::uint8_t qh[64]; std::int8_t scales
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20, "block layout");
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24, "block layout");
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144, "block layout");
+struct BlockIQ4_NL { std::uint16_t d; std::uint8_t qs[16]; };
+struct BlockIQ4_XS { std::uint16_t d; std::uint16_t scales_h; std::uint8_t scales_l[4]; std::uint8_t qs[128]; };
+struct BlockMXFP4 { std::uint8_t e; std::uint8_t qs[16]; };
+
 static_assert(sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210, "block layout");
+static_assert(sizeof(BlockIQ4_NL) == 18 && sizeof(BlockIQ4_XS) == 136 && sizeof(BlockMXFP4) == 17, "block layout");
+
+/// iq4_nl's and iq4_xs's 16 levels (ggml's kvalues_iq4nl), indexed by the 4-bit code.
+inline constexpr std::int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                 1,    13,   25,  38,  53,  69,  89,  113};
+/// mxfp4's 16 e2m1 values doubled (ggml's kvalues_mxfp4): code bit 3 is the sign,
+/// bits 0..2 the magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 times two.
+inline constexpr std::int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/// mxfp4's e8m0 byte that OCP MX defines as NaN (ggml reads it as 2^127; refused at load).
+inline constexpr std::uint8_t kE8m0NaN = 0xFF;
+
+/// Half the e8m0 scale e, 2^(e - 128), as ggml's GGML_E8M0_TO_FP32_HALF builds it
+/// from bits: e = 0 and 1 give the float subnormals 2^-128 and 2^-127.
+inline float e8m0_to_fp32_half(std::uint8_t e) {
+  return bits_float(e >= 2 ? static_cast<std::uint32_t>(e - 1) << 23 : 0x00200000u << e);
+}
+/// iq4_xs: the 6-bit scale of sub-block s (0..7) minus its offset 32: in [-32, 32).
+inline int iq4xs_scale(const BlockIQ4_XS& b, int s) {
+  const int lo = (b.scales_l[s / 2] >> (4 * (s % 2))) & 0xF, hi = (b.scales_h >> (2 * s)) & 3;
+  return (lo | hi << 4) - 32;
+}
 
 template <class Block>
 inline Block load_block(const unsigned char* p) {
@@ -196,6 +239,53 @@ inline int q6k_code(const BlockQ6_K& b, int i) {
   return (low | ((b.qh[32 * h + l] >> (2 * r)) & 3) << 4) - 32;
 }
 
+/// iq4_xs: the 4-bit code of value i, q4_0's nibble order within each run of 32.
+inline int iq4xs_code(const std::uint8_t* qs, int i) { return nibble_code(qs + 16 * (i / 32), i % 32); }
+
+// ---- Blocks a file must not hold ------------------------------------------------
+// ggml reads any bits; kvdecode refuses, at load, the new types' blocks whose
+// values are not finite floats: iq4_nl/iq4_xs with a non-finite f16 d, mxfp4 with
+// e8m0 0xFF (NaN in OCP MX, 2^127 to ggml) or a scale that makes a level overflow.
+// The other types read any bits, as they always have.
+
+/// Whether block b's values are all finite floats; if not and `why` is given,
+/// *why names the field, its value and the limit. True for the types without a
+/// check. Never throws.
+template <class Block>
+inline bool block_valid(const Block&, std::string* = nullptr) { return true; }
+/// Whether Block has a check of its own (a load scans its blocks only then).
+template <class Block>
+inline constexpr bool kBlockChecked = false;
+template <>
+inline constexpr bool kBlockChecked<BlockIQ4_NL> = true;
+template <>
+inline constexpr bool kBlockChecked<BlockIQ4_XS> = true;
+template <>
+inline constexpr bool kBlockChecked<BlockMXFP4> = true;
+
+inline bool f16_scale_valid(std::uint16_t d, std::string* why) {
+  if ((d & 0x7c00u) != 0x7c00u) return true;
+  if (why) *why = "its f16 scale d = 0x" + hex_u32(d, 4) + " is " + ((d & 0x3ffu) ? "NaN" : "infinite") +
+                  " (the limit is a finite f16, |d| <= 65504)";
+  return false;
+}
+inline bool block_valid(const BlockIQ4_NL& b, std::string* why = nullptr) { return f16_scale_valid(b.d, why); }
+inline bool block_valid(const BlockIQ4_XS& b, std::string* why = nullptr) { return f16_scale_valid(b.d, why); }
+inline bool block_valid(const BlockMXFP4& b, std::string* why = nullptr) {
+  if (b.e == kE8m0NaN) {
+    if (why) *why = "its e8m0 scale is 0xff, which OCP MX defines as NaN (the limit is 0xfe)";
+    return false;
+  }
+  if (b.e <= 252) return true;  // level 12 times 2^124 at most: finite without looking at the codes
+  int amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::abs(static_cast<int>(kMxfp4Values[nibble_code(b.qs, i)])));
+  if (std::isfinite(static_cast<float>(amax) * e8m0_to_fp32_half(b.e))) return true;
+  if (why)
+    *why = "its e8m0 scale 0x" + hex_u32(b.e, 2) + " times its largest level " + std::to_string(amax) +
+           " / 2 overflows float (the limit is 2^128)";
+  return false;
+}
+
 // ---- Dequantization of one block (ggml's float operation order) ----------------
 
 inline void dequantize_block(const BlockQ8_0& b, float* y) {
@@ -258,6 +348,22 @@ inline void dequantize_block(const BlockQ6_K& b, float* y) {
     const float ds = d * static_cast<float>(b.scales[s]);
     for (int i = 16 * s; i < 16 * s + 16; ++i) y[i] = ds * static_cast<float>(q6k_code(b, i));
   }
+}
+
+inline void dequantize_block(const BlockIQ4_NL& b, float* y) {
+  const float d = fp16_to_fp32(b.d);
+  for (int i = 0; i < 32; ++i) y[i] = d * static_cast<float>(kIq4nlValues[nibble_code(b.qs, i)]);
+}
+inline void dequantize_block(const BlockIQ4_XS& b, float* y) {
+  const float d = fp16_to_fp32(b.d);
+  for (int s = 0; s < 8; ++s) {
+    const float dl = d * static_cast<float>(iq4xs_scale(b, s));
+    for (int i = 32 * s; i < 32 * s + 32; ++i) y[i] = dl * static_cast<float>(kIq4nlValues[iq4xs_code(b.qs, i)]);
+  }
+}
+inline void dequantize_block(const BlockMXFP4& b, float* y) {
+  const float d = e8m0_to_fp32_half(b.e);
+  for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(kMxfp4Values[nibble_code(b.qs, i)]) * d;
 }
 
 // ---- The factored form the matrix kernels compute with --------------------------
@@ -329,6 +435,21 @@ inline void factor_block(const BlockQ6_K& b, float* c, float* D, float*) {
   const float d = fp16_to_fp32(b.d);
   for (int s = 0; s < 16; ++s) D[s] = d * static_cast<float>(b.scales[s]);
   for (int i = 0; i < 256; ++i) c[i] = static_cast<float>(q6k_code(b, i));
+}
+// iq4_nl, iq4_xs, mxfp4: the code c is the table's level (an integer of at most 7
+// bits), so c * D is ggml's product with its operands in either order.
+inline void factor_block(const BlockIQ4_NL& b, float* c, float* D, float*) {
+  D[0] = fp16_to_fp32(b.d);
+  for (int i = 0; i < 32; ++i) c[i] = static_cast<float>(kIq4nlValues[nibble_code(b.qs, i)]);
+}
+inline void factor_block(const BlockIQ4_XS& b, float* c, float* D, float*) {
+  const float d = fp16_to_fp32(b.d);
+  for (int s = 0; s < 8; ++s) D[s] = d * static_cast<float>(iq4xs_scale(b, s));
+  for (int i = 0; i < 256; ++i) c[i] = static_cast<float>(kIq4nlValues[iq4xs_code(b.qs, i)]);
+}
+inline void factor_block(const BlockMXFP4& b, float* c, float* D, float*) {
+  D[0] = e8m0_to_fp32_half(b.e);
+  for (int i = 0; i < 32; ++i) c[i] = static_cast<float>(kMxfp4Values[nibble_code(b.qs, i)]);
 }
 
 }  // namespace kvd::detail

@@ -388,4 +388,122 @@ inline void quantize_block(const float* x, BlockQ6_K& b) {
     }
 }
 
+// ---- Table types: iq4_nl, iq4_xs, mxfp4 ------------------------------------------
+
+/// The index of the level of `values` (16 int8 levels) nearest to x; the first on a tie.
+inline int nearest_level(const std::int8_t* values, float x) {
+  int best = 0;
+  float best_err = std::fabs(x - static_cast<float>(values[0]));
+  for (int l = 1; l < 16; ++l) {
+    const float err = std::fabs(x - static_cast<float>(values[l]));
+    if (err < best_err) best = l, best_err = err;
+  }
+  return best;
+}
+
+/// iq4_nl's search for a group of n values (ggml's shape of it): the scales that
+/// put the signed largest x at level values[0] + t for t in [-7, 7], plus the one
+/// that puts it at -values[0], each refitted by least squares over its levels
+/// with weights x^2, keeping the least weighted error. Returns the scale (0 for a
+/// zero group).
+inline float search_iq4(int n, const float* x, std::uint8_t* L) {
+  float amax = 0, max = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
+  if (amax < kGroupMaxEps) {
+    for (int i = 0; i < n; ++i) L[i] = static_cast<std::uint8_t>(nearest_level(kIq4nlValues, 0.f));
+    return 0.f;
+  }
+  const float v0 = static_cast<float>(kIq4nlValues[0]);
+  float best_scale = 0, best = -1;
+  for (int t = -8; t <= 7; ++t) {
+    const float id = t == -8 ? -v0 / max : (v0 + static_cast<float>(t)) / max;
+    float sumqx = 0, sumq2 = 0;
+    std::uint8_t aux[32];
+    for (int i = 0; i < n; ++i) {
+      aux[i] = static_cast<std::uint8_t>(nearest_level(kIq4nlValues, id * x[i]));
+      const float q = static_cast<float>(kIq4nlValues[aux[i]]), w = x[i] * x[i];
+      sumqx += w * q * x[i];
+      sumq2 += w * q * q;
+    }
+    if (sumq2 > 0 && (best < 0 || sumqx * sumqx > best * sumq2)) {
+      best_scale = sumqx / sumq2;
+      best = best_scale * sumqx;
+      std::copy(aux, aux + n, L);
+    }
+  }
+  return best_scale;
+}
+
+/// Codes of x[0..n) for the stored scale d (all the zero level's code if d is 0).
+inline void iq4_codes(int n, const float* x, float d, int* codes) {
+  const float id = d != 0 ? 1.f / d : 0.f;
+  for (int i = 0; i < n; ++i) codes[i] = nearest_level(kIq4nlValues, x[i] * id);
+}
+
+inline void quantize_block(const float* x, BlockIQ4_NL& b) {
+  std::uint8_t L[32];
+  b.d = fp32_to_fp16(search_iq4(32, x, L));
+  int c[32];
+  iq4_codes(32, x, fp16_to_fp32(b.d), c);
+  pack_nibbles(c, b.qs);
+}
+
+/// iq4_xs: each sub-block's scale from search_iq4, then one f16 d = -max / 32 for
+/// the 6-bit signed sub-block scales (round(scale / d) in [-32, 31]), and the
+/// codes chosen again for each stored d * ls.
+inline void quantize_block(const float* x, BlockIQ4_XS& b) {
+  float scales[8];
+  float amax = 0, max_scale = 0;
+  for (int s = 0; s < 8; ++s) {
+    std::uint8_t L[32];
+    scales[s] = search_iq4(32, x + 32 * s, L);
+    if (std::fabs(scales[s]) > amax) amax = std::fabs(scales[s]), max_scale = scales[s];
+  }
+  std::memset(&b, 0, sizeof b);
+  int ls[8];
+  if (amax < kGroupMaxEps) {
+    for (int s = 0; s < 8; ++s) ls[s] = 0;
+  } else {
+    b.d = fp32_to_fp16(-max_scale / 32.f);
+    const float d = fp16_to_fp32(b.d), id = d != 0 ? 1.f / d : 0.f;
+    for (int s = 0; s < 8; ++s) ls[s] = std::clamp(nearest_int(id * scales[s]), -32, 31);
+  }
+  const float d = fp16_to_fp32(b.d);
+  for (int s = 0; s < 8; ++s) {
+    const int u = ls[s] + 32;
+    b.scales_l[s / 2] = static_cast<std::uint8_t>(b.scales_l[s / 2] | (u & 0xF) << (4 * (s % 2)));
+    b.scales_h = static_cast<std::uint16_t>(b.scales_h | ((u >> 4) & 3) << (2 * s));
+    int c[32];
+    iq4_codes(32, x + 32 * s, d * static_cast<float>(ls[s]), c);
+    pack_nibbles(c, b.qs + 16 * s);
+  }
+}
+
+/// mxfp4: ggml's exponent, floor(log2(max |x|)) - 2 (so the largest value lands
+/// between the levels 4 and 8 of the doubled table), and the one above it; each
+/// with the nearest levels, keeping the smaller squared error. e8m0 stays in
+/// [0, 254] (0xFF is NaN).
+inline void quantize_block(const float* x, BlockMXFP4& b) {
+  float amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const int e0 = amax > 0 ? std::clamp(static_cast<int>(std::floor(std::log2(amax))) - 2 + 127, 0, 253) : 0;
+  float best = -1;
+  for (int e = e0; e <= e0 + 1; ++e) {
+    const float d = e8m0_to_fp32_half(static_cast<std::uint8_t>(e));
+    int c[32];
+    float err = 0;
+    for (int i = 0; i < 32; ++i) {
+      c[i] = nearest_level(kMxfp4Values, x[i] / d);
+      const float diff = static_cast<float>(kMxfp4Values[c[i]]) * d - x[i];
+      err += diff * diff;
+    }
+    if (best < 0 || err < best) {
+      best = err;
+      b.e = static_cast<std::uint8_t>(e);
+      pack_nibbles(c, b.qs);
+    }
+  }
+}
+
 }  // namespace kvd::detail

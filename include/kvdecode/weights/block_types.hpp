@@ -21,7 +21,7 @@ namespace kvd::detail {
 /// How a field is stored in a panel block.
 enum class QuantFieldKind {
   kPlain,       ///< element e of the 16 rows side by side: (e, row) -> width bytes
-  kNibbles32,   ///< q4_0/q4_1/q5_x's 16 code bytes: 32 4-bit codes
+  kNibbles32,   ///< runs of 32 4-bit codes in 16 bytes each: q4_0/q4_1/q5_x/iq4_nl/mxfp4's one run, iq4_xs's 8
   kNibbles256,  ///< q4_K/q5_K's 128 code bytes: 256 4-bit codes
   kHighBits256, ///< q5_K's qh, q3_K's hmask (32 bytes): 256 1-bit codes (value i: byte i % 32, bit i / 32)
   kCrumbs256,   ///< q2_K/q3_K's 64 code bytes: 256 2-bit codes
@@ -167,6 +167,39 @@ struct BlockTypeQ6_K {
   static constexpr WeightType kFallback = WeightType::kQ8_0;
 };
 
+// iq4_nl, iq4_xs and mxfp4: codes are levels of a table of int8 (block_formats.hpp),
+// which the fast mode multiplies with the rounded rows as they are (exact integers).
+
+struct BlockTypeIQ4_NL {
+  using Block = BlockIQ4_NL;
+  static constexpr WeightType kType = WeightType::kIQ4_NL;
+  static constexpr int kValues = kQK, kSub = 32;
+  static constexpr bool kMin = false;
+  static constexpr QuantLayout kLayout = {2, {{0, 2, 1}, {2, 1, 16, QuantFieldKind::kNibbles32}}};
+  static constexpr int kFastOrder = 8;
+  static constexpr WeightType kFallback = WeightType::kF16;
+};
+
+struct BlockTypeIQ4_XS {
+  using Block = BlockIQ4_XS;
+  static constexpr WeightType kType = WeightType::kIQ4_XS;
+  static constexpr int kValues = kQK_K, kSub = 32;
+  static constexpr bool kMin = false;
+  static constexpr QuantLayout kLayout = {4, {{0, 2, 1}, {2, 2, 1}, {4, 1, 4}, {8, 1, 128, QuantFieldKind::kNibbles32}}};
+  static constexpr int kFastOrder = 8;
+  static constexpr WeightType kFallback = WeightType::kIQ4_NL;
+};
+
+struct BlockTypeMXFP4 {
+  using Block = BlockMXFP4;
+  static constexpr WeightType kType = WeightType::kMXFP4;
+  static constexpr int kValues = kQK, kSub = 32;
+  static constexpr bool kMin = false;
+  static constexpr QuantLayout kLayout = {2, {{0, 1, 1}, {1, 1, 16, QuantFieldKind::kNibbles32}}};
+  static constexpr int kFastOrder = 8;
+  static constexpr WeightType kFallback = WeightType::kF16;
+};
+
 /// Whether Row agrees with weight_type.hpp's table and its own layout: the block
 /// struct's size and values per block, and fields that tile the block exactly.
 template <class Row>
@@ -205,6 +238,9 @@ inline bool visit_block_type(WeightType t, F&& f) {
     case WeightType::kQ4_K: return visit_row<BlockTypeQ4_K>(f);
     case WeightType::kQ5_K: return visit_row<BlockTypeQ5_K>(f);
     case WeightType::kQ6_K: return visit_row<BlockTypeQ6_K>(f);
+    case WeightType::kIQ4_NL: return visit_row<BlockTypeIQ4_NL>(f);
+    case WeightType::kIQ4_XS: return visit_row<BlockTypeIQ4_XS>(f);
+    case WeightType::kMXFP4: return visit_row<BlockTypeMXFP4>(f);
     default: return false;
   }
 }

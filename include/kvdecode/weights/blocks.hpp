@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "kvdecode/error.hpp"
 #include "kvdecode/weights/block_formats.hpp"
@@ -102,6 +103,31 @@ inline void factor_row(WeightType t, const void* src, float* c, float* D, float*
   visit_block_type(t, [&](auto row) {
     using Row = decltype(row);
     factor_blocks<typename Row::Block, Row::kValues>(p, c, D, N, n, Row::kSub);
+  });
+}
+
+/// Checks every block of a `rows` x `cols` matrix of type t at src (rows of
+/// weight_row_bytes(t, cols) bytes) with block_valid() (block_formats.hpp). Throws
+/// FormatError naming `tensor`, the row, the block, its byte offset from src and
+/// why, at the first bad block. Types without a check (kBlockChecked) pass
+/// unread; the others' blocks are all read. Touches nothing.
+inline void check_blocks(WeightType t, const void* src, std::int64_t rows, std::int64_t cols, const std::string& tensor) {
+  const auto* p = static_cast<const unsigned char*>(src);
+  visit_block_type(t, [&](auto row) {
+    using Row = decltype(row);
+    using Block = typename Row::Block;
+    if constexpr (!kBlockChecked<Block>) return;
+    const std::int64_t per_row = cols / Row::kValues;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t b = 0; b < per_row; ++b) {
+        const std::size_t at = static_cast<std::size_t>(r * per_row + b) * sizeof(Block);
+        const Block blk = load_block<Block>(p + at);
+        if (block_valid(blk)) continue;
+        std::string why;
+        block_valid(blk, &why);
+        throw FormatError(msg("tensor '", tensor, "' (", weight_type_name(t), "): row ", r, " block ", b,
+                              " (byte ", at, " of the tensor's data): ", why));
+      }
   });
 }
 

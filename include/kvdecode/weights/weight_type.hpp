@@ -46,7 +46,7 @@ enum class WeightType : std::uint32_t {
   kBF16 = 30,
   kTQ1_0 = 34,
   kTQ2_0 = 35,
-  kMXFP4 = 39,
+  kMXFP4 = 39,  ///< mainline ggml's code, which ik_llama.cpp shares; files in the wild come from mainline
 };
 
 /// What a WeightType is: its name, block size (values per block) and block bytes.
@@ -79,10 +79,10 @@ constexpr WeightTypeTraits weight_type_traits(WeightType t) {
     case WeightType::kIQ2_XS: return {"iq2_xs", 256, 74, false};
     case WeightType::kIQ3_XXS: return {"iq3_xxs", 256, 98, false};
     case WeightType::kIQ1_S: return {"iq1_s", 256, 50, false};
-    case WeightType::kIQ4_NL: return {"iq4_nl", 32, 18, false};
+    case WeightType::kIQ4_NL: return {"iq4_nl", 32, 18, true};
     case WeightType::kIQ3_S: return {"iq3_s", 256, 110, false};
     case WeightType::kIQ2_S: return {"iq2_s", 256, 82, false};
-    case WeightType::kIQ4_XS: return {"iq4_xs", 256, 136, false};
+    case WeightType::kIQ4_XS: return {"iq4_xs", 256, 136, true};
     case WeightType::kI8: return {"i8", 1, 1, false};
     case WeightType::kI16: return {"i16", 1, 2, false};
     case WeightType::kI32: return {"i32", 1, 4, false};
@@ -92,7 +92,7 @@ constexpr WeightTypeTraits weight_type_traits(WeightType t) {
     case WeightType::kBF16: return {"bf16", 1, 2, true};
     case WeightType::kTQ1_0: return {"tq1_0", 256, 54, false};
     case WeightType::kTQ2_0: return {"tq2_0", 256, 66, false};
-    case WeightType::kMXFP4: return {"mxfp4", 32, 17, false};
+    case WeightType::kMXFP4: return {"mxfp4", 32, 17, true};
   }
   return {};
 }

@@ -1,0 +1,114 @@
+// ik-reference: the outside references for the table types (iq4_nl, iq4_xs,
+// mxfp4), computed by ik_llama.cpp's ggml and llama (not kvdecode's code):
+//
+//   ik-reference tensors MODEL.gguf            one line per tensor: name, ggml type
+//                                              name and the sha256 of ggml's
+//                                              dequantized floats (to_float, row by row)
+//   ik-reference logits MODEL.gguf IDS OUT     the logits of every position of the
+//                                              comma-separated prompt IDS through one
+//                                              llama_decode (1 thread, f16 K and V
+//                                              cache, no flash attention: ik takes an
+//                                              f16 V cache only then), as floats to OUT
+//
+// Not part of kvdecode's build: it links ik_llama.cpp's libllama and libggml.
+// Built against a build of ik_llama.cpp (see docs/quantization.md, "References"):
+//
+//   g++ -std=c++17 -O2 tools/ik_reference.cpp -Itests -I$IK/include -I$IK/ggml/include \
+//       -L$IK/build/src -L$IK/build/ggml/src -lllama -lggml -o /tmp/ik-reference
+//
+// The files of tests/data/ik, for T in IQ4_NL IQ4_XS MXFP4 ($IK/build/bin, the
+// prompt $IDS = the contents of ../shared/reference/gguf/prompt.ids):
+//
+//   llama-quantize --pure ../shared/models/gguf/rand256-F32.gguf rand256-$T.gguf $T 1
+//   ik-reference tensors rand256-$T.gguf > rand256-$T.tensors.txt
+//   llama-quantize --allow-requantize rand256-$T.gguf /tmp/deq-$T.gguf F32 1
+//   ik-reference logits /tmp/deq-$T.gguf "$IDS" rand256-$T.logits
+//
+// The hash is tests/sha256.hpp's, the one tests/quant_test.cpp compares with.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ggml.h"
+#include "llama.h"
+#include "sha256.hpp"
+
+namespace {
+
+int tensors(const char* path) {
+  ggml_context* meta = nullptr;
+  gguf_init_params params = {true, &meta};
+  gguf_context* g = gguf_init_from_file(path, params);
+  if (!g) {
+    std::fprintf(stderr, "cannot read %s\n", path);
+    return 1;
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::size_t data = gguf_get_data_offset(g);
+  for (int i = 0; i < gguf_get_n_tensors(g); ++i) {
+    const char* name = gguf_get_tensor_name(g, i);
+    const ggml_tensor* t = ggml_get_tensor(meta, name);
+    const ggml_type type = gguf_get_tensor_type(g, i);
+    const std::int64_t n = ggml_nelements(t), ne0 = t->ne[0], rows = n / ne0;
+    const std::size_t row_bytes = ggml_row_size(type, ne0);
+    std::vector<unsigned char> bytes(row_bytes * static_cast<std::size_t>(rows));
+    in.seekg(static_cast<std::streamoff>(data + gguf_get_tensor_offset(g, i)));
+    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    std::vector<float> y(static_cast<std::size_t>(n));
+    const ggml_type_traits_t tr = ggml_internal_get_type_traits(type);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const unsigned char* src = bytes.data() + static_cast<std::size_t>(r) * row_bytes;
+      float* dst = y.data() + r * ne0;
+      if (type == GGML_TYPE_F32)
+        std::copy(reinterpret_cast<const float*>(src), reinterpret_cast<const float*>(src) + ne0, dst);
+      else
+        tr.to_float(src, dst, ne0);
+    }
+    std::printf("%s %s sha256=%s\n", name, ggml_type_name(type), kvd_test::sha256_hex(y.data(), y.size() * 4).c_str());
+  }
+  gguf_free(g);
+  ggml_free(meta);
+  return 0;
+}
+
+int logits(const char* path, const char* ids_text, const char* out) {
+  std::vector<llama_token> ids;
+  std::stringstream ss(ids_text);
+  for (std::string item; std::getline(ss, item, ',');) ids.push_back(std::stoi(item));
+  llama_backend_init();
+  llama_model_params mp = llama_model_default_params();
+  llama_model* model = llama_model_load_from_file(path, mp);
+  if (!model) return 1;
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = 64;
+  cp.n_batch = 64;
+  cp.n_ubatch = 64;
+  cp.n_threads = 1;
+  cp.n_threads_batch = 1;
+  cp.type_k = GGML_TYPE_F16;
+  cp.type_v = GGML_TYPE_F16;
+  cp.flash_attn = false;
+  cp.logits_all = true;
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (!ctx) return 1;
+  if (llama_decode(ctx, llama_batch_get_one(ids.data(), static_cast<int>(ids.size()), 0, 0)) != 0) return 1;
+  const int V = llama_n_vocab(model);
+  std::ofstream o(out, std::ios::binary);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    o.write(reinterpret_cast<const char*>(llama_get_logits_ith(ctx, static_cast<int>(i))), static_cast<std::streamsize>(V * 4));
+  llama_free(ctx);
+  llama_free_model(model);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "tensors") return tensors(argv[2]);
+  if (argc == 5 && std::string(argv[1]) == "logits") return logits(argv[2], argv[3], argv[4]);
+  std::fprintf(stderr, "usage: %s tensors MODEL.gguf | logits MODEL.gguf IDS OUT\n", argv[0]);
+  return 2;
+}
