@@ -165,6 +165,7 @@ struct Params {
   std::string cache_dtype = "f32";         ///< --cache-dtype (generate): f32, bf16, f16 for keys and values
   std::string cache_type_k;                ///< --cache-type-k / -ctk: the keys' type; empty = cache_dtype
   std::string cache_type_v;                ///< --cache-type-v / -ctv: the values' type; empty = cache_dtype
+  KVRotation cache_rotate = KVRotation::kNone;  ///< --cache-rotate: none, k or kv (ModelConfig::kv_rotation)
   bool no_cache = false, compare = false, demo = false;
   // Output
   bool ids = false, json = false, quiet = false, help = false;
@@ -402,6 +403,17 @@ inline std::vector<Option> all_options(Params& p) {
        "kvdecode-generate takes a pair of one type, or q8_0/q4_0 keys with f16 values, or q4_0 keys with q8_0 values",
        exe, kGenerate | kPlan, [&p] { return p.cache_type_v.empty() ? p.cache_dtype : p.cache_type_v; },
        [&p](const S& n, const S& v) { p.cache_type_v = cache_type_name(n, v); }});
+  add({{"--cache-rotate"}, "R", "store the KV cache's heads rotated by a fixed Walsh-Hadamard transform before "
+       "quantizing: k (keys; queries rotated alike, q.k unchanged), kv (keys and values; the output rotated back) or "
+       "none; spreads a head's outliers before q8_0/q4_0 quantize it (head_dim a power of two)", exe, kGenerate | kServer,
+       [&p] { return std::string(kv_rotation_name(p.cache_rotate)); },
+       [&p](const S& n, const S& v) {
+         try {
+           p.cache_rotate = parse_kv_rotation(v);
+         } catch (const ArgumentError&) {
+           throw ArgumentError(detail::msg(n, " must be none, k or kv, got '", v, "'"));
+         }
+       }});
   add({{"--no-cache"}, "", "recompute the whole sequence at every step (the cache-free reference)", exe, kGenerate,
        none, flag(p.no_cache)});
   add({{"--compare"}, "", "run with and without the cache; report identity and savings", exe, kGenerate, none,

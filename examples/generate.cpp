@@ -61,9 +61,10 @@ constexpr int kDefaultGGUFContext = 4096;
 // `tokenizer` ("" = the model's own) and, if asked, its chat template; tensors the
 // model does not use (--allow-unused-tensors) are listed in a warning.
 kvd::LoadedModel open_model(const std::string& path, int ctx, bool allow_unused, const std::string& tokenizer,
-                            bool chat_template) {
+                            bool chat_template, kvd::KVRotation rotation) {
   kvd::LoadOptions lo;
   lo.max_seq_len = ctx;
+  lo.cache_rotation = rotation;
   lo.allow_unused_tensors = allow_unused;
   lo.tokenizer = tokenizer;
   lo.chat_template = chat_template;
@@ -410,7 +411,8 @@ int real_main(int argc, char** argv) {
   kvd::Transformer<float>* model = nullptr;
   const auto load0 = Clock::now();
   if (o.demo) {
-    const kvd::ModelConfig c = kvd::stories15m_config();
+    kvd::ModelConfig c = kvd::stories15m_config();
+    c.kv_rotation = o.cache_rotate;
     std::cout << "kvdecode " << kvd::kVersion << " demo: random-weight model of stories15M's shape ("
                             << c.summary() << "), float32, " << kvd::num_threads() << " thread(s), " << kvd::build_info().summary() << "\n";
     model = &loaded.emplace(kvd::Transformer<float>(kvd::ModelWeights<float>::random(c, 42))).model;
@@ -418,7 +420,8 @@ int real_main(int argc, char** argv) {
     // Every format plans for -c positions, by default the model's context capped at
     // kDefaultGGUFContext.
     model = &loaded.emplace(open_model(*o.model, o.ctx_size > 0 ? o.ctx_size : kDefaultGGUFContext,
-                                       o.allow_unused_tensors, o.tokenizer, conversing && o.chat_template.empty())).model;
+                                       o.allow_unused_tensors, o.tokenizer, conversing && o.chat_template.empty(),
+                                       o.cache_rotate)).model;
     if (progress) std::cerr << "loaded " << *o.model << " (" << model->config().summary() << ") in "
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
                             << kvd::num_threads() << " thread(s), kernels " << kvd::build_info().summary() << "\n";
@@ -434,7 +437,7 @@ int real_main(int argc, char** argv) {
   std::optional<kvd::LoadedModel> draft;
   if (o.draft_model) {
     const auto d0 = Clock::now();
-    draft.emplace(open_model(*o.draft_model, c.max_seq_len, o.allow_unused_tensors, "", false));
+    draft.emplace(open_model(*o.draft_model, c.max_seq_len, o.allow_unused_tensors, "", false, o.cache_rotate));
     if (draft->model.config().vocab_size != c.vocab_size)
       throw kvd::ConfigError(kvd::detail::msg(*o.draft_model, ": the draft model's vocab_size ",
                                               draft->model.config().vocab_size, " differs from the target's ",

@@ -143,6 +143,7 @@ int real_main(int argc, char** argv) {
   kvd::LoadOptions lo;
   lo.max_seq_len = o.ctx_size > 0 ? o.ctx_size : 4096;
   lo.allow_unused_tensors = o.allow_unused_tensors;
+  lo.cache_rotation = o.cache_rotate;
   lo.tokenizer = o.tokenizer;
   lo.chat_template = o.chat_template.empty();
   kvd::LoadedModel loaded = kvd::open_model(*o.model, lo);
