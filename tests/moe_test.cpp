@@ -562,3 +562,12 @@ TEST(MoeFuzzSeeds, ValidSeedRunsAndEachDefectIsNamed) {
   expect_format_error(dir + "qwen3moe-missing-router", {"tensor 'blk.0.ffn_gate_inp.weight' is missing"});
   expect_format_error(dir + "qwen3moe-ragged-experts", {"tensor 'blk.0.ffn_up_exps.weight' has shape [32,128,2]"});
 }
+
+// kvdecode-plan's --weight-dtype bytes: in f32 every tensor takes 4 bytes a value, and
+// the expert tensors' share is theirs alone.
+TEST(MoePlan, SchemeBytesCountEveryTensorOnceAndTheExpertsApart) {
+  const ModelConfig c = tiny_moe(4, 2);
+  const SchemeBytes b = scheme_weight_bytes(c, QuantScheme::kF32);
+  EXPECT_EQ(b.total, 4 * c.n_params());
+  EXPECT_EQ(b.experts, 4ull * c.n_layers * 3 * c.n_experts * c.hidden_dim * c.d_model);
+}

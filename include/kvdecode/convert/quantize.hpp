@@ -276,9 +276,9 @@ inline SchemeBytes scheme_weight_bytes(const ModelConfig& c, QuantScheme scheme)
     const std::uint64_t before = out.total;
     if (s.matrix)
       add(choose_tensor_type(scheme, gguf_tensor_name(s, layer), {cols, rows}, ctx), rows, cols);
-    if (s.experts != Dim::kOne) out.experts += out.total - before;
     else
       add(WeightType::kF32, 1, rows);
+    if (s.experts != Dim::kOne) out.experts += out.total - before;
   });
   return out;
 }
