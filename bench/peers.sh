@@ -33,7 +33,8 @@
 #   FROM_RAW (unset; "a/raw.csv b/raw.csv": measure nothing, report the rounds of these runs)
 # Output in OUT: raw.csv (every figure of every round, with the CPU share its process
 # got: CPU seconds over wall seconds x THREADS), best.csv (best of the rounds),
-# table.md (best figures and the ratios ours / each peer), peers.svg (the chart),
+# per_cpu.csv (tokens per CPU-second, mean of the rounds), table.md (both, with the
+# ratios ours / each peer), peers.svg (the chart of best.csv),
 # env.txt (machine, load, versions), roofline.txt (b8), logs/. Progress lines go to stderr; the table to stdout.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -246,7 +247,15 @@ fi
 BEST=$OUT/best.csv
 awk -F, 'NR > 1 { k = $2 "," $4 "," $3; if (!(k in best) || $5 + 0 > best[k] + 0) best[k] = $5; if (!(k in seen)) { seen[k] = 1; order[n++] = k } }
   END { print "type,metric,engine,tokens_per_second"; for (i = 0; i < n; ++i) print order[i] "," best[order[i]] }' "$RAW" > "$BEST"
-awk -F, -v types="$TYPES" -v metrics="$METRICS" 'NR > 1 { v[$1 "," $2 "," $3] = $4 }
+# Per CPU-second: tokens/s over the CPU share of the process, the mean of the rounds. On a
+# shared machine this is close to the speed on THREADS idle cores (for THREADS 1; with more
+# threads, waiting at a barrier for a descheduled thread is not CPU time).
+PER_CPU=$OUT/per_cpu.csv
+awk -F, 'NR > 1 && $6 > 0 { k = $2 "," $4 "," $3; sum[k] += $5 / $6; n[k]++; if (!(k in seen)) { seen[k] = 1; order[m++] = k } }
+  END { print "type,metric,engine,tokens_per_cpu_second"; for (i = 0; i < m; ++i) printf "%s,%.2f\n", order[i], sum[order[i]] / n[order[i]] }' \
+  "$RAW" > "$PER_CPU"
+table() {  # CSV (type,metric,engine,value)
+  awk -F, -v types="$TYPES" -v metrics="$METRICS" 'NR > 1 { v[$1 "," $2 "," $3] = $4 }
   function cell(x) { return x == "" ? "-" : sprintf("%.1f", x) }
   function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "-" : sprintf("%.2f", a / b) }
   END {
@@ -260,7 +269,12 @@ awk -F, -v types="$TYPES" -v metrics="$METRICS" 'NR > 1 { v[$1 "," $2 "," $3] = 
       printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", T[i], M[j], cell(d), cell(f), cell(l), cell(ik),
              ratio(d, l), ratio(d, ik), ratio(f, l), ratio(f, ik)
     }
-  }' "$BEST" > "$OUT/table.md"
+  }' "$1"
+}
+{
+  echo "Tokens/s, best of the rounds (wall clock):"; echo; table "$BEST"; echo
+  echo "Tokens per CPU-second (tokens/s over the process's CPU share), mean of the rounds:"; echo; table "$PER_CPU"
+} > "$OUT/table.md"
 if [ -x "$BIN/kvdecode-peers-chart" ]; then
   "$BIN/kvdecode-peers-chart" "$BEST" "$OUT/peers.svg" \
     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $THREADS threads, best of $ROUNDS round(s)" \
@@ -273,4 +287,4 @@ cat "$OUT/table.md"
 if [[ " $METRICS " == *" b8 "* ]]; then
   echo; echo "b8 and the bandwidth bound (kvdecode-roofline, $OUT/roofline.txt):"; cat "$OUT/roofline.txt"
 fi
-log "done: $OUT/raw.csv, best.csv, table.md, peers.svg"
+log "done: $(find "$OUT" -maxdepth 1 -type f -printf '%f ' | sort)in $OUT"

@@ -51,6 +51,18 @@ inline double axis_step(double max, double& hi) {
   return step;
 }
 
+/// Writes the opening <svg> tag of a W x H chart, its white background, and its title
+/// and subtitle centred at the top.
+inline void svg_open(std::ostringstream& o, double W, double H, const std::string& title, const std::string& subtitle) {
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
+    << ' ' << H << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
+  o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"30\" text-anchor=\"middle\" font-size=\"19\" font-weight=\"bold\">"
+    << xml_escape(title) << "</text>\n";
+  o << "<text x=\"" << W / 2 << "\" y=\"52\" text-anchor=\"middle\" font-size=\"13\" fill=\"#555\">"
+    << xml_escape(subtitle) << "</text>\n";
+}
+
 struct Series {
   std::string name, color;
   std::vector<double> x, y;
@@ -94,13 +106,7 @@ inline std::string line_chart_svg(const std::string& title, const std::string& s
   auto Y = [&](double y) { return top + ph * (1.0 - (std::log10(y) - d_lo) / (d_hi - d_lo)); };
 
   std::ostringstream o;
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
-    << ' ' << H << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
-  o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o << "<text x=\"" << W / 2 << "\" y=\"30\" text-anchor=\"middle\" font-size=\"19\" font-weight=\"bold\">"
-    << xml_escape(title) << "</text>\n";
-  o << "<text x=\"" << W / 2 << "\" y=\"52\" text-anchor=\"middle\" font-size=\"13\" fill=\"#555\">"
-    << xml_escape(subtitle) << "</text>\n";
+  svg_open(o, W, H, title, subtitle);
   // gridlines and y ticks: a labelled line at every decade, faint lines at 2..9
   for (int d = d_lo; d <= d_hi; ++d) {
     const double v = std::pow(10.0, d);
@@ -194,13 +200,7 @@ inline std::string bar_chart_svg(const std::string& title, const std::string& su
   const int rows = static_cast<int>((panels.size() + cols - 1) / cols);
   const double W = pan_w * cols, H = head + pan_h * rows + foot;
   std::ostringstream o;
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 " << W
-    << ' ' << H << "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
-  o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o << "<text x=\"" << W / 2 << "\" y=\"30\" text-anchor=\"middle\" font-size=\"19\" font-weight=\"bold\">"
-    << xml_escape(title) << "</text>\n";
-  o << "<text x=\"" << W / 2 << "\" y=\"52\" text-anchor=\"middle\" font-size=\"13\" fill=\"#555\">"
-    << xml_escape(subtitle) << "</text>\n";
+  svg_open(o, W, H, title, subtitle);
   // the legend, one row centred under the title
   double legend_w = 0;
   for (const auto& n : bar_names) legend_w += 34 + 7.6 * n.size();
