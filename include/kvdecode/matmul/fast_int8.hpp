@@ -116,12 +116,12 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
 #if defined(KVDECODE_FAST_AVX2)
 /// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles;
 /// rows go in blocks that keep their rounded values in L2, and tiles of up to 4
-/// rows. M >= fast_planes_min_m() for the heavy decoders: the byte planes (fast_planes.hpp).
+/// rows. M >= kFastPlanesMinM for the heavy decoders: the byte planes (fast_planes.hpp).
 inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
   auto run = [&](auto dec) {
     using Dec = decltype(dec);
     if constexpr (kFastPlanes<Dec>) {
-      if (M >= fast_planes_min_m<Dec>()) {
+      if (M >= kFastPlanesMinM) {
 #if defined(KVDECODE_FAST_PLANES_512)
         return matmul_fast_planes<Dec, true>(rows, M, w, y, ldy, parallel);
 #else

@@ -449,19 +449,11 @@ inline constexpr int kFastMaxRows = kFastVectorRegisters == 32 ? 7 : kFastTileRo
 /// (12 rows in 32 registers measured slower: 43 against 67 G multiply-adds/s for q5_0 at M = 64, Zen 5.)
 inline constexpr int kFastPlaneRows = 6;
 /// The smallest M that takes the byte planes.
+/// (M = 8, a batch of 8 decoding sequences, keeps the tiles: one Zen 4 core, G
+/// multiply-adds/s, tiles -> planes at M = 8: q4_K 96 -> 87 and q4_0, q8_0 the same
+/// on 2048 x 2048; q6_K 44.6 -> 51.7 there but 24.4 -> 23.9 and 20.1 -> 17.4 on the
+/// 32000 x 2048 classifier, whose default-mode kernel ran at 36.9 and 28.7.)
 inline constexpr long kFastPlanesMinM = 16;
-/// q6_K takes the planes from M = 8 with the 512-bit planes (a batch of 8 decoding
-/// sequences): its 4-row tiles of one half panel rebuild the 6-bit codes for every
-/// 4 rows. One Zen 4 core, 2048 x 2048 (in L3), M = 8, G multiply-adds/s, tiles ->
-/// planes: q6_K 44.6 -> 51.7; q4_K 96 -> 87, q4_0 and q8_0 the same, so they keep
-/// the tiles up to M = 15.
-template <class Dec>
-constexpr long fast_planes_min_m() {
-#if defined(KVDECODE_FAST_PLANES_512)
-  if constexpr (Dec::kFastCodes == FastCodes::kSix) return 8;
-#endif
-  return kFastPlanesMinM;
-}
 /// Half panels per tile: 4 for 1 or 2 rows, 2 beyond (8 to 16 accumulators).
 constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
 
