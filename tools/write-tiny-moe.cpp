@@ -5,7 +5,7 @@
 //   d_model 64, 2 layers, 4 query / 2 KV heads of 16, 8 experts of width 32, 2 per
 //   token (softmax, top-2, normalised), RoPE theta 1e6, context 256, f32 weights,
 //   ModelWeights::random(seed 38).
-// ik_llama.cpp loads it, and tools/ik-logits.cpp records its logits as the reference.
+// ik_llama.cpp loads it, and `tools/ik_reference.cpp steps` records its logits as the reference.
 // Not part of the build:
 //   g++ -std=c++17 -O1 -fopenmp -Iinclude -I/usr/include/eigen3 tools/write-tiny-moe.cpp -o /tmp/write-tiny-moe \
 //       -lpcre2-8 -lutf8proc
