@@ -4,7 +4,9 @@
 // aarch64 under qemu (.ci/run). A build whose kernels compute one different bit fails
 // here, naming the file and the first position whose row of logits differs.
 //
-// Each model runs the first 40 ids of ../shared/reference/gguf/prompt.ids (modulo the
+// The models are the shared ones and, from tests/data, a mixture of experts
+// (qwen3moe-tiny-F32) and ik_llama.cpp's files of the table types (iq4_nl, iq4_xs,
+// mxfp4). Each runs the first 40 ids of ../shared/reference/gguf/prompt.ids (modulo the
 // model's vocabulary) as a prefill of 24 ids followed by 16 decode steps, with 1 and
 // with 2 threads: both thread counts must give the golden bits.
 //
@@ -40,7 +42,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Golden {
-  const char* file;       ///< under ../shared/models
+  const char* file;       ///< under ../shared/models, or under tests/data when it starts with "data/"
   bool fast;              ///< the fast mode (--fast-matmul) instead of the default numerics
   const char* all;        ///< sha256 of every position's logits, float32 bytes in order
   const char* positions;  ///< the first 8 hex digits of each position's own sha256, joined
@@ -135,6 +137,27 @@ const Golden kGolden[] = {
     {"gguf/rand256-Q8_0.gguf", true,
      "a04df75e283522d67f06eb9f2223f36b9901ecd464ada37e9ffa8189770e1c85",
      "f975ed8297e2f1b5eb3d9e87fdb1a9a3756acac4d3e72a052219a4d7e58f3e670b26378b4fc3cbcccb83e9630eccaf344939829585835173bacf0c38766a6a06e184a584ff139e6da347df8fec61a5834be7fd4cf2e498128ed18ce0908affe7396a085e55a0e93eb9d66e35c00e6d71742e99151ac405451faba5dcb6b8c10c66e9fad55fb008b658cd11fa0bb4f90afaf7992d49008c4733bc89c83145daee"},
+    {"data/qwen3moe-tiny-F32.gguf", false,
+     "a54ef5c16149d68932bd3d7f32bd801466bfaa4a35853de65adbedc05ccd5c8f",
+     "6c30ddcd74ce55c5022ce15f92dabc51b5af32900ebd575fbda5174dbfff2d4f7041b5b44392bb792c932b7757f553c3619e2e4b9b7b3dede0d2a3f0023a8fce95bd3dc71139897640ce26bfb2f050fe9f8fe0e6ab31813d1459c24f9c4511706c503bba2dc3118e57e8646f4cd9e5b826c4d1eb62f076925c73c1829b89e6a6bbd6035b3df569a8378025844d04f5eff86e2b2f26bb6901633c1ac382c324fe"},
+    {"data/ik/rand256-IQ4_NL.gguf", false,
+     "283366ab6f54604886fd9c7cee5fc95f7ab84b2b05ca26661f17fc751583747a",
+     "a4d74bab059c105da559ee23e3210b0c5c8b9e24cfe72af2a95ac03f4e3bf5859d5ab4b762e75c6d821e17f84acf3fa8d68e25e4fcc64b04ee1168ae9688a456f159516b27e792944ba8d93237ba8940387c6b55695098f690e16103a0b0a5622e60ba30eff0572fbab493a5f4a5ca4716dcd493a4b3777a3e78c46546650a123fd8fdc071443b5904fbf7a80eccf9ed737f40ccf6dae5a0969473fd8dba7151"},
+    {"data/ik/rand256-IQ4_NL.gguf", true,
+     "2b52ffe63afe0b0759645d45f87561f89cb241a6250bd65977d26f7b3d8cfcdf",
+     "a31372bb90679b03b57336a3bd0ef4fa59a82121e583a89e903c5dd31842b590bc4961b129822d5ca7df36358a395e21a3a08c526e0d093b831995a89f0efaa2a3e5d3dbcaf8dc95c1c7e67d52f048593110abe99507139279f59aea0c8a5d732506b14f5cce524e25ba803ef8357a5794d54ed52bba459583375f2bbbeb9a17c32cdebe5d3539e0dfc46870efcc7ff66185721858e870f8952171ec143fec5a"},
+    {"data/ik/rand256-IQ4_XS.gguf", false,
+     "cbe00e3adb401b6ee0780d7ebf93176daa553b03c57dbe60e105a9acc01712d7",
+     "e4074e789904d7854a015402b0002b5a011403a4cfe00b922b13531e54f6960810a1f2b3899703870f66db22738ed5c600f5a95fd38b07c9c8cd96f70583fee7a56cd89552c598a6a408c7338f47d94c6cf5afe89293d3fb2af109fc6d774d58848b8abc0ae6da2e7b45ab13c58080d26b493e9278524e6ea909110cfdba7640e8e228d6806bd2993b8eb692f3e79466d3ce7a6bd059129e4d7d09bb9c87b9a6"},
+    {"data/ik/rand256-IQ4_XS.gguf", true,
+     "01070c19da19126e0a10414a4f1999f66a6d871aa857e5819d6ba7b4e573888b",
+     "e739adcb3521d94b0b7a2951290cdacae33871577085b0522ffc9711a9ed5e67fa64b85840401167e8d4673653178d6b6307be6c795abf0cb48028ff988edf5e3eb6cfc1def67fe074dc0e418314aa2643a4b97c5679112ac2d998bfec5b9824d743696f4a7092d04750983499fea8a0c70647f93b8cc7f1ddac678fa23f1b0eaf7ed6a56ec0a78bd04ef335c1c2e8b29c936ec39cb139a657ea648413e8b999"},
+    {"data/ik/rand256-MXFP4.gguf", false,
+     "a4b29aeaec86f1c10dc3ad55107697d0825b1b112da7a4b80b6028ee1e4543ee",
+     "d1a8cf9384edfa643cc67e5e1e56e727db0dd27dd8936c4a850adfc4ad4f77a905f60d508e43899a0301a9e83728f827e741e892effb7b3b24a7823ec225c7032f976151a00145a5e99803d57a27e706594ef44d25872e974c5277643655d6ba725a3e7bacdc0aff43d556897412deb2bf744fad2cddb492dc5993fc013bf559ce4eb49f994ba3147baa558e29521bb80b267ba20d89f62e3a49e1849f804e8f"},
+    {"data/ik/rand256-MXFP4.gguf", true,
+     "36a0854fa50589579ccffaba534b4f41bd98eeac1db4b02f52e82a452d79eb69",
+     "6fd44bd7654d300140e386c1a4d81c472d2a89df5b0092123cbc0850d9dcc2352528e8eec88acf311eb0b663fa3f08f34b222fd6853d0ca67de6eaf39071d415faf2b0d4699203d4b3d81d175e8108fd301735a847054b0a8832c2da7917fbc5770c263c6c6bc98bee71d9dd6908b11a819d06e535a8a80671c0909d3d8753e8ad20e124145ed2d5a398d716f9b85962db96d11e7170d1b22dc8e08cf252a90e"},
 };
 
 std::vector<int> prompt_ids(int vocab) {
@@ -197,7 +220,11 @@ class SameBits : public ::testing::TestWithParam<Golden> {};
 TEST_P(SameBits, GoldenLogitsOnEveryCpu) {
   const Golden& g = GetParam();
   if (kvd_test::shared_dir().empty()) GTEST_SKIP() << "../shared not found beside the checkout: no golden models";
-  const std::string path = kvd_test::shared_dir() + "/models/" + g.file;
+  const std::string file = g.file;
+  const bool in_repo = file.rfind("data/", 0) == 0;
+  const std::string path =
+      in_repo ? std::string(KVDECODE_TEST_DATA_DIR) + file.substr(4) : kvd_test::shared_dir() + "/models/" + file;
+  if (in_repo) ASSERT_TRUE(fs::exists(path)) << "test data missing: " << path;
   if (!fs::exists(path)) GTEST_SKIP() << "shared model not found: " << path;
   kvd::Transformer<float> model(load(path));
   model.set_fast_matmul(g.fast);
