@@ -18,7 +18,7 @@
 #    llama-batched-bench -npp D -ntg N -npl 1, the same prefill then N one-token steps).
 #    kvdecode: kvdecode-generate --json, one process per figure (prefill_tokens_per_second
 #    of a random N-token prompt; decode_tokens_per_second of N steps after a 1-token or
-#    D-token prompt), greedy, --ignore-eos, OMP_WAIT_POLICY=PASSIVE, f32 KV cache. The
+#    D-token prompt), greedy, --ignore-eos, OpenMP's own wait policy (WAIT_POLICY), f32 KV cache. The
 #    peers run at their own defaults (f16 KV cache; flash attention off in llama.cpp, on
 #    in ik_llama.cpp), one repetition after their warm-up, batch 2048, ubatch 512.
 #    Metric b8 adds kvdecode-roofline's decode_batch of 8 sequences against 1 at position
@@ -30,6 +30,9 @@
 #   METRICS (pp256 pp1024 tg32 tg32@2048; add b8)  ENGINES (default fast llama ik)
 #   B8_TYPES (Q4_K_M Q4_0 Q8_0)  OUT (WORK_DIR/results)  JOBS (2: build parallelism)
 #   SKIP_BUILD (0; 1: use BUILD_DIR's programs as they are)
+#   WAIT_POLICY (unset: libgomp's default, threads spin briefly between parallel regions as
+#           the peers' threads do; PASSIVE: they sleep at once, kinder to a shared machine
+#           but 20% slower in decode on an idle one and 40% on a mixture of experts)
 #   FROM_RAW (unset; "a/raw.csv b/raw.csv": measure nothing, report the rounds of these runs)
 # Output in OUT: raw.csv (every figure of every round, with the CPU share its process
 # got: CPU seconds over wall seconds x THREADS), best.csv (best of the rounds),
@@ -83,6 +86,16 @@ if [ -n "${FROM_RAW:-}" ]; then
   mv "$RAW.tmp" "$RAW"
   for f in $(list "$FROM_RAW"); do echo "== $f"; cat "$(dirname "$f")/env.txt" 2>/dev/null || true; done > "$OUT/env.txt"
 else
+# Our programs under the chosen OpenMP wait policy (WAIT_POLICY).
+# (A function, not env(1): the command may be the shell function timed, which sets SHARE.)
+omp_env() {
+  local was_set=${OMP_WAIT_POLICY+x} was=${OMP_WAIT_POLICY:-} rc=0
+  if [ -n "${WAIT_POLICY:-}" ]; then export OMP_WAIT_POLICY=$WAIT_POLICY; else unset OMP_WAIT_POLICY; fi
+  "$@" || rc=$?
+  if [ -n "$was_set" ]; then export OMP_WAIT_POLICY=$was; else unset OMP_WAIT_POLICY; fi
+  return $rc
+}
+
 # ---------------------------------------------------------------- 1. builds
 build_peer() {  # dir, label, targets (space-separated), extra cmake options...
   local dir=$1 label=$2 targets=$3 missing=""
@@ -160,7 +173,7 @@ run_ours() {  # round, type, engine (default|fast), metric
   esac
   local positions=$(( $(echo "$prompt" | tr ',' '\n' | wc -l) + steps ))
   local base=$OUT/logs/ours-$e-$t-$m-r$r
-  OMP_WAIT_POLICY=PASSIVE timed "$BIN/kvdecode-generate" -m "$WORK/$t.gguf" -c "$positions" --prompt-ids "$prompt" \
+  omp_env timed "$BIN/kvdecode-generate" -m "$WORK/$t.gguf" -c "$positions" --prompt-ids "$prompt" \
     -n "$steps" -t "$THREADS" --temp 0 --ignore-eos --json --quiet "${flags[@]}" > "$base.json" 2> "$base.err" || true
   json=$(tail -1 "$base.json")
   record "$r" "$t" "$e" "$m" "$(echo "$json" | field "$key")"
@@ -230,7 +243,7 @@ done
 if [[ " $METRICS " == *" b8 "* ]]; then
   schemes=$(echo "$B8_TYPES" | tr ' ' ',')
   log "b8: kvdecode-roofline --weight-types $schemes --fast-matmul (log $OUT/logs/roofline.log)"
-  OMP_WAIT_POLICY=PASSIVE "$BIN/kvdecode-roofline" --weight-types "$schemes" --fast-matmul --threads "$THREADS" \
+  omp_env "$BIN/kvdecode-roofline" --weight-types "$schemes" --fast-matmul --threads "$THREADS" \
     --max-others 100 --patience 0 --out-dir "$OUT/roofline" > "$OUT/roofline.txt" 2> "$OUT/logs/roofline.log" || true
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/env.txt"
