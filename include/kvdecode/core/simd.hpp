@@ -6,7 +6,7 @@
 // Avx2Vec16 whenever AVX2+FMA is enabled) so that tests can run every path in
 // one program and compare their bits.
 //
-// Why all three give the same bits: each lane is an independent value and
+// Why all four give the same bits: each lane is an independent value and
 // every arithmetic operation here is either exact (load/store/broadcast) or a
 // single correctly rounded IEEE fma. A lane never mixes with another lane, so
 // the result of a lane depends only on the sequence of fma calls made on it,
@@ -240,7 +240,7 @@ struct NeonVec16<float> {
   }
   static NeonVec16 broadcast(float a) { NeonVec16 r; for (auto& x : r.v) x = vdupq_n_f32(a); return r; }
   /// fcvtl: every half value is a float, so exact (subnormals too: Linux runs
-  /// with FPCR.FZ16 and FPCR.FZ off).
+  /// with FPCR.FZ16 and FPCR.FZ off); a signalling NaN comes out quiet.
   static NeonVec16 load_f16(const std::uint16_t* p) {
     const uint16x8_t a = vld1q_u16(p), b = vld1q_u16(p + 8);
     return {{vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(a))), vcvt_high_f32_f16(vreinterpretq_f16_u16(a)),
