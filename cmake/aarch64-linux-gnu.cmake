@@ -2,7 +2,7 @@
 # arm64 libraries installed through multiarch (dpkg --add-architecture arm64), and
 # qemu-aarch64 (qemu-user) to run what it builds: gtest's test discovery and ctest
 # start every test program through it. .ci/run uses it:
-#   cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake
+#   cmake -S . -B build-aarch64-armv8-a -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_CXX_FLAGS=-march=armv8-a
 set(CMAKE_SYSTEM_NAME Linux)
 set(CMAKE_SYSTEM_PROCESSOR aarch64)
 set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)

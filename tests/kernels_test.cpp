@@ -3,10 +3,10 @@
 // The reference is the reduction-order rule of dense_kernels.hpp written as the
 // simplest loop: acc = +0; for k ascending: acc = std::fma(x[m][k], W[n][k], acc).
 // Every vector implementation this compiler can build (PortableVec16 always,
-// Avx2Vec16 and Avx512Vec16 when enabled) runs the same shapes and must match
-// it exactly (memcmp), for M from 1 to 40 (decode, batched decode and the
-// packed prefill path), N and K not multiples of 16, K spanning several k
-// blocks, and 1, 2 or 3 threads. A row's result must also equal the 1-row
+// Avx2Vec16 and Avx512Vec16 when enabled, NeonVec16 on aarch64) runs the same
+// shapes and must match it exactly (memcmp), for M from 1 to 40 (decode,
+// batched decode and the packed prefill path), N and K not multiples of 16, K
+// spanning several k blocks, and 1, 2 or 3 threads. A row's result must also equal the 1-row
 // product of that row alone.
 #include <gtest/gtest.h>
 
@@ -155,6 +155,13 @@ TYPED_TEST(MatmulTest, Avx2PathMatchesReference) {
 #if defined(__AVX512F__)
 TYPED_TEST(MatmulTest, Avx512PathMatchesReference) {
   using V = kvd::detail::Avx512Vec16<TypeParam>;
+  check_shapes<TypeParam, V>({1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 17, 30, 40}, {17, 129}, {5, 300}, {1, 2});
+}
+#endif
+
+#if defined(KVDECODE_VEC_NEON)
+TYPED_TEST(MatmulTest, NeonPathMatchesReference) {
+  using V = kvd::detail::NeonVec16<TypeParam>;
   check_shapes<TypeParam, V>({1, 2, 3, 4, 5, 6, 7, 8, 13, 16, 17, 30, 40}, {17, 129}, {5, 300}, {1, 2});
 }
 #endif

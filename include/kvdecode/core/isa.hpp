@@ -7,6 +7,9 @@
 //   KVDECODE_VEC_AVX512        AVX-512 F: Vec16 is one zmm register (simd.hpp, exp.hpp)
 //   KVDECODE_VEC_AVX2          AVX2+FMA: Vec16 is two ymm registers
 //   KVDECODE_VEC_F16C          F16C: f16 weights convert in vector registers
+//   KVDECODE_VEC_NEON          aarch64 Advanced SIMD (every armv8-a CPU): Vec16 is four
+//                              q registers of float (eight of double), exp.hpp's
+//                              vector form; f16 and bf16 convert in registers
 //   KVDECODE_QUANT_AVX512      AVX-512 F+BW+VL: the 16-lane block-type decoders
 //   KVDECODE_QUANT_FUSED       ... and their fused small-M tiles (not in sanitized
 //                              builds, which define KVDECODE_NO_FUSED_QUANT)
@@ -30,6 +33,9 @@
 #endif
 #if defined(__F16C__)
 #define KVDECODE_VEC_F16C 1
+#endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#define KVDECODE_VEC_NEON 1
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)

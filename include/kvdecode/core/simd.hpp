@@ -1,12 +1,12 @@
 // A 16-lane vector of float or double with exactly the operations the kernels
-// need: load, store, broadcast, and fused multiply-add. Three implementations
-// of the same struct: AVX-512, AVX2+FMA and portable scalar. Vec16<T> names
-// the widest one the compiler flags of the including translation unit allow;
-// the narrower ones stay available by name (PortableVec16 always, Avx2Vec16
-// whenever AVX2+FMA is enabled) so that tests can run every path in one program
-// and compare their bits.
+// need: load, store, broadcast, and fused multiply-add. Four implementations
+// of the same struct: AVX-512, AVX2+FMA, NEON (aarch64) and portable scalar.
+// Vec16<T> names the widest one the compiler flags of the including translation
+// unit allow; the narrower ones stay available by name (PortableVec16 always,
+// Avx2Vec16 whenever AVX2+FMA is enabled) so that tests can run every path in
+// one program and compare their bits.
 //
-// Why all three give the same bits: each lane is an independent value and
+// Why all four give the same bits: each lane is an independent value and
 // every arithmetic operation here is either exact (load/store/broadcast) or a
 // single correctly rounded IEEE fma. A lane never mixes with another lane, so
 // the result of a lane depends only on the sequence of fma calls made on it,
@@ -31,6 +31,9 @@
 
 #if defined(KVDECODE_VEC_AVX512) || defined(KVDECODE_VEC_AVX2)
 #include <immintrin.h>
+#endif
+#if defined(KVDECODE_VEC_NEON)
+#include <arm_neon.h>
 #endif
 
 // Floating-point flags that break the exactness contract. The library is
@@ -216,6 +219,65 @@ struct Avx512Vec16<double> {
 };
 #endif
 
+#if defined(KVDECODE_VEC_NEON)
+template <class T>
+struct NeonVec16;
+
+/// NEON (aarch64): four q registers of 4 floats (32 registers in all: 6
+/// accumulators take 24, one weight vector 4 and the broadcast input 1, in the
+/// decode and the prefill tiles alike, as AVX2's 16 registers hold half as much).
+/// vfmaq_f32 is one correctly rounded fma per lane, like vfmadd and std::fma.
+template <>
+struct NeonVec16<float> {
+  static constexpr int kAccumulators = 6;
+  static constexpr int kLargeAccumulators = 6;
+  float32x4_t v[4];
+  static NeonVec16 zero() { NeonVec16 r; for (auto& x : r.v) x = vdupq_n_f32(0.0f); return r; }
+  static NeonVec16 load(const float* p) {
+    NeonVec16 r;
+    for (int i = 0; i < 4; ++i) r.v[i] = vld1q_f32(p + 4 * i);
+    return r;
+  }
+  static NeonVec16 broadcast(float a) { NeonVec16 r; for (auto& x : r.v) x = vdupq_n_f32(a); return r; }
+  /// fcvtl: every half value is a float, so exact (subnormals too: Linux runs
+  /// with FPCR.FZ16 and FPCR.FZ off); a signalling NaN comes out quiet.
+  static NeonVec16 load_f16(const std::uint16_t* p) {
+    const uint16x8_t a = vld1q_u16(p), b = vld1q_u16(p + 8);
+    return {{vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(a))), vcvt_high_f32_f16(vreinterpretq_f16_u16(a)),
+             vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(b))), vcvt_high_f32_f16(vreinterpretq_f16_u16(b))}};
+  }
+  /// shll #16: the bf16 bits become the top half of each float lane.
+  static NeonVec16 load_bf16(const std::uint16_t* p) {
+    const uint16x8_t a = vld1q_u16(p), b = vld1q_u16(p + 8);
+    return {{vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(a), 16)), vreinterpretq_f32_u32(vshll_high_n_u16(a, 16)),
+             vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(b), 16)), vreinterpretq_f32_u32(vshll_high_n_u16(b, 16))}};
+  }
+  void store(float* p) const { for (int i = 0; i < 4; ++i) vst1q_f32(p + 4 * i, v[i]); }
+  void fma(const NeonVec16& a, const NeonVec16& b) {
+    for (int i = 0; i < 4; ++i) v[i] = vfmaq_f32(v[i], a.v[i], b.v[i]);
+  }
+};
+
+/// Eight q registers of 2 doubles: 3 accumulators (24 registers), as AVX2 double.
+template <>
+struct NeonVec16<double> {
+  static constexpr int kAccumulators = 3;
+  static constexpr int kLargeAccumulators = 3;
+  float64x2_t v[8];
+  static NeonVec16 zero() { NeonVec16 r; for (auto& x : r.v) x = vdupq_n_f64(0.0); return r; }
+  static NeonVec16 load(const double* p) {
+    NeonVec16 r;
+    for (int i = 0; i < 8; ++i) r.v[i] = vld1q_f64(p + 2 * i);
+    return r;
+  }
+  static NeonVec16 broadcast(double a) { NeonVec16 r; for (auto& x : r.v) x = vdupq_n_f64(a); return r; }
+  void store(double* p) const { for (int i = 0; i < 8; ++i) vst1q_f64(p + 2 * i, v[i]); }
+  void fma(const NeonVec16& a, const NeonVec16& b) {
+    for (int i = 0; i < 8; ++i) v[i] = vfmaq_f64(v[i], a.v[i], b.v[i]);
+  }
+};
+#endif
+
 #if defined(KVDECODE_VEC_AVX512)
 inline constexpr const char* kSimdName = "avx512";
 template <class T>
@@ -224,6 +286,10 @@ using Vec16 = Avx512Vec16<T>;
 inline constexpr const char* kSimdName = "avx2";
 template <class T>
 using Vec16 = Avx2Vec16<T>;
+#elif defined(KVDECODE_VEC_NEON)
+inline constexpr const char* kSimdName = "neon";
+template <class T>
+using Vec16 = NeonVec16<T>;
 #else
 inline constexpr const char* kSimdName = "scalar";
 template <class T>

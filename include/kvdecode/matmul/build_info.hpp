@@ -16,7 +16,7 @@ namespace kvd {
 
 /// The kernels this program runs, as compiled (see build_info()).
 struct BuildInfo {
-  const char* isa = "scalar";  ///< the kernels' vectors: "avx512", "avx2" or "scalar" (portable, also NEON builds for now)
+  const char* isa = "scalar";  ///< the kernels' vectors: "avx512", "avx2", "neon" (aarch64) or "scalar" (portable)
   bool avx2_quant = false;     ///< the AVX2 block-type decoders (default mode and fast mode)
   bool fused_quant = false;    ///< the fused small-M quantized tiles (left out of sanitized builds)
   bool fast_int8_avx2 = false; ///< the int8 fast mode (--fast-matmul) of block types runs AVX2 tiles (else a portable loop, same bits)

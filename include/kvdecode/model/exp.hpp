@@ -24,6 +24,9 @@
 #if defined(KVDECODE_VEC_AVX512) || defined(KVDECODE_VEC_AVX2)
 #include <immintrin.h>
 #endif
+#if defined(KVDECODE_VEC_NEON)
+#include <arm_neon.h>
+#endif
 
 namespace kvd::detail {
 
@@ -150,6 +153,33 @@ inline void exp_array(const T* x, T* out, long n) {
       res = _mm256_blendv_ps(res, inf_or_nan, over);
       res = _mm256_blendv_ps(res, _mm256_setzero_ps(), under);
       _mm256_storeu_ps(out + i, res);
+    }
+  }
+#elif defined(KVDECODE_VEC_NEON)
+  if constexpr (std::is_same_v<T, float>) {
+    using C = ExpConstants<float>;
+    const float32x4_t hi = vdupq_n_f32(C::hi), lo = vdupq_n_f32(C::lo), magic = vdupq_n_f32(C::magic);
+    for (; i + 4 <= n; i += 4) {
+      const float32x4_t v = vld1q_f32(x + i);
+      const uint32x4_t over = vmvnq_u32(vcltq_f32(v, hi));  // x >= hi or NaN
+      const uint32x4_t under = vcltq_f32(v, lo);
+      const float32x4_t xc = vmaxq_f32(vminq_f32(v, hi), lo);  // NaN stays NaN here; its lane is replaced below
+      const float32x4_t nn = vsubq_f32(vfmaq_f32(magic, xc, vdupq_n_f32(C::log2e)), magic);
+      float32x4_t r = vfmaq_f32(xc, nn, vdupq_n_f32(-C::ln2_hi));
+      r = vfmaq_f32(r, nn, vdupq_n_f32(-C::ln2_lo));
+      float32x4_t p = vdupq_n_f32(C::coef[C::degree]);
+      for (int k = C::degree - 1; k >= 0; --k) p = vfmaq_f32(vdupq_n_f32(C::coef[k]), p, r);
+      const int32x4_t ni = vcvtq_s32_f32(nn);  // nn is a whole number: exact (a NaN lane gives 0)
+      const int32x4_t n1 = vshrq_n_s32(ni, 1);
+      const int32x4_t n2 = vsubq_s32(ni, n1);
+      const int32x4_t bias = vdupq_n_s32(127);
+      const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, bias), 23));
+      const float32x4_t s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, bias), 23));
+      float32x4_t res = vmulq_f32(vmulq_f32(p, s1), s2);
+      const float32x4_t inf_or_nan = vbslq_f32(vceqq_f32(v, v), vdupq_n_f32(std::numeric_limits<float>::infinity()), v);
+      res = vbslq_f32(over, inf_or_nan, res);
+      res = vbslq_f32(under, vdupq_n_f32(0.0f), res);
+      vst1q_f32(out + i, res);
     }
   }
 #endif
