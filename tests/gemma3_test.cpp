@@ -1,10 +1,11 @@
 // The gemma3 architecture (Gemma 3, text): GeGLU by tanh against its textbook
-// formula, the tiny gemma3 file (tests/data/gemma3-tiny-F32.gguf, written by
-// tools/write-tiny-model.cpp) against the float64 oracle, every path on it bit for bit (reference, prefill, prefill then decode, chunked,
-// batched, paged; 1 and 2 threads), a round trip through kvdecode's GGUF writer, and
-// each kind of bad gemma3 input refused with a typed error naming the key or tensor;
-// Hugging Face Gemma3ForCausalLM folders. The exactness suites of transformer_test.cpp also run a gemma3 shape
-// (Gemma3_LocalGlobalLocal_Window5).
+// formula; the tiny gemma3 file (tests/data/gemma3-tiny-F32.gguf, written by
+// tools/write-tiny-model.cpp) against the float64 oracle, and every path on it bit
+// for bit (reference, prefill, prefill then decode, chunked, batched, paged; 1 and 2
+// threads); a round trip through kvdecode's GGUF writer; Hugging Face
+// Gemma3ForCausalLM folders; and each kind of bad gemma3 input refused with a typed
+// error naming the key or tensor. The exactness suites of transformer_test.cpp also
+// run a gemma3 shape (Gemma3_LocalGlobalLocal_Window5).
 #include <gtest/gtest.h>
 
 #include <algorithm>
