@@ -1,11 +1,11 @@
 // The gemma3 architecture (Gemma 3, text): GeGLU by tanh against its textbook
 // formula; the tiny gemma3 file (tests/data/gemma3-tiny-F32.gguf, written by
-// tools/write-tiny-model.cpp) against the float64 oracle, and every path on it bit
-// for bit (reference, prefill, prefill then decode, chunked, batched, paged; 1 and 2
-// threads); a round trip through kvdecode's GGUF writer; Hugging Face
-// Gemma3ForCausalLM folders; and each kind of bad gemma3 input refused with a typed
-// error naming the key or tensor. The exactness suites of transformer_test.cpp also
-// run a gemma3 shape (Gemma3_LocalGlobalLocal_Window5).
+// tools/write-tiny-model.cpp) against ik_llama.cpp's logits and the float64 oracle,
+// and every path on it bit for bit (reference, prefill, prefill then decode,
+// chunked, batched, paged; 1 and 2 threads); a round trip through kvdecode's GGUF
+// writer; Hugging Face Gemma3ForCausalLM folders; and each kind of bad gemma3 input
+// refused with a typed error naming the key or tensor. The exactness suites of
+// transformer_test.cpp also run a gemma3 shape (Gemma3_LocalGlobalLocal_Window5).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -92,6 +92,13 @@ void expect_config_error(const ModelConfig& c, const std::string& part) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
   }
+}
+
+// The float32 values of a file (its size / 4 of them).
+std::vector<float> read_f32_file(const std::string& path) {
+  std::vector<float> v(static_cast<std::size_t>(std::filesystem::file_size(path) / 4));
+  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  return v;
 }
 
 // The largest |ref - got| at each position within tol of that position's largest
@@ -270,6 +277,29 @@ TEST(Gemma3Reference, WithinOneInHundredThousandOfTheFloat64Oracle) {
   const auto oracle_at = [&](long t, int v) { return oracle[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)]; };
   const double vs_f64 = check_near(oracle_at, model.prefill(kPromptIds, cache, true), V, 1e-5, "f32 cache vs float64");
   std::printf("largest error: %.3g of the largest logit against float64 (f32 cache)\n", vs_f64);
+}
+
+// The tiny file against ik_llama.cpp (tools/ik_reference.cpp steps: one token per
+// decode, the f16 KV cache it needs without flash attention): kvdecode with an f16
+// cache lands within 1e-4 of the largest logit at each of the 40 positions.
+TEST(Gemma3Reference, WithinOneInTenThousandOfIkLlamaCpp) {
+  const std::string ref_path = kData + "gemma3-tiny-F32.ik.logits";
+  ASSERT_TRUE(std::filesystem::exists(kTinyPath)) << kTinyPath;
+  ASSERT_TRUE(std::filesystem::exists(ref_path)) << ref_path;
+  const std::vector<float> ik = read_f32_file(ref_path);
+  ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
+  const int V = w.config.vocab_size;
+  ASSERT_EQ(ik.size(), kPromptIds.size() * static_cast<std::size_t>(V));
+  const auto oracle = kvd_test::oracle_logits(w.cast<double>(), kPromptIds);
+  Transformer<float> model(std::move(w));
+  KVCache<float, Eigen::half> f16_cache(model.config());
+  const auto ik_at = [&](long t, int v) { return static_cast<double>(ik[static_cast<std::size_t>(t * V + v)]); };
+  const double vs_ik = check_near(ik_at, model.prefill(kPromptIds, f16_cache, true), V, 1e-4, "f16 cache vs ik_llama.cpp");
+  const auto oracle_at = [&](long t, int v) { return oracle[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)]; };
+  const RowMatrix<float> ik_rows = Eigen::Map<const RowMatrix<float>>(ik.data(), static_cast<long>(kPromptIds.size()), V);
+  const double ik_f64 = check_near(oracle_at, ik_rows, V, 1e-3, "ik_llama.cpp vs float64");
+  std::printf("largest error: %.3g of the largest logit against ik_llama.cpp (f16 cache); ik_llama.cpp against "
+              "float64 %.3g\n", vs_ik, ik_f64);
 }
 
 // A gemma3 model through kvdecode's GGUF writer and loader: the same config, and
