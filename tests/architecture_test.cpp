@@ -34,6 +34,10 @@ ModelConfig config_of(const Architecture& a, bool shared_classifier = true) {
   c.qkv_bias = a.qkv_bias;
   c.qk_norm = a.qk_norm;
   c.shared_classifier = shared_classifier;
+  if (a.gemma) {  // Gemma's block, with a pattern that fits two layers (local, then global)
+    c = kvd_test::gemma3_like(c, 2, 4);
+    c.query_pre_attn_scalar = c.head_dim;
+  }
   return c;
 }
 
@@ -94,24 +98,35 @@ TEST(ArchitectureTable, EveryRowHasItsIdAndItsMember) {
 }
 
 TEST(ArchitectureTable, GgufHfAndMemberNamesAreUnique) {
-  std::set<std::string> gguf, hf, member;
-  std::size_t hf_rows = 0;
+  std::set<std::string> gguf, member;
   for (const TensorSpec& s : kTensors)
     for (int layer : {0, 1}) {
       if (!s.per_layer && layer == 1) continue;
       const int l = s.per_layer ? layer : -1;
       EXPECT_TRUE(gguf.insert(gguf_tensor_name(s, l)).second) << gguf_tensor_name(s, l);
-      if (s.hf) {
-        ++hf_rows;
-        EXPECT_TRUE(hf.insert(hf_tensor_name(s, l)).second) << hf_tensor_name(s, l);
-      } else {
+      if (!s.hf) {
         EXPECT_EQ(hf_tensor_name(s, l), "");
       }
       if (layer == 0) {
         EXPECT_TRUE(member.insert(s.name).second) << s.name;
       }
     }
-  EXPECT_EQ(hf.size(), hf_rows);
+  // Hugging Face names are unique among the rows one model may hold: without post
+  // norms, and with them (Gemma names the FFN's pre-norm otherwise).
+  for (bool post : {false, true}) {
+    std::set<std::string> hf;
+    std::size_t hf_rows = 0;
+    for (const TensorSpec& s : kTensors)
+      for (int layer : {0, 1}) {
+        if ((!s.per_layer && layer == 1) || !s.hf || (!post && s.presence == Presence::kPostNorms)) continue;
+        const int l = s.per_layer ? layer : -1;
+        ++hf_rows;
+        EXPECT_TRUE(hf.insert(hf_tensor_name(s, l, post)).second) << hf_tensor_name(s, l, post);
+      }
+    EXPECT_EQ(hf.size(), hf_rows);
+  }
+  EXPECT_EQ(hf_tensor_name(tensor_spec(TensorId::kFfnNorm), 2, true), "model.layers.2.pre_feedforward_layernorm.weight");
+  EXPECT_EQ(hf_tensor_name(tensor_spec(TensorId::kAttnPostNorm), 2, true), "model.layers.2.post_attention_layernorm.weight");
   EXPECT_EQ(gguf_tensor_name(tensor_spec(TensorId::kWq), 3), "blk.3.attn_q.weight");
   EXPECT_EQ(hf_tensor_name(tensor_spec(TensorId::kW2), 3), "model.layers.3.mlp.down_proj.weight");
   EXPECT_EQ(gguf_tensor_name(tensor_spec(TensorId::kClassifier), -1), "output.weight");
@@ -161,9 +176,15 @@ TEST(ArchitectureTable, LookupsReturnTheRow) {
   EXPECT_STREQ(find_gguf_architecture("llama")->hf_class, "LlamaForCausalLM");  // the first llama row
   EXPECT_EQ(find_gguf_architecture("gpt2"), nullptr);
   EXPECT_EQ(find_hf_architecture("llama"), nullptr);
-  EXPECT_EQ(supported_architectures(true), "llama, qwen2, qwen3 and qwen3moe");
+  EXPECT_EQ(supported_architectures(true), "llama, qwen2, qwen3, qwen3moe and gemma3");
   EXPECT_EQ(supported_architectures(false),
-            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM");
+            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and "
+            "Gemma3ForCausalLM");
+  const Architecture* gemma = find_gguf_architecture("gemma3");
+  ASSERT_NE(gemma, nullptr);
+  EXPECT_STREQ(gemma->hf_class, "Gemma3ForCausalLM");
+  EXPECT_TRUE(gemma->gemma && gemma->qk_norm);
+  EXPECT_EQ(gemma->swa_pattern, 6);
 }
 
 // An architecture that differs from the others only in flags is one more row: the
@@ -277,6 +298,12 @@ TEST(ArchitectureTable, EveryArchitectureRoundTripsThroughGguf) {
       EXPECT_EQ(back.config.qk_norm, c.qk_norm);
       EXPECT_EQ(back.config.rope_style, c.rope_style);
       EXPECT_EQ(back.config.shared_classifier, c.shared_classifier);
+      EXPECT_EQ(back.config.post_norms, c.post_norms);
+      EXPECT_EQ(back.config.swa_pattern, c.swa_pattern);
+      EXPECT_EQ(back.config.local_window, c.local_window);
+      EXPECT_EQ(back.config.embed_scale, c.embed_scale);
+      EXPECT_EQ(back.config.ffn_activation, c.ffn_activation);
+      EXPECT_EQ(back.config.attention_scalar(), c.attention_scalar());
       std::size_t compared = 0;
       for_each_tensor(*w, [&](const TensorSpec& s, int layer, auto slot) {
         const auto other = tensor_slot(back, s.id, layer);
@@ -293,8 +320,8 @@ TEST(ArchitectureTable, EveryArchitectureRoundTripsThroughGguf) {
           ASSERT_EQ(*slot.vector, *other.vector) << s.name << " layer " << layer;
         }
       });
-      EXPECT_EQ(compared, c.shared_classifier ? 2 + 9 * 2 + (c.qkv_bias ? 6 : 0) + (c.qk_norm ? 4 : 0)
-                                               : 3 + 9 * 2 + (c.qkv_bias ? 6 : 0) + (c.qk_norm ? 4 : 0));
+      EXPECT_EQ(compared, (c.shared_classifier ? 2 : 3) + 9 * 2 + (c.qkv_bias ? 6 : 0) + (c.qk_norm ? 4 : 0) +
+                              (c.post_norms ? 4 : 0));
     }
   }
 }

@@ -521,7 +521,7 @@ double check_near(const std::vector<float>& ref, const Rows& got, int V, double 
 
 }  // namespace
 
-// tests/data/qwen3moe-tiny-F32.gguf (tools/write-tiny-moe.cpp) run by ik_llama.cpp
+// tests/data/qwen3moe-tiny-F32.gguf (tools/write-tiny-model.cpp qwen3moe) run by ik_llama.cpp
 // (tools/ik_reference.cpp steps: one token per decode, an f16 KV cache as it needs without
 // flash attention): kvdecode with an f16 cache lands within 1e-4 of the largest logit
 // at each of the 40 positions. The tighter oracle is kvdecode's own float64

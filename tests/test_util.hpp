@@ -103,6 +103,22 @@ inline kvd::ModelConfig qwen3moe_like(kvd::ModelConfig c, int experts, int used)
   return c;
 }
 
+/// c as a gemma3 model: qwen3's attention, post norms, scaled embeddings, GeGLU,
+/// `pattern` - 1 local layers (window `window`, RoPE base 10000) to one global
+/// (rope_theta, linear scaling `scale`), scores over sqrt(`scalar`) (0: head_dim).
+inline kvd::ModelConfig gemma3_like(kvd::ModelConfig c, int pattern, int window, double scale = 1.0, int scalar = 0) {
+  c = qwen3_like(c);
+  c.post_norms = true;
+  c.embed_scale = true;
+  c.ffn_activation = kvd::Activation::kGeluTanh;
+  c.swa_pattern = pattern;
+  c.local_window = window;
+  c.rope_theta_local = 10000.0;
+  c.rope_scale = scale;
+  c.query_pre_attn_scalar = scalar;
+  return c;
+}
+
 /// Seeded random weights for a named shape, stored as the shape asks.
 template <class T>
 kvd::ModelWeights<T> make_weights(const NamedConfig& s, std::uint64_t seed) {
@@ -167,8 +183,10 @@ std::string first_difference(const T* a, const T* b, long n) {
 /// A plain double-precision implementation of the whole model, written without
 /// any of the library's kernels: textbook loops, full causal attention. Covers
 /// every architecture option: q/k/v biases, per-head q/k RMSNorm, both RoPE
-/// pairings, partial rotary dims, RoPE frequency factors, sliding windows, and a
-/// mixture of experts (either router order, with or without normalisation).
+/// pairings, partial rotary dims, RoPE frequency factors, sliding windows, a
+/// mixture of experts (either router order, with or without normalisation), and
+/// Gemma 3's options (local and global layers with their windows and RoPE bases,
+/// linear RoPE scaling, scaled embeddings, post norms, GeGLU by tanh, the attention scalar).
 /// Returns logits (n, V) for tokens at positions 0..n-1.
 inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<double>& w, const std::vector<int>& tokens) {
   const auto& c = w.config;
@@ -188,11 +206,13 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
     for (int i = 0; i < len; ++i) y[i] = g[i] * x[i] * s;
   };
   auto norm = [&](const Vec& x, const kvd::Vector<double>& g) { Vec y(x.size()); rmsnorm(x.data(), static_cast<int>(x.size()), g, y.data()); return y; };
-  auto rope = [&](Vec& v, int heads, int pos) {
+  auto rope = [&](Vec& v, int heads, int pos, int layer) {
+    const bool local = c.swa_pattern > 0 && (layer + 1) % c.swa_pattern != 0;
     for (int h = 0; h < heads; ++h)
       for (int i = 0; i < R / 2; ++i) {
-        double freq = std::pow(c.rope_theta, -2.0 * i / R);
+        double freq = std::pow(local ? c.rope_theta_local : c.rope_theta, -2.0 * i / R);
         if (w.rope_freq_factors.size()) freq /= w.rope_freq_factors[i];
+        if (!local) freq /= c.rope_scale;
         const double a = pos * freq;
         const bool adjacent = c.rope_style == kvd::RopeStyle::kAdjacent;
         double& x0 = v[h * Dh + (adjacent ? 2 * i : i)];
@@ -203,7 +223,12 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
   };
   std::vector<Vec> x(n, Vec(D));
   for (int t = 0; t < n; ++t) for (int i = 0; i < D; ++i) x[t][i] = w.token_embedding(tokens[t], i);
+  if (c.embed_scale)
+    for (int t = 0; t < n; ++t) for (int i = 0; i < D; ++i) x[t][i] *= std::sqrt(double(D));
   for (int l = 0; l < c.n_layers; ++l) {
+    const bool local = c.swa_pattern > 0 && (l + 1) % c.swa_pattern != 0;
+    const int window = local ? c.local_window : c.sliding_window;
+    const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : Dh;
     const auto& L = w.layers[l];
     const Mat wq = L.wq.to_dense<double>(), wk = L.wk.to_dense<double>(), wv = L.wv.to_dense<double>();
     const Mat wo = L.wo.to_dense<double>(), w1 = L.w1.to_dense<double>(), w2 = L.w2.to_dense<double>(), w3 = L.w3.to_dense<double>();
@@ -218,22 +243,23 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
         for (int h = 0; h < H; ++h) rmsnorm(&q[t][h * Dh], Dh, L.q_norm, &q[t][h * Dh]);
         for (int h = 0; h < Hk; ++h) rmsnorm(&k[t][h * Dh], Dh, L.k_norm, &k[t][h * Dh]);
       }
-      rope(q[t], H, t); rope(k[t], Hk, t);
+      rope(q[t], H, t, l); rope(k[t], Hk, t, l);
     }
     for (int t = 0; t < n; ++t) {
       Vec att(H * Dh, 0.0);
       for (int h = 0; h < H; ++h) {
         const int kh = h / (H / Hk);
-        const int first = c.sliding_window > 0 ? std::max(0, t - c.sliding_window + 1) : 0;
+        const int first = window > 0 ? std::max(0, t - window + 1) : 0;
         Vec s(t + 1, -1e300); double mx = -1e300;
         for (int u = first; u <= t; ++u) {
           double d = 0; for (int j = 0; j < Dh; ++j) d += q[t][h * Dh + j] * k[u][kh * Dh + j];
-          s[u] = d / std::sqrt(double(Dh)); mx = std::max(mx, s[u]);
+          s[u] = d / std::sqrt(scalar); mx = std::max(mx, s[u]);
         }
         double sum = 0; for (int u = first; u <= t; ++u) { s[u] = std::exp(s[u] - mx); sum += s[u]; }
         for (int u = first; u <= t; ++u) for (int j = 0; j < Dh; ++j) att[h * Dh + j] += s[u] / sum * v[u][kh * Dh + j];
       }
       Vec o = matvec(wo, att);
+      if (c.post_norms) o = norm(o, L.attn_post_norm);
       for (int i = 0; i < D; ++i) x[t][i] += o[i];
       Vec xn = norm(x[t], L.ffn_norm);
       // SwiGLU of rows [r0, r0 + F) of gate/up and [d0, d0 + D) of down.
@@ -242,7 +268,10 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
         for (int i = 0; i < F; ++i) {
           double g = 0, u = 0;
           for (int j = 0; j < D; ++j) { g += gm(r0 + i, j) * xn[j]; u += um(r0 + i, j) * xn[j]; }
-          hm[i] = g / (1.0 + std::exp(-g)) * u;
+          const double kPi = 3.14159265358979323846;
+          hm[i] = (c.ffn_activation == kvd::Activation::kGeluTanh
+                       ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / kPi) * (g + 0.044715 * g * g * g)))
+                       : g / (1.0 + std::exp(-g))) * u;
         }
         for (int d = 0; d < D; ++d) for (int i = 0; i < F; ++i) o[d] += dm(d0 + d, i) * hm[i];
         return o;
@@ -271,6 +300,7 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
           for (int d = 0; d < D; ++d) o2[d] += (c.norm_topk_prob ? wk[k] / sum : wk[k]) * o[d];
         }
       }
+      if (c.post_norms) o2 = norm(o2, L.ffn_post_norm);
       for (int i = 0; i < D; ++i) x[t][i] += o2[i];
     }
   }

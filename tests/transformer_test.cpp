@@ -49,6 +49,14 @@ std::vector<Shape> shapes() {
          c.norm_topk_prob = false;
          return c;
        }(), WeightType::kF16},
+      // Gemma 3 (gemma3): layers local, global, local (pattern 2) with a window of 5
+      // and their own RoPE bases, linear RoPE scaling 4 on the global one, post norms,
+      // scaled embeddings, GeGLU and scores over sqrt(24) with head_dim 16.
+      {"Gemma3_LocalGlobalLocal_Window5", [] {
+         auto c = kvd_test::gemma3_like(small_config(4, 2, 16, 40, 3, 48, 61, 36), 2, 5, 4.0, 24);
+         c.rope_theta = 1e6;
+         return c;
+       }()},
       {"MixedStorage_Untied", [] { auto c = small_config(4, 2, 10, 40, 2, 72, 50, 33); c.shared_classifier = false; return c; }(),
        WeightType::kF32, true},
   };

@@ -34,6 +34,10 @@
 //
 //   ik-reference steps tests/data/qwen3moe-tiny-F32.gguf IDS tests/data/qwen3moe-tiny-F32.ik.logits
 //
+// tests/data/gemma3-tiny-F32.ik.logits (the prompt: kPromptIds of tests/gemma3_test.cpp):
+//
+//   ik-reference steps tests/data/gemma3-tiny-F32.gguf IDS tests/data/gemma3-tiny-F32.ik.logits
+//
 // The hash is tests/sha256.hpp's, the one tests/quant_test.cpp compares with.
 #include <cstdio>
 #include <cstdlib>

@@ -483,17 +483,21 @@ void gguf_vocabs() {
 
 // What a qwen3moe seed gets wrong (issue 38's bad-input classes), or nothing.
 enum class MoeDefect { kNone, kZeroExperts, kTopKAboveCount, kMissingRouter, kRaggedExperts };
+// What a gemma3 seed gets wrong, or nothing.
+enum class GemmaDefect { kNone, kZeroPattern, kMissingPostNorm };
 
 // A tiny llama model in GGUF, with a byte-level BPE vocabulary: D=32, L=1, H=4,
 // Hk=2, Dh=8, F=64, context 16; matrices of type `mt`, the embedding f16. With
 // experts > 0, a qwen3moe model instead (q/k norms, a router and `experts` experts of
-// width F, 2 per token), wrong as `defect` says. `spoil` may change a tensor's bytes
-// after quantization (by name).
+// width F, 2 per token), wrong as `defect` says. With gemma, a gemma3 model instead
+// (q/k norms, post norms, a window of 4), wrong as `gemma_defect` says. `spoil` may
+// change a tensor's bytes after quantization (by name).
 void gguf_model(kvd::WeightType mt, const std::string& name, std::uint64_t experts = 0,
                 MoeDefect defect = MoeDefect::kNone,
-                const std::function<void(const std::string&, Bytes&)>& spoil = {}) {
+                const std::function<void(const std::string&, Bytes&)>& spoil = {}, bool gemma = false,
+                GemmaDefect gemma_defect = GemmaDefect::kNone) {
   kvd::GGUFWriter w;
-  const std::string arch = experts ? "qwen3moe" : "llama";
+  const std::string arch = gemma ? "gemma3" : experts ? "qwen3moe" : "llama";
   std::vector<std::string> tokens;
   for (int c = 33; c < 127; ++c) tokens.push_back(std::string(1, static_cast<char>(c)));
   for (const char* p : {"\u0120", "He", "ll", "Hell", "Hello", "\u0120w", "<|endoftext|>"}) tokens.push_back(p);
@@ -514,6 +518,10 @@ void gguf_model(kvd::WeightType mt, const std::string& name, std::uint64_t exper
   w.set_f32(arch + ".rope.freq_base", 10000.0f);
   w.set_f32(arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
   w.set_u32(arch + ".vocab_size", static_cast<std::uint32_t>(V));
+  if (gemma) {
+    w.set_u32(arch + ".attention.sliding_window", 4);
+    if (gemma_defect == GemmaDefect::kZeroPattern) w.set_u32(arch + ".attention.sliding_window_pattern", 0);
+  }
   w.set_string("tokenizer.ggml.model", "gpt2");
   w.set_string("tokenizer.ggml.pre", "gpt-2");
   std::vector<std::int32_t> types(tokens.size(), 1);
@@ -553,9 +561,15 @@ void gguf_model(kvd::WeightType mt, const std::string& name, std::uint64_t exper
   tensor("blk.0.attn_v.weight", mt, D, Hk * Dh, 0.2f);
   tensor("blk.0.attn_output.weight", mt, H * Dh, D, 0.2f);
   tensor("blk.0.ffn_norm.weight", WT::kF32, D, 1, 1.0f);
-  if (experts) {
+  if (experts || gemma) {
     tensor("blk.0.attn_q_norm.weight", WT::kF32, Dh, 1, 1.0f);
     tensor("blk.0.attn_k_norm.weight", WT::kF32, Dh, 1, 1.0f);
+  }
+  if (gemma) {
+    tensor("blk.0.post_attention_norm.weight", WT::kF32, D, 1, 1.0f);
+    if (gemma_defect != GemmaDefect::kMissingPostNorm) tensor("blk.0.post_ffw_norm.weight", WT::kF32, D, 1, 1.0f);
+  }
+  if (experts) {
     if (defect != MoeDefect::kMissingRouter) tensor("blk.0.ffn_gate_inp.weight", WT::kF32, D, experts, 0.5f);
     // Ragged: the up experts twice as wide, half as many (the same bytes).
     const bool ragged = defect == MoeDefect::kRaggedExperts;
@@ -675,6 +689,9 @@ int main(int argc, char** argv) {
     gguf_model(kvd::WeightType::kF16, "qwen3moe-topk-above-count", 4, MoeDefect::kTopKAboveCount);
     gguf_model(kvd::WeightType::kF16, "qwen3moe-missing-router", 4, MoeDefect::kMissingRouter);
     gguf_model(kvd::WeightType::kF16, "qwen3moe-ragged-experts", 4, MoeDefect::kRaggedExperts);
+    gguf_model(kvd::WeightType::kQ8_0, "tiny-gemma3-q8_0", 0, MoeDefect::kNone, {}, true);
+    gguf_model(kvd::WeightType::kF16, "gemma3-zero-window-pattern", 0, MoeDefect::kNone, {}, true, GemmaDefect::kZeroPattern);
+    gguf_model(kvd::WeightType::kF16, "gemma3-missing-post-norm", 0, MoeDefect::kNone, {}, true, GemmaDefect::kMissingPostNorm);
     table_type_ggufs();
     safetensors();
     hf_folders();

@@ -657,7 +657,10 @@ PagedSequence<T, S, SV> fill_paged(const Contents& c, BlockPool<T, S, SV>& pool)
 /// A model_id covering every ModelConfig field that changes the cached K and V
 /// apart from the weights themselves (all shapes, rope_theta, norm_eps, the
 /// classifier flag, the sliding window, the RoPE style and rotary dims, the q/k/v
-/// biases and q/k norms): FNV-1a 64 of their little-endian bytes.
+/// biases and q/k norms, and Gemma's options when any is set: the layer pattern, the
+/// local window and RoPE base, the RoPE scaling, the embedding scale, the post norms,
+/// the activation and the attention scalar): FNV-1a 64 of their little-endian bytes.
+/// A model without Gemma's options hashes the bytes it always did.
 /// Same config, same id, on every platform. For protection against another
 /// checkpoint of the same shape, hash the checkpoint file instead. Never fails.
 inline std::uint64_t config_fingerprint(const ModelConfig& c) {
@@ -677,7 +680,29 @@ inline std::uint64_t config_fingerprint(const ModelConfig& c) {
   *p++ = c.shared_classifier ? 1 : 0;
   *p++ = c.qkv_bias ? 1 : 0;
   *p = c.qk_norm ? 1 : 0;
-  return detail::fnv1a64(bytes, sizeof bytes);
+  const ModelConfig plain;
+  if (c.swa_pattern == plain.swa_pattern && c.local_window == plain.local_window &&
+      c.rope_theta_local == plain.rope_theta_local && c.rope_scale == plain.rope_scale &&
+      c.embed_scale == plain.embed_scale && c.post_norms == plain.post_norms &&
+      c.ffn_activation == plain.ffn_activation && c.query_pre_attn_scalar == plain.query_pre_attn_scalar)
+    return detail::fnv1a64(bytes, sizeof bytes);
+  unsigned char more[sizeof bytes + 4 * 3 + 8 * 2 + 3];
+  std::memcpy(more, bytes, sizeof bytes);
+  unsigned char* q = more + sizeof bytes;
+  for (int v : {c.swa_pattern, c.local_window, c.query_pre_attn_scalar}) {
+    detail::store_u32_le(q, static_cast<std::uint32_t>(v));
+    q += 4;
+  }
+  for (double v : {c.rope_theta_local, c.rope_scale}) {
+    std::uint64_t bits;
+    std::memcpy(&bits, &v, 8);
+    detail::store_u64_le(q, bits);
+    q += 8;
+  }
+  *q++ = c.embed_scale ? 1 : 0;
+  *q++ = c.post_norms ? 1 : 0;
+  *q = static_cast<unsigned char>(c.ffn_activation);
+  return detail::fnv1a64(more, sizeof more);
 }
 
 /// Reads and checks a cache file (header, size and checksum) without loading it

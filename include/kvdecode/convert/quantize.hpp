@@ -360,6 +360,18 @@ inline std::string gguf_arch_for(const ModelConfig& c) {
                           " has qkv_bias = ", c.qkv_bias, " and qk_norm = ", c.qk_norm));
   // An architecture that rotates adjacent pairs takes halves permuted (sources_from_weights);
   // one that rotates halves cannot express adjacent pairs.
+  // Gemma's block is one bundle in GGUF; anything else of it is not expressible.
+  if (arch->gemma != c.embed_scale || arch->gemma != (c.ffn_activation == Activation::kGeluTanh) ||
+      arch->gemma != (c.swa_pattern > 0) || (!arch->gemma && (c.rope_scale != 1.0 || c.query_pre_attn_scalar != 0)))
+    throw ConfigError(msg("cannot write this model as GGUF ", arch->gguf_name, ": post_norms = ", c.post_norms,
+                          ", embed_scale = ", c.embed_scale, ", ffn_activation = ", activation_name(c.ffn_activation),
+                          ", swa_pattern = ", c.swa_pattern, ", rope_scale = ", c.rope_scale, " and query_pre_attn_scalar = ",
+                          c.query_pre_attn_scalar, " are not one architecture's"));
+  if (arch->gemma && (c.attention_scalar() != gguf_gemma_attention_scalar(c.n_layers, c.d_model, c.n_heads, c.head_dim) ||
+                      c.rope_theta_local != 10000.0))
+    throw ConfigError(msg("cannot write this model as GGUF ", arch->gguf_name, ": query_pre_attn_scalar = ",
+                          c.attention_scalar(), " and rope_theta_local = ", c.rope_theta_local, " (GGUF implies ",
+                          gguf_gemma_attention_scalar(c.n_layers, c.d_model, c.n_heads, c.head_dim), " and 10000)"));
   if (arch->gguf_rope == RopeStyle::kHalves && c.rope_style != RopeStyle::kHalves)
     throw ConfigError(msg("cannot write this model as GGUF ", arch->gguf_name,
                           ": it rotates adjacent pairs, the architecture rotates halves"));
@@ -428,6 +440,15 @@ inline void write_model_keys(GGUFWriter& g, const ModelConfig& c, const std::str
   g.set_f32(key("rope.freq_base"), static_cast<float>(c.rope_theta));
   g.set_u32(key("rope.dimension_count"), static_cast<std::uint32_t>(c.rotary_dim()));
   g.set_u32(key("vocab_size"), static_cast<std::uint32_t>(c.vocab_size));
+  if (c.post_norms) {  // gemma3 (gguf_arch_for checked the rest of Gemma's block)
+    g.set_u32(key("attention.sliding_window"), static_cast<std::uint32_t>(c.local_window));
+    if (c.swa_pattern != find_gguf_architecture(arch)->swa_pattern)
+      g.set_u32(key("attention.sliding_window_pattern"), static_cast<std::uint32_t>(c.swa_pattern));
+    if (c.rope_scale != 1.0) {
+      g.set_string(key("rope.scaling.type"), "linear");
+      g.set_f32(key("rope.scaling.factor"), static_cast<float>(c.rope_scale));
+    }
+  }
 }
 
 /// tokenizer.ggml.* from a llama2.c tokenizer.bin, as llama.cpp's converter stores it.

@@ -71,6 +71,15 @@ enum class RouterOrder : std::uint8_t {
   kTopKSoftmax = 1,  ///< the top K logits, then softmax over those K (gpt-oss)
 };
 
+/// The gate's activation in a gated FFN: act(gate) * up. Explicit values: frozen.
+enum class Activation : std::uint8_t {
+  kSilu = 0,      ///< SiLU: SwiGLU (Llama, Qwen)
+  kGeluTanh = 1,  ///< GELU, tanh approximation: GeGLU (Gemma; PyTorch's gelu_pytorch_tanh)
+};
+
+/// "silu" or "gelu_tanh". Never fails.
+inline const char* activation_name(Activation a) { return a == Activation::kGeluTanh ? "gelu_tanh" : "silu"; }
+
 /// "adjacent" or "halves". Never fails.
 inline const char* rope_style_name(RopeStyle s) { return s == RopeStyle::kHalves ? "halves" : "adjacent"; }
 
@@ -96,6 +105,21 @@ struct ModelConfig {
   int n_experts_used = 0;         ///< K: experts each row runs, in [1, E] when E > 0, else 0
   RouterOrder router_order = RouterOrder::kSoftmaxTopK;  ///< softmax then top-k, or top-k then softmax
   bool norm_topk_prob = false;    ///< the K router weights are divided by their sum (Qwen3-MoE)
+  // Gemma 3: local and global layers, sandwich norms, scaled embeddings, GeGLU.
+  /// Layer kinds: 0 = every layer alike (sliding_window, rope_theta); N > 0 = layer l is
+  /// local when (l + 1) % N != 0 and global otherwise (Gemma 3: 6, five local then one
+  /// global; a pattern above n_layers makes every layer local). Local layers attend to the last local_window positions with RoPE base
+  /// rope_theta_local; global ones to every position with rope_theta. The KV cache
+  /// keeps every position (its window is sliding_window, 0 here).
+  int swa_pattern = 0;
+  int local_window = 0;           ///< with swa_pattern: the local layers' window (> 0)
+  double rope_theta_local = 10000.0;  ///< with swa_pattern: the local layers' RoPE base
+  double rope_scale = 1.0;        ///< linear RoPE scaling of the global layers (every layer without
+                                  ///< swa_pattern): positions divided by it; 1 = none
+  bool embed_scale = false;       ///< embedding rows multiplied by sqrt(d_model), rounded to the compute type (Gemma)
+  bool post_norms = false;        ///< RMSNorm of the attention and FFN outputs before each residual add (Gemma 3)
+  Activation ffn_activation = Activation::kSilu;  ///< the gated FFN's activation: SwiGLU or GeGLU
+  int query_pre_attn_scalar = 0;  ///< attention scores are divided by sqrt(this); 0 = head_dim
   /// How KV caches store heads: rotated by the Walsh-Hadamard transform (keys, or keys
   /// and values) to spread outliers before a block type quantizes them. Not a property
   /// of the weights: a load option (--cache-rotate). Needs a power-of-two head_dim.
@@ -106,6 +130,17 @@ struct ModelConfig {
   int heads_per_kv() const { return n_heads / n_kv_heads; }   ///< query heads sharing one KV head
   int rotary_dim() const { return rope_dim > 0 ? rope_dim : head_dim; }  ///< dims RoPE rotates per head
   bool moe() const { return n_experts > 0; }  ///< the FFN is a mixture of experts
+  /// Layer `layer` is a local (sliding-window) layer of a swa_pattern model.
+  bool layer_local(int layer) const { return swa_pattern > 0 && (layer + 1) % swa_pattern != 0; }
+  /// The window layer `layer` attends with (0 = every position): local_window for a
+  /// local layer, else sliding_window. The one per-layer window rule.
+  int layer_window(int layer) const { return layer_local(layer) ? local_window : sliding_window; }
+  /// The RoPE base of layer `layer`: rope_theta_local for a local layer, else rope_theta.
+  double layer_rope_theta(int layer) const { return layer_local(layer) ? rope_theta_local : rope_theta; }
+  /// The linear RoPE scaling of layer `layer`: 1 for a local layer, else rope_scale.
+  double layer_rope_scale(int layer) const { return layer_local(layer) ? 1.0 : rope_scale; }
+  /// What attention scores are divided by the square root of: query_pre_attn_scalar, or head_dim.
+  int attention_scalar() const { return query_pre_attn_scalar > 0 ? query_pre_attn_scalar : head_dim; }
   /// Rows of FFN work per token: K for a mixture of experts, else 1.
   int ffn_rows_per_token() const { return n_experts > 0 ? n_experts_used : 1; }
 
@@ -135,6 +170,7 @@ struct ModelConfig {
     per_layer += E > 0 ? E * D /*router*/ + E * 3 * D * F : 3 * D * F;
     if (qkv_bias) per_layer += q + 2 * kv;
     if (qk_norm) per_layer += 2ull * static_cast<std::uint64_t>(head_dim);
+    if (post_norms) per_layer += 2 * D;
     return V * D + L * per_layer + D + (shared_classifier ? 0 : V * D);
   }
 
@@ -175,6 +211,24 @@ struct ModelConfig {
       throw ConfigError(detail::msg("ModelConfig.n_experts_used = ", n_experts_used, " must be 0 without experts (n_experts = 0)"));
     if (router_order != RouterOrder::kSoftmaxTopK && router_order != RouterOrder::kTopKSoftmax)
       throw ConfigError(detail::msg("ModelConfig.router_order = ", static_cast<int>(router_order), " is not a router order"));
+    if (swa_pattern < 0)
+      throw ConfigError(detail::msg("ModelConfig.swa_pattern = ", swa_pattern, " must be >= 0 (0 = every layer alike)"));
+    if (swa_pattern > 0 && local_window <= 0)
+      throw ConfigError(detail::msg("ModelConfig.local_window = ", local_window, " must be positive with swa_pattern = ",
+                                    swa_pattern));
+    if (swa_pattern == 0 && local_window != 0)
+      throw ConfigError(detail::msg("ModelConfig.local_window = ", local_window, " must be 0 without swa_pattern"));
+    if (swa_pattern > 0 && sliding_window != 0)
+      throw ConfigError(detail::msg("ModelConfig.sliding_window = ", sliding_window,
+                                    " must be 0 with swa_pattern (local layers use local_window)"));
+    if (!(rope_theta_local > 1.0) || rope_theta_local > 1e12)
+      throw ConfigError(detail::msg("ModelConfig.rope_theta_local = ", rope_theta_local, " must be in (1, 1e12]"));
+    if (!(rope_scale >= 1.0) || rope_scale > 1e6)
+      throw ConfigError(detail::msg("ModelConfig.rope_scale = ", rope_scale, " must be in [1, 1e6]"));
+    if (ffn_activation != Activation::kSilu && ffn_activation != Activation::kGeluTanh)
+      throw ConfigError(detail::msg("ModelConfig.ffn_activation = ", static_cast<int>(ffn_activation), " is not an activation"));
+    if (query_pre_attn_scalar < 0)
+      throw ConfigError(detail::msg("ModelConfig.query_pre_attn_scalar = ", query_pre_attn_scalar, " must be >= 0 (0 = head_dim)"));
     if (kv_rotation != KVRotation::kNone && kv_rotation != KVRotation::kKeys && kv_rotation != KVRotation::kKeysValues)
       throw ConfigError(detail::msg("ModelConfig.kv_rotation = ", static_cast<int>(kv_rotation), " is not a cache rotation"));
     if (kv_rotation != KVRotation::kNone && !detail::is_power_of_two(head_dim))
@@ -194,6 +248,9 @@ struct ModelConfig {
     bounded("hidden_dim", hidden_dim);
     bounded("max_seq_len", max_seq_len);
     bounded("sliding_window", sliding_window);
+    bounded("local_window", local_window);
+    bounded("swa_pattern", swa_pattern);
+    bounded("query_pre_attn_scalar", query_pre_attn_scalar);
     constexpr long long kMaxMatrix = std::numeric_limits<int>::max();
     auto product = [&](const char* what, long long a, long long b) {
       if (a * b > kMaxMatrix)
@@ -231,7 +288,11 @@ struct ModelConfig {
                                                router_order == RouterOrder::kTopKSoftmax ? " topk-softmax" : "",
                                                norm_topk_prob ? " norm_topk" : "")
                                  : std::string(),
-                       kv_rotation != KVRotation::kNone ? detail::msg(" kv_rotation=", kv_rotation_name(kv_rotation)) : std::string());
+                       kv_rotation != KVRotation::kNone ? detail::msg(" kv_rotation=", kv_rotation_name(kv_rotation)) : std::string(),
+                       swa_pattern ? detail::msg(" local=", swa_pattern - 1, ":1 window=", local_window) : std::string(),
+                       embed_scale ? " embed_scale" : "", post_norms ? " post_norms" : "",
+                       ffn_activation != Activation::kSilu ? detail::msg(" ffn=", activation_name(ffn_activation)) : std::string(),
+                       query_pre_attn_scalar ? detail::msg(" attn_scalar=", query_pre_attn_scalar) : std::string());
   }
 
   bool operator==(const ModelConfig& o) const {
@@ -241,7 +302,10 @@ struct ModelConfig {
            shared_classifier == o.shared_classifier && sliding_window == o.sliding_window &&
            rope_style == o.rope_style && rope_dim == o.rope_dim && qkv_bias == o.qkv_bias && qk_norm == o.qk_norm &&
            n_experts == o.n_experts && n_experts_used == o.n_experts_used && router_order == o.router_order &&
-           norm_topk_prob == o.norm_topk_prob && kv_rotation == o.kv_rotation;
+           norm_topk_prob == o.norm_topk_prob && kv_rotation == o.kv_rotation && swa_pattern == o.swa_pattern &&
+           local_window == o.local_window && rope_theta_local == o.rope_theta_local && rope_scale == o.rope_scale &&
+           embed_scale == o.embed_scale && post_norms == o.post_norms && ffn_activation == o.ffn_activation &&
+           query_pre_attn_scalar == o.query_pre_attn_scalar;
   }
   bool operator!=(const ModelConfig& o) const { return !(*this == o); }
 };

@@ -8,6 +8,11 @@
 //   qwen3moe  Qwen3-MoE: qwen3's attention, a mixture-of-experts FFN (expert_count,
 //          expert_used_count, expert_feed_forward_length; the router ffn_gate_inp
 //          and the 3-D expert tensors ffn_{gate,up,down}_exps)
+//   gemma3 Gemma 3 (text): qwen3's attention with post norms (post_attention_norm,
+//          post_ffw_norm), GeGLU, embeddings scaled by sqrt(d_model), local layers
+//          (attention.sliding_window, RoPE base 10000) and global ones (rope.freq_base,
+//          linear rope.scaling) at 5:1 (or attention.sliding_window_pattern), tied
+//          output; norm weights stored as 1 + w by the converter, so applied as stored
 // Anything else is refused by name. The architectures and the tensor names are
 // the rows of architecture.hpp.
 //
@@ -177,6 +182,30 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
   if (!c.qkv_bias && arch->qkv_bias_if_stored && f.find_tensor(gguf_tensor_name(tensor_spec(TensorId::kBq), 0)))
     c.qkv_bias = true;
   c.qk_norm = arch->qk_norm;
+  if (scaling == "linear") {
+    const double factor = f.get_f64(a + "rope.scaling.factor");
+    if (!(factor >= 1.0) || factor > 1e6)
+      detail::gguf_model_fail(f, detail::msg("key '", a, "rope.scaling.factor' = ", factor, " must be in [1, 1e6]"));
+    if (arch->gemma) c.rope_scale = factor;
+    else if (factor != 1.0)
+      detail::gguf_model_fail(f, detail::msg("key '", a, "rope.scaling.factor' = ", factor, " is not supported for ",
+                                             info.architecture, " (only 1)"));
+  }
+  if (arch->gemma) {
+    c.embed_scale = true;
+    c.post_norms = true;
+    c.ffn_activation = Activation::kGeluTanh;
+    c.local_window = gguf_dim(f, a + "attention.sliding_window");
+    // The pattern: every swa_pattern-th layer global (llama.cpp's gemma3: 6, fixed).
+    const std::string pk = a + "attention.sliding_window_pattern";
+    const std::uint64_t pattern = f.find(pk) ? f.get_u64(pk) : static_cast<std::uint64_t>(arch->swa_pattern);
+    if (pattern == 0 || pattern > (1u << 20))
+      detail::gguf_model_fail(f, detail::msg("key '", pk, "' = ", pattern, " is not a sliding-window pattern kvdecode knows (",
+                                             "every N-th layer global, N in [1, ", 1u << 20, "])"));
+    c.swa_pattern = static_cast<int>(pattern);
+    c.rope_theta_local = 10000.0;
+    c.query_pre_attn_scalar = gguf_gemma_attention_scalar(c.n_layers, c.d_model, c.n_heads, c.head_dim);
+  }
   const std::string emb_name = tensor_spec(TensorId::kTokenEmbedding).gguf;
   const GGUFTensorInfo* emb = f.find_tensor(emb_name);
   if (!emb) detail::gguf_model_fail(f, detail::msg("tensor '", emb_name, "' is missing"));

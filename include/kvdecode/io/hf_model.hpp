@@ -11,6 +11,16 @@
 //                     num_experts_per_tok, moe_intermediate_size, norm_topk_prob; the
 //                     router mlp.gate and mlp.experts.E.{gate,up,down}_proj, which
 //                     are copied into one matrix per kind)
+//   Gemma3ForCausalLM (gemma3_text)  Qwen3's attention with post norms
+//                     (pre_feedforward_layernorm is the FFN's pre-norm,
+//                     post_attention_layernorm and post_feedforward_layernorm the
+//                     post norms), GeGLU (hidden_activation gelu_pytorch_tanh),
+//                     embeddings scaled by sqrt(hidden_size), scores over
+//                     sqrt(query_pre_attn_scalar), local layers (sliding_window,
+//                     rope_local_base_freq) and global ones (rope_theta, linear
+//                     rope_scaling) as sliding_window_pattern or layer_types say,
+//                     tied output by default; every norm weight w applied as 1 + w
+//                     (added at load, in T, as Gemma3RMSNorm does in float32)
 // Anything else is refused by name. The architectures and the tensor names are
 // the rows of architecture.hpp.
 //
@@ -188,6 +198,48 @@ inline void hf_check_context_demand(const std::string& folder, const std::string
 }
 }  // namespace detail
 
+namespace detail {
+/// Gemma 3's fields of config.json into c (arch is a gemma row): the activation, the
+/// attention scalar, the window, the layer pattern and the local RoPE base. FormatError
+/// naming the field for a value kvdecode does not run.
+inline void hf_gemma_options(const nlohmann::json& j, const std::string& file, const Architecture& arch, ModelConfig& c) {
+  c.embed_scale = true;
+  c.post_norms = true;
+  c.ffn_activation = Activation::kGeluTanh;
+  for (const char* k : {"hidden_activation", "hidden_act"})
+    if (const auto it = j.find(k); it != j.end() && !it->is_null() && *it != "gelu_pytorch_tanh")
+      hf_fail(file, msg("field '", k, "' = ", json_value_text(*it), " is not supported (gelu_pytorch_tanh)"));
+  for (const char* k : {"final_logit_softcapping", "attn_logit_softcapping"})
+    if (const auto it = j.find(k); it != j.end() && !it->is_null())
+      hf_fail(file, msg("field '", k, "' = ", json_value_text(*it), " is not supported (Gemma 3 has none: null)"));
+  c.query_pre_attn_scalar = hf_dim(j, file, "query_pre_attn_scalar", c.head_dim);
+  c.local_window = hf_dim(j, file, "sliding_window");
+  c.rope_theta = hf_number(j, file, "rope_theta", 1000000.0);
+  c.rope_theta_local = hf_number(j, file, "rope_local_base_freq", 10000.0);
+  c.swa_pattern = arch.swa_pattern;
+  if (j.contains("sliding_window_pattern") && !j["sliding_window_pattern"].is_null())
+    c.swa_pattern = hf_dim(j, file, "sliding_window_pattern");
+  // layer_types (newer configs): each layer "sliding_attention" or "full_attention";
+  // kvdecode runs the pattern with every N-th layer global, N the first full layer + 1.
+  if (const auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    bool ok = it->is_array() && it->size() == static_cast<std::size_t>(c.n_layers);
+    int pattern = 0;
+    for (std::size_t l = 0; ok && l < it->size(); ++l) {
+      const auto& v = (*it)[l];
+      ok = v == "sliding_attention" || v == "full_attention";
+      if (ok && v == "full_attention" && pattern == 0) pattern = static_cast<int>(l) + 1;
+    }
+    if (ok && pattern == 0) pattern = c.n_layers + 1;  // every layer local: no layer l with (l + 1) % N == 0
+    for (std::size_t l = 0; ok && l < it->size(); ++l)
+      ok = ((*it)[l] == "sliding_attention") == ((static_cast<int>(l) + 1) % pattern != 0);
+    if (!ok)
+      hf_fail(file, msg("field 'layer_types' = ", json_value_text(*it), " is not a sliding-window pattern kvdecode knows (",
+                        "num_hidden_layers = ", c.n_layers, " entries of sliding_attention with every N-th full_attention)"));
+    c.swa_pattern = pattern;
+  }
+}
+}  // namespace detail
+
 /// Reads `folder`/config.json. Throws FileError when it is missing or unreadable,
 /// FormatError naming the field for invalid JSON, an unsupported architecture (by
 /// name), a missing, mistyped or out-of-range field, heads that do not divide, or
@@ -261,10 +313,11 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   c.rope_dim = 0;
   c.qkv_bias = detail::hf_bool(j, file, "attention_bias", arch->qkv_bias);
   c.qk_norm = arch->qk_norm;
-  info.tied = detail::hf_bool(j, file, "tie_word_embeddings", false);
+  info.tied = detail::hf_bool(j, file, "tie_word_embeddings", arch->gemma);
+  if (arch->gemma) detail::hf_gemma_options(j, file, *arch, c);
 
   // Sliding window: Mistral applies a non-null sliding_window; others only with use_sliding_window.
-  const bool use_window = detail::hf_bool(j, file, "use_sliding_window", false);
+  const bool use_window = !arch->gemma && detail::hf_bool(j, file, "use_sliding_window", false);
   const bool has_window = j.contains("sliding_window") && !j["sliding_window"].is_null();
   if (use_window || (arch->hf_window_always && has_window)) {
     if (!has_window) hf_fail(file, "field 'sliding_window' is missing but use_sliding_window is true");
@@ -295,7 +348,14 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
     if (type.empty()) hf_fail(file, "field 'rope_scaling.rope_type' is missing");
     const double factor = detail::hf_number(*rs, file, "factor", 0, true);
     const int half = c.rotary_dim() / 2;
-    if (type == "linear") {
+    if (arch->gemma && (type == "linear" || type == "default")) {
+      if (type == "linear" && factor < 1.0)
+        hf_fail(file, msg("field 'rope_scaling.factor' = ", factor, " must be at least 1"));
+      c.rope_scale = type == "linear" ? factor : 1.0;  // Gemma scales its global layers only
+    } else if (arch->gemma) {
+      hf_fail(file, msg("field 'rope_scaling.rope_type' = '", type, "' is not supported for ", info.architecture,
+                        " (linear)"));
+    } else if (type == "linear") {
       info.rope_freq_factors.assign(static_cast<std::size_t>(half), factor);
     } else if (type == "llama3") {
       const double low = detail::hf_number(*rs, file, "low_freq_factor", 0, true);
@@ -313,6 +373,7 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   detail::hf_check_context_demand(folder, file, c);
   return info;
 }
+
 
 /// True if `path` is a directory holding config.json (a Hugging Face model folder). Never throws.
 inline bool is_hf_folder(const std::string& path) {
@@ -371,7 +432,7 @@ inline std::vector<HFTensorSpec> hf_tensor_specs(const ModelConfig& c) {
     if (!s.hf) return;  // not stored as a tensor (rope_freqs: config.json's rope_scaling)
     const std::uint64_t rows = tensor_rows(s, c), cols = tensor_cols(s, c);
     if (s.experts == Dim::kOne) {
-      out.push_back({hf_tensor_name(s, layer), s.matrix ? rows : 0, s.matrix ? cols : rows, false});
+      out.push_back({hf_tensor_name(s, layer, c.post_norms), s.matrix ? rows : 0, s.matrix ? cols : rows, false});
       return;
     }
     // An expert tensor: one tensor per expert, each its share of the rows.
@@ -503,6 +564,7 @@ ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& op
                                  bytes.data(), bytes.size());
   };
 
+  const bool info_gemma = find_hf_architecture(info.architecture)->gemma;
   ModelWeights<T> w;
   w.config = c;
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
@@ -512,9 +574,12 @@ ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& op
     if (s.experts != Dim::kOne)
       *slot.matrix = experts(s, layer);
     else if (slot.matrix)
-      *slot.matrix = matrix(hf_tensor_name(s, layer));
+      *slot.matrix = matrix(hf_tensor_name(s, layer, c.post_norms));
     else
-      *slot.vector = vec(hf_tensor_name(s, layer));
+      *slot.vector = vec(hf_tensor_name(s, layer, c.post_norms));
+    // Gemma's RMSNorm multiplies by (1 + w); kvdecode's by its weight: add the 1 here.
+    if (info_gemma && slot.vector && tensor_is_rmsnorm(s.id))
+      for (long i = 0; i < slot.vector->size(); ++i) (*slot.vector)[i] = T(1) + (*slot.vector)[i];
   });
   if (!info.rope_freq_factors.empty()) {
     w.rope_freq_factors = Vector<T>(static_cast<long>(info.rope_freq_factors.size()));

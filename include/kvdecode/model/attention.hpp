@@ -13,7 +13,8 @@
 //    they get exactly zero weight.
 //
 // REDUCTION ORDER (identical in both, whatever the cache length or batch):
-//   score[t] = (fma chain over d = 0..head_dim-1 of q[d] * k_t[d], from +0) / sqrt(head_dim)
+//   score[t] = (fma chain over d = 0..head_dim-1 of q[d] * k_t[d], from +0) / sqrt(attention_scalar)
+//              (attention_scalar: head_dim, or Gemma's query_pre_attn_scalar; the square root rounded once)
 //   m        = max over visible t            (exact in any order)
 //   e[t]     = exp_(score[t] - m)
 //   sum      = 16 lane sums keyed to t mod 16, each in increasing t, then a fixed tree
@@ -61,7 +62,7 @@ class Attention {
   /// must outlive this object.
   Attention(const ModelConfig& c, const LayerWeights<T>& w, int layer, const RoPE<T>* rope)
       : n_heads_(c.n_heads), n_kv_heads_(c.n_kv_heads), head_dim_(c.head_dim), d_model_(c.d_model),
-        window_(c.sliding_window), layer_(layer), rotation_(c.kv_rotation), norm_eps_(static_cast<T>(c.norm_eps)), rope_(rope),
+        window_(c.layer_window(layer)), layer_(layer), score_div_(std::sqrt(static_cast<T>(c.attention_scalar()))), rotation_(c.kv_rotation), norm_eps_(static_cast<T>(c.norm_eps)), rope_(rope),
         wqkv_({&w.wq, &w.wk, &w.wv}), wo_({&w.wo}), q_norm_(w.q_norm), k_norm_(w.k_norm) {
     k_col_ = wqkv_.part_col(1);
     v_col_ = wqkv_.part_col(2);
@@ -190,29 +191,29 @@ class Attention {
       const int first = detail::first_visible(row.pos, window_);
       switch (item.rows) {
         case 1:
-          detail::attend_kv_head(qh, cache, layer_, kvh, item.heads, head_dim_, first, row.pos, scores, ws.ld_s, out_h);
+          detail::attend_kv_head(qh, cache, layer_, kvh, item.heads, head_dim_, first, row.pos, score_div_, scores, ws.ld_s, out_h);
           if (rotation_ == KVRotation::kKeysValues) detail::hadamard_rotate(out_h, item.heads, head_dim_);
           break;
         case 2:
-          detail::attend_rows<2>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<2>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 3:
-          detail::attend_rows<3>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<3>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 4:
-          detail::attend_rows<4>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<4>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 5:
-          detail::attend_rows<5>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<5>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 6:
-          detail::attend_rows<6>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<6>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 7:
-          detail::attend_rows<7>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<7>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
         default:
-          detail::attend_rows<8>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<8>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
           break;
       }
       if (item.rows > 1 && rotation_ == KVRotation::kKeysValues)
@@ -244,7 +245,6 @@ class Attention {
       }
     }
     const int rep = n_heads_ / n_kv_heads_;
-    const T sqrt_dh = std::sqrt(static_cast<T>(head_dim_));
     const T neg_inf = -std::numeric_limits<T>::infinity();
     RowMatrix<T> att(n, wo_.n_in());  // (n, q_dim)
     const long n_pad = detail::round_up_lanes(n);
@@ -264,7 +264,7 @@ class Attention {
           for (long t = 0; t < n; ++t) s[t] = std::fma(qd, k[t], s[t]);
         }
         const long first = detail::first_visible(static_cast<int>(i), window_);
-        for (long t = 0; t < n; ++t) s[t] = (t > i || t < first) ? neg_inf : s[t] / sqrt_dh;  // the causal mask
+        for (long t = 0; t < n; ++t) s[t] = (t > i || t < first) ? neg_inf : s[t] / score_div_;  // the causal mask
         detail::softmax_blocks(s, 0, static_cast<int>(n_pad / detail::kLanes), 0, static_cast<int>(n - 1));
         // att_i = fma chain over every t (masked ones add exact zeros) of w[t] * v_t
         T* o = &att(i, qo);
@@ -302,7 +302,8 @@ class Attention {
   }
 
   static constexpr int kRowGroup = 8;  // prefill rows sharing K/V loads (attend_rows<2..8>)
-  int n_heads_ = 0, n_kv_heads_ = 0, head_dim_ = 0, d_model_ = 0, window_ = 0, layer_ = 0;
+  int n_heads_ = 0, n_kv_heads_ = 0, head_dim_ = 0, d_model_ = 0, window_ = 0, layer_ = 0;  // window_: this layer's
+  T score_div_ = T(1);  // sqrt(attention_scalar()): what every score is divided by
   KVRotation rotation_ = KVRotation::kNone;  // heads the cache stores rotated (see the top of this file)
   T norm_eps_ = T(1e-5);
   const RoPE<T>* rope_ = nullptr;

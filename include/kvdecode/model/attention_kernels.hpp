@@ -167,10 +167,11 @@ inline void score_blocks(const T* q, int head_dim, int b0, KBlock&& k_block, T* 
 /// receives their outputs back to back. scores: HG rows of ld_s scratch, each at
 /// least round_up_lanes(last + 1) - 16 * (first / 16) values. Each K and V value is
 /// read once for the HG heads, and each head's result is the same as computing it
-/// alone: the heads share loads, never a chain.
+/// alone: the heads share loads, never a chain. Scores are divided by `score_div`
+/// (sqrt of ModelConfig::attention_scalar()).
 template <int HG, class T, class Cache>
 inline void attend_group(const T* q, const Cache& cache, int layer, int kvh, int head_dim, int first, int last,
-                         T* scores, long ld_s, T* out) {
+                         T score_div, T* scores, long ld_s, T* out) {
   const int b0 = first / kLanes, b1 = last / kLanes, nb = b1 - b0 + 1;
   const long off = static_cast<long>(kvh) * head_dim * kLanes;  // the KV head inside a block
   auto k_block = [&](int b) { return cache.k_block(layer, b) + off; };  // (head_dim, 16)
@@ -179,12 +180,11 @@ inline void attend_group(const T* q, const Cache& cache, int layer, int kvh, int
   int g = 0;
   for (; g + kNB <= nb; g += kNB) score_blocks<HG, kNB>(q, head_dim, b0 + g, k_block, scores + g * kLanes, ld_s);
   for (; g < nb; ++g) score_blocks<HG, 1>(q, head_dim, b0 + g, k_block, scores + g * kLanes, ld_s);
-  const T sqrt_dh = std::sqrt(static_cast<T>(head_dim));
   const T* w[HG];
   T* o[HG];
   for (int h = 0; h < HG; ++h) {
     T* s = scores + h * ld_s;
-    for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / sqrt_dh;
+    for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / score_div;
     softmax_blocks(s, b0 * kLanes, nb, first, last);
     w[h] = s + (first - b0 * kLanes);
     o[h] = out + h * head_dim;
@@ -198,23 +198,23 @@ inline void attend_group(const T* q, const Cache& cache, int layer, int kvh, int
 /// the KV head's positions once. scores: min(n_q, 8) rows of ld_s scratch.
 template <class T, class Cache>
 inline void attend_kv_head(const T* q, const Cache& cache, int layer, int kvh, int n_q, int head_dim, int first,
-                           int last, T* scores, long ld_s, T* out) {
+                           int last, T score_div, T* scores, long ld_s, T* out) {
   constexpr int kPass = kGroupPass<T>;
   const long step = head_dim;
   int h = 0;
   for (; n_q - h >= kPass; h += kPass)
-    attend_group<kPass>(q + h * step, cache, layer, kvh, head_dim, first, last, scores, ld_s, out + h * step);
+    attend_group<kPass>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, scores, ld_s, out + h * step);
   if constexpr (kPass > 4)
     if (n_q - h >= 4) {
-      attend_group<4>(q + h * step, cache, layer, kvh, head_dim, first, last, scores, ld_s, out + h * step);
+      attend_group<4>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, scores, ld_s, out + h * step);
       h += 4;
     }
   if constexpr (kPass > 2)
     if (n_q - h >= 2) {
-      attend_group<2>(q + h * step, cache, layer, kvh, head_dim, first, last, scores, ld_s, out + h * step);
+      attend_group<2>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, scores, ld_s, out + h * step);
       h += 2;
     }
-  if (n_q - h >= 1) attend_group<1>(q + h * step, cache, layer, kvh, head_dim, first, last, scores, ld_s, out + h * step);
+  if (n_q - h >= 1) attend_group<1>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, scores, ld_s, out + h * step);
 }
 
 /// R (up to 8) consecutive rows of one sequence (positions pos0 .. pos0 + R - 1), one query
@@ -225,7 +225,7 @@ inline void attend_kv_head(const T* q, const Cache& cache, int layer, int kvh, i
 /// attend_heads<1> for that row alone: per row, the same chains in the same order.
 template <int R, class T, class Cache>
 inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, int kvh, int head_dim, int pos0,
-                        int window, T* scores, long ld_s, T* out, long ld_out) {
+                        int window, T score_div, T* scores, long ld_s, T* out, long ld_out) {
   int first[R], last[R];
   for (int r = 0; r < R; ++r) {
     first[r] = first_visible(pos0 + r, window);
@@ -244,12 +244,11 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
     }
     for (int r = 0; r < R; ++r) acc[r].store(scores + r * ld_s + (b - bmin) * kLanes);
   }
-  const T sqrt_dh = std::sqrt(static_cast<T>(head_dim));
   const T* w[R];  // w[r][t - first[r]]
   for (int r = 0; r < R; ++r) {
     T* s = scores + r * ld_s;
     const int nb = bmax - bmin + 1;
-    for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / sqrt_dh;
+    for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / score_div;
     const int b0 = first[r] / kLanes;
     softmax_blocks(s + (b0 - bmin) * kLanes, b0 * kLanes, last[r] / kLanes - b0 + 1, first[r], last[r]);
     w[r] = s + (first[r] - bmin * kLanes);

@@ -1,6 +1,8 @@
 // One pre-norm transformer block with residual connections:
 //   x = x + attention(rmsnorm(x));  x = x + mlp(rmsnorm(x))
-// where mlp is one SwiGLU (mlp.hpp) or a mixture of experts (moe.hpp), as the config says.
+// where mlp is one gated FFN (mlp.hpp) or a mixture of experts (moe.hpp), as the config
+// says. With post norms (Gemma 3) each sub-layer's output is normed before the add:
+//   x = x + post_attn_norm(attention(rmsnorm(x)));  x = x + post_ffn_norm(mlp(rmsnorm(x)))
 #pragma once
 
 #include "kvdecode/model/attention.hpp"
@@ -15,7 +17,8 @@ class TransformerBlock {
  public:
   TransformerBlock() = default;
   TransformerBlock(const ModelConfig& c, const LayerWeights<T>& w, int layer, const RoPE<T>* rope)
-      : attn_norm_(w.attn_norm, c.norm_eps), attn_(c, w, layer, rope), ffn_norm_(w.ffn_norm, c.norm_eps) {
+      : attn_norm_(w.attn_norm, c.norm_eps), attn_(c, w, layer, rope), ffn_norm_(w.ffn_norm, c.norm_eps),
+        attn_post_norm_(w.attn_post_norm, c.norm_eps), ffn_post_norm_(w.ffn_post_norm, c.norm_eps) {
     if (c.moe())
       moe_ = MoE<T>(c, w);
     else
@@ -44,6 +47,7 @@ class TransformerBlock {
   /// pending (ws.pending_residual): the next block adds it inside its first
   /// product's parallel region, and the caller finishes the last one
   /// (Workspace::finish_residual). Each row's operations are the same either way.
+  /// With post norms, the pending add norms proj's row first (Workspace::pending_norm).
   /// The residual adds and RMSNorms run as RowPrologues of the products that
   /// read their rows, so the threads meet once per product, not once per step.
   template <class Cache>
@@ -51,22 +55,27 @@ class TransformerBlock {
     const long D = attn_norm_.dim(), ld = ws.ld_d;
     T* const x = ws.x.data();
     T* const xn = ws.xn.data();
-    const T* const proj = ws.proj.data();
+    T* const proj = ws.proj.data();
     const bool pending = ws.pending_residual;
-    // rows [r0, r1): x += proj (the previous block's MLP output), then xn = attn_norm(x)
+    // rows [r0, r1): x += proj (the previous block's MLP output, post-normed if it has
+    // post norms), then xn = attn_norm(x)
     auto attn_in = [&](long r0, long r1) {
-      if (pending) add_rows(x + r0 * ld, proj + r0 * ld, r1 - r0, D, ld);
+      if (pending) ws.add_pending_rows(r0, r1, D);
       attn_norm_.apply_rows(x + r0 * ld, ld, r1 - r0, xn + r0 * ld, ld);
     };
     std::uint64_t macs = attn_.forward(xn, ld, rows, M, caches, ws, ws.proj.data(), ld, row_prologue(attn_in));
-    // rows [r0, r1): x += proj (attention output), then xn = ffn_norm(x)
+    // rows [r0, r1): proj = attn_post_norm(proj) with post norms; x += proj (attention
+    // output), then xn = ffn_norm(x)
     auto ffn_in = [&](long r0, long r1) {
+      if (has_post_norms()) attn_post_norm_.apply_rows(proj + r0 * ld, ld, r1 - r0, proj + r0 * ld, ld);
       add_rows(x + r0 * ld, proj + r0 * ld, r1 - r0, D, ld);
       ffn_norm_.apply_rows(x + r0 * ld, ld, r1 - r0, xn + r0 * ld, ld);
     };
     macs += is_moe() ? moe_.forward(xn, ld, M, ws, ws.proj.data(), ld, row_prologue(ffn_in))
                      : mlp_.forward(xn, ld, M, ws, ws.proj.data(), ld, row_prologue(ffn_in));
     ws.pending_residual = true;
+    ws.pending_norm = has_post_norms() ? ffn_post_norm_.weight().data() : nullptr;
+    ws.pending_norm_eps = ffn_post_norm_.eps();
     return macs;
   }
 
@@ -75,10 +84,16 @@ class TransformerBlock {
   void forward_reference(RowMatrix<T>& x) const {
     RowMatrix<T> xn(x.rows(), x.cols());
     attn_norm_.apply(x.data(), x.cols(), x.rows(), xn.data(), xn.cols());
-    x = x + attn_.template forward_reference<S, SV>(xn);
+    RowMatrix<T> y = attn_.template forward_reference<S, SV>(xn);  // (n, D)
+    if (has_post_norms()) attn_post_norm_.apply(y.data(), y.cols(), y.rows(), y.data(), y.cols());
+    x = x + y;
     ffn_norm_.apply(x.data(), x.cols(), x.rows(), xn.data(), xn.cols());
-    x = x + (is_moe() ? moe_.forward_reference(xn) : mlp_.forward_reference(xn));
+    y = is_moe() ? moe_.forward_reference(xn) : mlp_.forward_reference(xn);
+    if (has_post_norms()) ffn_post_norm_.apply(y.data(), y.cols(), y.rows(), y.data(), y.cols());
+    x = x + y;
   }
+
+  bool has_post_norms() const { return attn_post_norm_.dim() > 0; }  ///< Gemma 3's norms after each sub-layer
 
  private:
   // x[m] += y[m] for M rows, on the calling thread.
@@ -90,6 +105,8 @@ class TransformerBlock {
   RMSNorm<T> attn_norm_;
   Attention<T> attn_;
   RMSNorm<T> ffn_norm_;
+  RMSNorm<T> attn_post_norm_;  // (D) with post norms, else empty
+  RMSNorm<T> ffn_post_norm_;   // (D) with post norms, else empty
   SwiGLU<T> mlp_;  // the dense FFN, or empty
   MoE<T> moe_;     // the mixture of experts, or empty
 };

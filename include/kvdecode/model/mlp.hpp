@@ -1,4 +1,5 @@
-// The SwiGLU feed-forward sub-layer: w2(silu(w1 x) * w3 x), as in Llama.
+// The gated feed-forward sub-layer: w2(act(w1 x) * w3 x), SwiGLU (act = SiLU, Llama)
+// or GeGLU (act = GELU's tanh form, Gemma) as config.ffn_activation says.
 // w1 and w3 are packed side by side so one matrix product yields both the
 // gate and the up projection of every row.
 #pragma once
@@ -14,7 +15,7 @@ class SwiGLU {
  public:
   SwiGLU() = default;
   SwiGLU(const ModelConfig& c, const LayerWeights<T>& w)
-      : d_model_(c.d_model), hidden_dim_(c.hidden_dim), w13_({&w.w1, &w.w3}), w2_({&w.w2}), up_col_(w13_.part_col(1)) {}
+      : d_model_(c.d_model), hidden_dim_(c.hidden_dim), act_(c.ffn_activation), w13_({&w.w1, &w.w3}), w2_({&w.w2}), up_col_(w13_.part_col(1)) {}
 
   const PackedMatrix<T>& w13() const { return w13_; }  ///< (2F, D): gate rows then up rows (from up_col())
   long up_col() const { return up_col_; }
@@ -37,7 +38,7 @@ class SwiGLU {
       for (long m = r0; m < r1; ++m) {
         const T* g = ws.h13.data() + m * ws.ld_ff2;
         T* h = ws.hmid.data() + m * ws.ld_ff;
-        swiglu_array(g, g + up_col_, h, h, hidden_dim_);
+        gated_array(act_, g, g + up_col_, h, h, hidden_dim_);
       }
     };
     { PhaseScope ps(Phase::kW2); matmul(ws.hmid.data(), ws.ld_ff, M, w2_, out, ldo, row_prologue(swiglu_rows)); }
@@ -57,18 +58,19 @@ class SwiGLU {
   }
 
  private:
-  // hmid[m][i] = silu(gate[m][i]) * up[m][i]
+  // hmid[m][i] = act(gate[m][i]) * up[m][i]
   void gate(const T* h13, long ld13, long M, T* hmid, long ldm) const {
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (M * hidden_dim_ >= detail::kParallelElements)
 #endif
     for (long m = 0; m < M; ++m) {
       const T* g = h13 + m * ld13;
-      swiglu_array(g, g + up_col_, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
+      gated_array(act_, g, g + up_col_, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
     }
   }
 
   long d_model_ = 0, hidden_dim_ = 0;
+  Activation act_ = Activation::kSilu;  // SiLU (SwiGLU) or GELU tanh (GeGLU)
   PackedMatrix<T> w13_;  // (2F, D)
   PackedMatrix<T> w2_;   // (D, F)
   long up_col_ = 0;      // first column of the up projection in a w13 product row

@@ -10,6 +10,7 @@
 // beside a per-call environment.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <type_traits>
@@ -31,11 +32,17 @@ class Model {
   explicit Model(ModelWeights<T> weights) {
     weights.validate();
     config_ = weights.config;
+    // One RoPE table per kind of layer: global (rope_theta, rope_scale, rope_freqs)
+    // and, with swa_pattern, local (rope_theta_local, unscaled).
     rope_ = std::make_unique<RoPE<T>>(config_.head_dim, config_.max_seq_len, config_.rope_theta, config_.rope_style,
-                                      config_.rotary_dim(), weights.rope_freq_factors);
+                                      config_.rotary_dim(), weights.rope_freq_factors, config_.rope_scale);
+    if (config_.swa_pattern > 0)
+      rope_local_ = std::make_unique<RoPE<T>>(config_.head_dim, config_.max_seq_len, config_.rope_theta_local,
+                                              config_.rope_style, config_.rotary_dim());
+    if (config_.embed_scale) embed_scale_ = static_cast<T>(std::sqrt(static_cast<double>(config_.d_model)));
     blocks_.reserve(config_.n_layers);
     for (int l = 0; l < config_.n_layers; ++l) {
-      blocks_.emplace_back(config_, weights.layers[l], l, rope_.get());
+      blocks_.emplace_back(config_, weights.layers[l], l, config_.layer_local(l) ? rope_local_.get() : rope_.get());
       weights.layers[l].release_pages();
       weights.layers[l] = LayerWeights<T>();  // the packed copy is all we keep
     }
@@ -61,6 +68,15 @@ class Model {
   const WeightMatrix& embedding() const { return embedding_; }       ///< (V, D)
   const RMSNorm<T>& final_norm() const { return final_norm_; }
 
+  /// The input row of `token` (in [0, vocab_size), unchecked) into out (D values):
+  /// its embedding row, multiplied by sqrt(d_model) rounded to T when config.embed_scale
+  /// (Gemma). Every path embeds through here. Never fails.
+  void embed(int token, T* out) const {
+    embedding_.dequantize_row(token, out);
+    if (config_.embed_scale)
+      for (int i = 0; i < config_.d_model; ++i) out[i] = out[i] * embed_scale_;
+  }
+
   /// The opt-in fast mode (fast_int8.hpp, `--fast-matmul`): every matrix of a
   /// block type rounds its input rows to int8 blocks and uses integer dot
   /// products; on a CPU with AVX512-BF16, every f16 and bf16 matrix rounds them to
@@ -81,7 +97,7 @@ class Model {
   /// vectors (what bounds decode speed).
   std::uint64_t weight_bytes_per_token() const {
     std::uint64_t b = classifier_.bytes() + embedding_.row_bytes() +
-                      sizeof(T) * (config_.d_model * (2ull * config_.n_layers + 1));
+                      sizeof(T) * (config_.d_model * ((config_.post_norms ? 4ull : 2ull) * config_.n_layers + 1));
     for (const auto& blk : blocks_)
       b += blk.attention().wqkv().bytes() + blk.attention().wo().bytes() + blk.ffn_active_bytes();
     return b;
@@ -98,6 +114,8 @@ class Model {
  private:
   ModelConfig config_;
   std::unique_ptr<RoPE<T>> rope_;  // on the heap: blocks keep a pointer that must survive moves
+  std::unique_ptr<RoPE<T>> rope_local_;  // the local layers' table (swa_pattern), else null
+  T embed_scale_ = T(1);                 // sqrt(d_model) in T, with config.embed_scale
   std::vector<TransformerBlock<T>> blocks_;
   RMSNorm<T> final_norm_;
   PackedMatrix<T> classifier_;  // (V, D)

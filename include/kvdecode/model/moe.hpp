@@ -92,7 +92,7 @@ class MoE {
   /// Packs the router and each expert's gate|up and down. Precondition: w
   /// validated for c (ModelWeights::validate), c.moe().
   MoE(const ModelConfig& c, const LayerWeights<T>& w)
-      : d_model_(c.d_model), hidden_dim_(c.hidden_dim), n_experts_(c.n_experts), k_(c.n_experts_used),
+      : d_model_(c.d_model), hidden_dim_(c.hidden_dim), n_experts_(c.n_experts), k_(c.n_experts_used), act_(c.ffn_activation),
         order_(c.router_order), norm_(c.norm_topk_prob), router_({&w.router}) {
     experts_.reserve(static_cast<std::size_t>(n_experts_));
     for (long e = 0; e < n_experts_; ++e) {
@@ -218,12 +218,13 @@ class MoE {
     const Expert& ex = experts_[static_cast<std::size_t>(e)];
     { PhaseScope ps(Phase::kW13); matmul(x, ldx, n, ex.w13, h13, ld13); }
     auto swiglu_rows = [&](long r0, long r1) {
-      for (long m = r0; m < r1; ++m) swiglu_array(h13 + m * ld13, h13 + m * ld13 + ex.up_col, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
+      for (long m = r0; m < r1; ++m) gated_array(act_, h13 + m * ld13, h13 + m * ld13 + ex.up_col, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
     };
     { PhaseScope ps(Phase::kW2); matmul(hmid, ldm, n, ex.w2, y, ldy, row_prologue(swiglu_rows)); }
   }
 
   long d_model_ = 0, hidden_dim_ = 0, n_experts_ = 0, k_ = 0;
+  Activation act_ = Activation::kSilu;  // the experts' gate activation
   RouterOrder order_ = RouterOrder::kSoftmaxTopK;
   bool norm_ = false;
   PackedMatrix<T> router_;      // (E, D)

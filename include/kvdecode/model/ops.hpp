@@ -33,6 +33,32 @@ inline void swiglu_array(const T* gate, const T* up, T* out, T* scratch, long n)
   for (long i = 0; i < n; ++i) out[i] = gate[i] / (T(1) + scratch[i]) * up[i];
 }
 
+/// out[i] = gelu_tanh(gate[i]) * up[i] for i in [0, n): GeGLU with GELU's tanh
+/// approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), computed as the
+/// equal x / (1 + exp(-2 sqrt(2/pi) x (1 + 0.044715 x^2))) with the one exp:
+///   u = fma(0.044715, x * x, 1);  z = (2 sqrt(2/pi) * x) * u;  out = x / (1 + exp_(-z)) * up
+/// Large |x| gives x (exp -> 0) or -0 (exp -> inf), never NaN. `scratch` holds n values.
+template <class T>
+inline void geglu_array(const T* gate, const T* up, T* out, T* scratch, long n) {
+  const T a = static_cast<T>(0.044715), c2 = static_cast<T>(1.5957691216057307593);  // 2 sqrt(2/pi)
+  for (long i = 0; i < n; ++i) {
+    const T x = gate[i];
+    scratch[i] = -((c2 * x) * std::fma(a, x * x, T(1)));
+  }
+  detail::exp_array(scratch, scratch, n);
+  for (long i = 0; i < n; ++i) out[i] = gate[i] / (T(1) + scratch[i]) * up[i];
+}
+
+/// The gated FFN's middle: swiglu_array or geglu_array, as `act` says. out may equal
+/// scratch only where both functions allow it (each reads gate[i] and up[i] after scratch[i]).
+template <class T>
+inline void gated_array(Activation act, const T* gate, const T* up, T* out, T* scratch, long n) {
+  if (act == Activation::kGeluTanh)
+    geglu_array(gate, up, out, scratch, n);
+  else
+    swiglu_array(gate, up, out, scratch, n);
+}
+
 /// RMSNorm of one row: out[i] = w[i] * (x[i] * 1/sqrt(mean(x^2) + eps)).
 /// Sum of squares in index order with fma, as llama2.c's rmsnorm. out may alias x.
 template <class T>
@@ -62,6 +88,7 @@ class RMSNorm {
     for (long m = 0; m < M; ++m) rmsnorm_row(x + m * ldx, weight_.data(), dim(), eps_, out + m * ldo);
   }
   const Vector<T>& weight() const { return weight_; }
+  T eps() const { return eps_; }
 
  private:
   Vector<T> weight_;  // (D)
@@ -72,8 +99,8 @@ class RMSNorm {
 /// rotary_dim dimensions in pairs (the rest pass through):
 ///   RopeStyle::kAdjacent  pair i = (x[2i], x[2i+1])             llama2.c, GGUF llama
 ///   RopeStyle::kHalves    pair i = (x[i], x[i + rotary_dim/2])   NeoX, HF, qwen2/qwen3
-/// by angle pos * theta^(-2i/rotary_dim) / factor[i] (factors from Llama 3.1's
-/// rope_freqs, 1 when absent). The cos/sin table is computed once, in double, for
+/// by angle pos * theta^(-2i/rotary_dim) / factor[i] / scale (factors from Llama 3.1's
+/// rope_freqs, 1 when absent; scale: linear RoPE scaling, 1 when none). The cos/sin table is computed once, in double, for
 /// every position < max_seq_len, so every path rotates with the same values.
 template <class T>
 class RoPE {
@@ -81,13 +108,14 @@ class RoPE {
   RoPE() = default;
   /// factors: rotary_dim/2 positive values, or empty for none.
   RoPE(int head_dim, int max_seq_len, double theta, RopeStyle style = RopeStyle::kAdjacent, int rotary_dim = 0,
-       const Vector<T>& factors = Vector<T>())
+       const Vector<T>& factors = Vector<T>(), double scale = 1.0)
       : head_dim_(head_dim), rot_(rotary_dim > 0 ? rotary_dim : head_dim), max_seq_len_(max_seq_len), style_(style) {
     const int half = rot_ / 2;
     table_.resize(static_cast<std::size_t>(max_seq_len) * half * 2);
     for (int i = 0; i < half; ++i) {
       double freq = std::pow(theta, -2.0 * i / rot_);
       if (factors.size() == half) freq /= static_cast<double>(factors[i]);
+      if (scale != 1.0) freq /= scale;
       for (int pos = 0; pos < max_seq_len; ++pos) {
         const double angle = pos * freq;
         table_[(static_cast<std::size_t>(pos) * half + i) * 2] = static_cast<T>(std::cos(angle));

@@ -126,7 +126,7 @@ class Transformer {
     T* x = ws_.x.data();
     {
       detail::PhaseScope ps(detail::Phase::kEmbed);
-      for (long m = 0; m < M; ++m) model_->embedding().dequantize_row(rows[m].token, x + m * ws_.ld_d);
+      for (long m = 0; m < M; ++m) model_->embed(rows[m].token, x + m * ws_.ld_d);
     }
     std::uint64_t macs = 0;
     ws_.pending_residual = false;
@@ -236,7 +236,7 @@ class Transformer {
     for (std::size_t i = 0; i < tokens.size(); ++i) check_token(tokens[i], static_cast<long>(i));
     const long n = static_cast<long>(tokens.size());
     RowMatrix<T> x(n, cfg.d_model);  // (n, D)
-    for (long i = 0; i < n; ++i) model_->embedding().dequantize_row(tokens[i], x.data() + i * x.cols());
+    for (long i = 0; i < n; ++i) model_->embed(tokens[i], x.data() + i * x.cols());
     for (const auto& blk : model_->blocks()) blk.template forward_reference<S, SV>(x);
     const long first = all_logits ? 0 : n - 1, n_out = n - first;
     model_->final_norm().apply(x.data() + first * x.cols(), x.cols(), n_out, x.data() + first * x.cols(), x.cols());

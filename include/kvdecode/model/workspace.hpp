@@ -12,6 +12,7 @@
 #include "kvdecode/core/config.hpp"
 #include "kvdecode/core/parallel.hpp"
 #include "kvdecode/core/simd.hpp"
+#include "kvdecode/model/ops.hpp"
 
 namespace kvd {
 
@@ -62,18 +63,31 @@ struct Workspace {
   std::vector<int> seq_rows;        // rows per sequence in the current call
   /// A block's last residual add still to do: x += proj (see TransformerBlock::forward).
   bool pending_residual = false;
+  /// With a pending add of a block with post norms (Gemma 3): the FFN post norm's
+  /// weights (D), applied to proj's row before the add; null otherwise.
+  const T* pending_norm = nullptr;
+  T pending_norm_eps = T(0);
+
+  /// The pending residual add on rows [r0, r1) of width d, on the calling thread:
+  /// proj's row normed in place first when pending_norm is set, then x += proj.
+  void add_pending_rows(long r0, long r1, long d) {
+    T* xs = x.data();
+    T* ps = proj.data();
+    for (long m = r0; m < r1; ++m) {
+      if (pending_norm) rmsnorm_row(ps + m * ld_d, pending_norm, d, pending_norm_eps, ps + m * ld_d);
+      for (long i = 0; i < d; ++i) xs[m * ld_d + i] = xs[m * ld_d + i] + ps[m * ld_d + i];
+    }
+  }
 
   /// Does the pending residual add, if any, on M rows of width d.
   void finish_residual(long M, long d) {
     if (!pending_residual) return;
     pending_residual = false;
-    T* xs = x.data();
-    const T* ps = proj.data();
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static) if (M * d >= detail::kParallelElements)
 #endif
-    for (long m = 0; m < M; ++m)
-      for (long i = 0; i < d; ++i) xs[m * ld_d + i] = xs[m * ld_d + i] + ps[m * ld_d + i];
+    for (long m = 0; m < M; ++m) add_pending_rows(m, m + 1, d);
+    pending_norm = nullptr;
   }
 
   explicit Workspace(const ModelConfig& c = ModelConfig()) {

@@ -82,6 +82,7 @@ enum class Presence : std::uint8_t {
   kSeparateClassifier = 3,  ///< when !config.shared_classifier
   kIfStored = 4,            ///< optional: when its source holds it (rope_freqs)
   kMoe = 5,                 ///< when config.moe(): the router and the experts
+  kPostNorms = 6,           ///< when config.post_norms (Gemma 3's norms after attention and FFN)
 };
 
 /// How ModelWeights::random() fills a tensor.
@@ -119,6 +120,8 @@ enum class TensorId : std::uint8_t {
   kExpertsGate = 19,
   kExpertsDown = 20,
   kExpertsUp = 21,
+  kAttnPostNorm = 22,
+  kFfnPostNorm = 23,
 };
 
 /// One row of the tensor table.
@@ -131,6 +134,7 @@ struct TensorSpec {
   Presence presence;
   const char* gguf;     ///< GGUF name; per layer the part after "blk.<layer>."
   const char* hf;       ///< Hugging Face name; per layer the part after "model.layers.<layer>."; nullptr: none
+                        ///< (with config.post_norms, hf_post_norms when set: Gemma's names)
   RandomInit init;
   /// The experts the rows are split in (kOne: a plain tensor). GGUF stores such a
   /// tensor as [cols, rows / E, E]; Hugging Face as E tensors, `hf` with "{e}" for
@@ -139,6 +143,9 @@ struct TensorSpec {
   /// A row of the one dense SwiGLU (w1, w2, w3): a mixture of experts has none of
   /// them, whatever its presence says (which describes dense models).
   bool dense_ffn = false;
+  /// The Hugging Face name in a model with post norms (Gemma 3), where it differs
+  /// from `hf` (Gemma calls the FFN's pre-norm pre_feedforward_layernorm); nullptr: `hf`.
+  const char* hf_post_norms = nullptr;
 };
 
 /// The tensor table: model-level rows, then one layer's rows, each group in the
@@ -164,7 +171,7 @@ inline constexpr TensorSpec kTensors[] = {
     {TensorId::kWo, "wo", true, true, Dim::kDModel, Dim::kQDim, Presence::kAlways, "attn_output.weight",
      "self_attn.o_proj.weight", RandomInit::kHalfFanIn},
     {TensorId::kFfnNorm, "ffn_norm", true, false, Dim::kDModel, Dim::kOne, Presence::kAlways, "ffn_norm.weight",
-     "post_attention_layernorm.weight", RandomInit::kNearOne},
+     "post_attention_layernorm.weight", RandomInit::kNearOne, Dim::kOne, false, "pre_feedforward_layernorm.weight"},
     {TensorId::kW1, "w1", true, true, Dim::kHidden, Dim::kDModel, Presence::kAlways, "ffn_gate.weight",
      "mlp.gate_proj.weight", RandomInit::kFanIn, Dim::kOne, true},
     {TensorId::kW2, "w2", true, true, Dim::kDModel, Dim::kHidden, Presence::kAlways, "ffn_down.weight",
@@ -189,6 +196,10 @@ inline constexpr TensorSpec kTensors[] = {
      "ffn_down_exps.weight", "mlp.experts.{e}.down_proj.weight", RandomInit::kHalfFanIn, Dim::kExperts},
     {TensorId::kExpertsUp, "experts_up", true, true, Dim::kExpertsHidden, Dim::kDModel, Presence::kMoe,
      "ffn_up_exps.weight", "mlp.experts.{e}.up_proj.weight", RandomInit::kFanIn, Dim::kExperts},
+    {TensorId::kAttnPostNorm, "attn_post_norm", true, false, Dim::kDModel, Dim::kOne, Presence::kPostNorms,
+     "post_attention_norm.weight", "post_attention_layernorm.weight", RandomInit::kNearOne},
+    {TensorId::kFfnPostNorm, "ffn_post_norm", true, false, Dim::kDModel, Dim::kOne, Presence::kPostNorms,
+     "post_ffw_norm.weight", "post_feedforward_layernorm.weight", RandomInit::kNearOne},
 };
 inline constexpr std::size_t kTensorCount = sizeof(kTensors) / sizeof(kTensors[0]);
 
@@ -220,8 +231,19 @@ inline bool tensor_required(const TensorSpec& s, const ModelConfig& c) {
     case Presence::kSeparateClassifier: return !c.shared_classifier;
     case Presence::kIfStored: return false;
     case Presence::kMoe: return c.moe();
+    case Presence::kPostNorms: return c.post_norms;
   }
   return false;
+}
+
+/// True for the RMSNorm weight rows (attn_norm, ffn_norm, q_norm, k_norm, the post
+/// norms, final_norm): the ones Hugging Face Gemma applies as (1 + w). Never fails.
+inline bool tensor_is_rmsnorm(TensorId id) {
+  switch (id) {
+    case TensorId::kAttnNorm: case TensorId::kFfnNorm: case TensorId::kQNorm: case TensorId::kKNorm:
+    case TensorId::kAttnPostNorm: case TensorId::kFfnPostNorm: case TensorId::kFinalNorm: return true;
+    default: return false;
+  }
 }
 
 /// The GGUF name of the tensor in `layer` (-1 for a model-level row), e.g.
@@ -233,10 +255,12 @@ inline std::string gguf_tensor_name(const TensorSpec& s, int layer) {
 
 /// The Hugging Face name of the tensor in `layer` (-1 for a model-level row), e.g.
 /// "model.layers.3.self_attn.q_proj.weight"; empty when Hugging Face folders do not
-/// store it as a tensor. Never fails.
-inline std::string hf_tensor_name(const TensorSpec& s, int layer) {
-  if (!s.hf) return std::string();
-  return s.per_layer ? "model.layers." + std::to_string(layer) + "." + s.hf : std::string(s.hf);
+/// store it as a tensor. `post_norms`: the name in a model with post norms (Gemma 3),
+/// which differs for ffn_norm. Never fails.
+inline std::string hf_tensor_name(const TensorSpec& s, int layer, bool post_norms = false) {
+  const char* hf = post_norms && s.hf_post_norms ? s.hf_post_norms : s.hf;
+  if (!hf) return std::string();
+  return s.per_layer ? "model.layers." + std::to_string(layer) + "." + hf : std::string(hf);
 }
 
 /// The experts tensor `s` splits its rows in for config `c` (1 for a plain tensor). Never fails.
@@ -313,6 +337,8 @@ Slot layer_slot(Layer& l, TensorId id) {
     case TensorId::kExpertsGate: s.matrix = &l.experts_gate; break;
     case TensorId::kExpertsDown: s.matrix = &l.experts_down; break;
     case TensorId::kExpertsUp: s.matrix = &l.experts_up; break;
+    case TensorId::kAttnPostNorm: s.vector = &l.attn_post_norm; break;
+    case TensorId::kFfnPostNorm: s.vector = &l.ffn_post_norm; break;
     default: break;  // a model-level id
   }
   return s;
@@ -399,6 +425,7 @@ inline constexpr TensorId kGgufFileLayerOrder[] = {
     TensorId::kWq, TensorId::kWk, TensorId::kWv, TensorId::kWo,    TensorId::kAttnNorm, TensorId::kBq, TensorId::kBk,
     TensorId::kBv, TensorId::kQNorm, TensorId::kKNorm, TensorId::kW1, TensorId::kW2, TensorId::kW3, TensorId::kFfnNorm,
     TensorId::kRouter, TensorId::kExpertsGate, TensorId::kExpertsDown, TensorId::kExpertsUp,
+    TensorId::kAttnPostNorm, TensorId::kFfnPostNorm,
 };
 
 /// Calls f(spec, layer) for every tensor a model of config `c` may hold, in the
@@ -443,6 +470,13 @@ struct Architecture {
                             ///< moe_intermediate_size)
   RouterOrder router_order = RouterOrder::kSoftmaxTopK;  ///< with moe: how the router picks and weighs
   bool norm_topk_prob = false;  ///< with moe: GGUF's fixed choice (Hugging Face: config.json's norm_topk_prob)
+  /// Gemma 3's block: embeddings scaled by sqrt(d_model), post norms (ModelConfig::post_norms),
+  /// GeGLU, attention scores over sqrt(query_pre_attn_scalar), local and global layers
+  /// (GGUF: attention.sliding_window, the pattern below, local RoPE base 10000;
+  /// Hugging Face: sliding_window, sliding_window_pattern or layer_types, rope_local_base_freq),
+  /// and Hugging Face norm weights w applied as (1 + w) (GGUF files store 1 + w).
+  bool gemma = false;
+  int swa_pattern = 0;  ///< with gemma: the layer pattern when the file gives none (ModelConfig::swa_pattern)
 };
 
 /// The architecture table. The first row of a GGUF name is the one GGUF files load as.
@@ -453,7 +487,17 @@ inline constexpr Architecture kArchitectures[] = {
     {"qwen3", "Qwen3ForCausalLM", RopeStyle::kHalves, false, false, true, false},
     {"qwen3moe", "Qwen3MoeForCausalLM", RopeStyle::kHalves, false, false, true, false, true, RouterOrder::kSoftmaxTopK,
      true},
+    {"gemma3", "Gemma3ForCausalLM", RopeStyle::kHalves, false, false, true, false, false, RouterOrder::kSoftmaxTopK, false,
+     true, 6},
 };
+
+/// What a Gemma 3 GGUF file's attention scores are divided by the square root of
+/// (ModelConfig::query_pre_attn_scalar): GGUF stores no key for it, and llama.cpp and
+/// ik_llama.cpp derive it as Hugging Face's configs set it: d_model / n_heads for the
+/// 62-layer model (Gemma 3 27B), head_dim for every other. Never fails (n_heads > 0).
+inline int gguf_gemma_attention_scalar(int n_layers, int d_model, int n_heads, int head_dim) {
+  return n_layers == 62 ? d_model / n_heads : head_dim;
+}
 
 /// A range of architecture rows: kArchitectures by default, or a caller's table (tests).
 struct ArchitectureTable {
@@ -495,10 +539,11 @@ inline std::string supported_architectures(bool gguf, ArchitectureTable table = 
 
 /// The row a GGUF writer stores config `c` as: the first whose qkv_bias and qk_norm
 /// are c's and which is a mixture of experts with c's routing exactly when c is
-/// (llama, qwen2, qwen3, qwen3moe), or nullptr when none is. Never fails.
+/// (llama, qwen2, qwen3, qwen3moe), and which has Gemma's block exactly when c has
+/// post norms (gemma3), or nullptr when none is. Never fails.
 inline const Architecture* gguf_architecture_for(const ModelConfig& c, ArchitectureTable table = {}) {
   for (const Architecture& a : table)
-    if (a.qkv_bias == c.qkv_bias && a.qk_norm == c.qk_norm && a.moe == c.moe() &&
+    if (a.qkv_bias == c.qkv_bias && a.qk_norm == c.qk_norm && a.moe == c.moe() && a.gemma == c.post_norms &&
         (!a.moe || (a.router_order == c.router_order && a.norm_topk_prob == c.norm_topk_prob)))
       return &a;
   return nullptr;

@@ -43,6 +43,10 @@ struct LayerWeights {
   WeightMatrix experts_gate;  // (E * F, D)  every expert's gate, stacked
   WeightMatrix experts_down;  // (E * D, F)  every expert's down, stacked
   WeightMatrix experts_up;    // (E * F, D)  every expert's up, stacked
+  // Post norms (config.post_norms, Gemma 3), else empty: RMSNorm of the attention
+  // output and of the FFN output before each is added to the residual stream.
+  Vector<T> attn_post_norm;  // (D)
+  Vector<T> ffn_post_norm;   // (D)
 
   /// Tells mapped files that this layer's matrices have been packed (see WeightMatrix::release_pages).
   void release_pages() const noexcept {
