@@ -12,8 +12,9 @@
 // prefill groups them by expert or how the threads split the work.
 //
 // Prefill gathers the rows routed to each expert into one block and runs one product
-// per expert over it; a decode step runs only its K chosen experts, so it reads K of
-// the E experts' weights (active_bytes()).
+// per expert over it, split over the threads; a decode step runs only its K chosen
+// experts, so it reads K of the E experts' weights (active_bytes()), each thread
+// running whole experts in one parallel region.
 #pragma once
 
 #include <algorithm>
@@ -160,13 +161,35 @@ class MoE {
         std::copy(src, src + d_model_, ws.xg.data() + slot * ld_d);
       }
     std::uint64_t macs = static_cast<std::uint64_t>(M) * n_experts_ * d_model_;
+    // Expert e on its slots [count[e], count[e + 1]); a decode step reads only the chosen experts.
+    auto expert_rows = [&](long e, bool scoped) {
+      const long s0 = count[e], n = count[e + 1] - s0;
+      run_expert(e, ws.xg.data() + s0 * ld_d, ld_d, n, ws.h13.data() + s0 * ws.ld_ff2, ws.ld_ff2,
+                 ws.hmid.data() + s0 * ws.ld_ff, ws.ld_ff, ws.ye.data() + s0 * ld_d, ld_d, scoped);
+    };
+    long active = 0, most = 0;  // experts with rows, and the most rows one has
     for (long e = 0; e < n_experts_; ++e) {
       const long n = count[e + 1] - count[e];
-      if (n == 0) continue;  // a decode step reads only the chosen experts
-      const long s0 = count[e];
-      run_expert(e, ws.xg.data() + s0 * ld_d, ld_d, n, ws.h13.data() + s0 * ws.ld_ff2, ws.ld_ff2,
-                 ws.hmid.data() + s0 * ws.ld_ff, ws.ld_ff, ws.ye.data() + s0 * ld_d, ld_d);
+      active += n > 0;
+      most = std::max(most, n);
       macs += static_cast<std::uint64_t>(n) * 3ull * hidden_dim_ * d_model_;
+    }
+    const int nt = num_threads();
+    if (nt > 1 && active >= nt && most <= kExpertParallelMaxRows) {
+      // Decode (and batched decode): each thread runs whole experts, every product of
+      // them on one thread, in one parallel region instead of two per expert. Thread t
+      // takes the experts whose first slot lies in its share of the slots. Each
+      // product gives every row the same bits on any thread, so this split changes
+      // nothing but the time (the phase profile counts it all as gate/up).
+      const long slots = count[n_experts_];
+      detail::PhaseScope ps(Phase::kW13);
+      detail::parallel_parts(slots, true, [&](long begin, long end) {
+        for (long e = 0; e < n_experts_; ++e)
+          if (count[e + 1] > count[e] && count[e] >= begin && count[e] < end) expert_rows(e, false);
+      });
+    } else {
+      for (long e = 0; e < n_experts_; ++e)
+        if (count[e + 1] > count[e]) expert_rows(e, true);
     }
     const T* ys[kMaxK];
     for (long m = 0; m < M; ++m) {
@@ -211,15 +234,28 @@ class MoE {
     long up_col = 0;
   };
 
+  // Above this many rows per expert, the experts run one after the other, each
+  // product split over the threads (prefill); at or below, each thread runs whole
+  // experts (decode). Either gives the same bits.
+  static constexpr long kExpertParallelMaxRows = 16;
+
   // Expert e on n rows: x (n, ldx) -> y (n, ldy) through h13 (n, ld13) and hmid (n, ldm).
-  void run_expert(long e, const T* x, long ldx, long n, T* h13, long ld13, T* hmid, long ldm, T* y, long ldy) const {
+  // `scoped`: time its products in the phase profile (off inside a parallel region,
+  // whose caller times it).
+  void run_expert(long e, const T* x, long ldx, long n, T* h13, long ld13, T* hmid, long ldm, T* y, long ldy,
+                  bool scoped = true) const {
     using detail::Phase;
     using detail::PhaseScope;
     const Expert& ex = experts_[static_cast<std::size_t>(e)];
-    { PhaseScope ps(Phase::kW13); matmul(x, ldx, n, ex.w13, h13, ld13); }
     auto swiglu_rows = [&](long r0, long r1) {
       for (long m = r0; m < r1; ++m) gated_array(act_, h13 + m * ld13, h13 + m * ld13 + ex.up_col, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
     };
+    if (!scoped) {
+      matmul(x, ldx, n, ex.w13, h13, ld13);
+      matmul(hmid, ldm, n, ex.w2, y, ldy, row_prologue(swiglu_rows));
+      return;
+    }
+    { PhaseScope ps(Phase::kW13); matmul(x, ldx, n, ex.w13, h13, ld13); }
     { PhaseScope ps(Phase::kW2); matmul(hmid, ldm, n, ex.w2, y, ldy, row_prologue(swiglu_rows)); }
   }
 
