@@ -94,31 +94,6 @@ void expect_config_error(const ModelConfig& c, const std::string& part) {
   }
 }
 
-// The float32 values of a file (its size / 4 of them).
-std::vector<float> read_f32_file(const std::string& path) {
-  std::vector<float> v(static_cast<std::size_t>(std::filesystem::file_size(path) / 4));
-  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
-  return v;
-}
-
-// The largest |ref - got| at each position within tol of that position's largest
-// |ref|; returns the largest ratio seen.
-template <class Ref, class Rows>
-double check_near(const Ref& ref, const Rows& got, int V, double tol, const std::string& what) {
-  double worst = 0;
-  for (long t = 0; t < got.rows(); ++t) {
-    double max_abs = 0, max_err = 0;
-    for (int v = 0; v < V; ++v) {
-      const double r = ref(t, v);
-      max_abs = std::max(max_abs, std::fabs(r));
-      max_err = std::max(max_err, std::fabs(r - static_cast<double>(got(t, v))));
-    }
-    EXPECT_LE(max_err, tol * max_abs) << what << " position " << t;
-    worst = std::max(worst, max_err / max_abs);
-  }
-  return worst;
-}
-
 }  // namespace
 
 // GeGLU's GELU is the tanh approximation, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
@@ -275,7 +250,7 @@ TEST(Gemma3Reference, WithinOneInHundredThousandOfTheFloat64Oracle) {
   Transformer<float> model(std::move(w));
   KVCache<float> cache(model.config());
   const auto oracle_at = [&](long t, int v) { return oracle[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)]; };
-  const double vs_f64 = check_near(oracle_at, model.prefill(kPromptIds, cache, true), V, 1e-5, "f32 cache vs float64");
+  const double vs_f64 = kvd_test::check_near(oracle_at, model.prefill(kPromptIds, cache, true), V, 1e-5, "f32 cache vs float64");
   std::printf("largest error: %.3g of the largest logit against float64 (f32 cache)\n", vs_f64);
 }
 
@@ -286,7 +261,7 @@ TEST(Gemma3Reference, WithinOneInTenThousandOfIkLlamaCpp) {
   const std::string ref_path = kData + "gemma3-tiny-F32.ik.logits";
   ASSERT_TRUE(std::filesystem::exists(kTinyPath)) << kTinyPath;
   ASSERT_TRUE(std::filesystem::exists(ref_path)) << ref_path;
-  const std::vector<float> ik = read_f32_file(ref_path);
+  const std::vector<float> ik = kvd_test::read_f32_file(ref_path);
   ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
   const int V = w.config.vocab_size;
   ASSERT_EQ(ik.size(), kPromptIds.size() * static_cast<std::size_t>(V));
@@ -294,10 +269,10 @@ TEST(Gemma3Reference, WithinOneInTenThousandOfIkLlamaCpp) {
   Transformer<float> model(std::move(w));
   KVCache<float, Eigen::half> f16_cache(model.config());
   const auto ik_at = [&](long t, int v) { return static_cast<double>(ik[static_cast<std::size_t>(t * V + v)]); };
-  const double vs_ik = check_near(ik_at, model.prefill(kPromptIds, f16_cache, true), V, 1e-4, "f16 cache vs ik_llama.cpp");
+  const double vs_ik = kvd_test::check_near(ik_at, model.prefill(kPromptIds, f16_cache, true), V, 1e-4, "f16 cache vs ik_llama.cpp");
   const auto oracle_at = [&](long t, int v) { return oracle[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)]; };
   const RowMatrix<float> ik_rows = Eigen::Map<const RowMatrix<float>>(ik.data(), static_cast<long>(kPromptIds.size()), V);
-  const double ik_f64 = check_near(oracle_at, ik_rows, V, 1e-3, "ik_llama.cpp vs float64");
+  const double ik_f64 = kvd_test::check_near(oracle_at, ik_rows, V, 1e-3, "ik_llama.cpp vs float64");
   std::printf("largest error: %.3g of the largest logit against ik_llama.cpp (f16 cache); ik_llama.cpp against "
               "float64 %.3g\n", vs_ik, ik_f64);
 }

@@ -494,31 +494,6 @@ const std::vector<int> kPromptIds = {1,   300, 436, 102, 468, 497, 279, 476, 186
                                      311, 116, 472, 150, 251, 357, 403, 111, 171, 500, 227, 39,  133, 101,
                                      85,  48,  230, 397, 278, 190, 101, 244, 405, 169, 125, 329};
 
-// The float32 values of a file (its size / 4 of them).
-std::vector<float> read_f32_file(const std::string& path) {
-  std::vector<float> v(static_cast<std::size_t>(std::filesystem::file_size(path) / 4));
-  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
-  return v;
-}
-
-// The largest |ref - got| at each position within tol of that position's largest
-// |ref|; returns the largest ratio seen.
-template <class Rows>
-double check_near(const std::vector<float>& ref, const Rows& got, int V, double tol, const std::string& what) {
-  double worst = 0;
-  for (long t = 0; t < got.rows(); ++t) {
-    double max_abs = 0, max_err = 0;
-    for (int v = 0; v < V; ++v) {
-      const double r = ref[static_cast<std::size_t>(t * V + v)];
-      max_abs = std::max(max_abs, std::fabs(r));
-      max_err = std::max(max_err, std::fabs(r - static_cast<double>(got(t, v))));
-    }
-    EXPECT_LE(max_err, tol * max_abs) << what << " position " << t;
-    worst = std::max(worst, max_err / max_abs);
-  }
-  return worst;
-}
-
 }  // namespace
 
 // tests/data/qwen3moe-tiny-F32.gguf (tools/write-tiny-model.cpp qwen3moe) run by ik_llama.cpp
@@ -531,18 +506,20 @@ TEST(Qwen3MoeReference, WithinOneInTenThousandOfIkLlamaCppAndTheFloat64Forward) 
   const std::string model_path = kData + "qwen3moe-tiny-F32.gguf", ref_path = kData + "qwen3moe-tiny-F32.ik.logits";
   ASSERT_TRUE(std::filesystem::exists(model_path)) << model_path;
   ASSERT_TRUE(std::filesystem::exists(ref_path)) << ref_path;
-  const std::vector<float> ref = read_f32_file(ref_path);
+  const std::vector<float> ref = kvd_test::read_f32_file(ref_path);
   ModelWeights<float> w = load_gguf_model<float>(model_path);
   const int V = w.config.vocab_size;
   ASSERT_EQ(ref.size(), kPromptIds.size() * static_cast<std::size_t>(V));
   Transformer<double> oracle(w.cast<double>());
   Transformer<float> model(std::move(w));
   KVCache<float, Eigen::half> f16_cache(model.config());
-  const double vs_ik = check_near(ref, model.prefill(kPromptIds, f16_cache, true), V, 1e-4, "f16 cache vs ik_llama.cpp");
+  const auto ref_at = [&](long t, int v) { return static_cast<double>(ref[static_cast<std::size_t>(t * V + v)]); };
+  const double vs_ik =
+      kvd_test::check_near(ref_at, model.prefill(kPromptIds, f16_cache, true), V, 1e-4, "f16 cache vs ik_llama.cpp");
   const RowMatrix<double> exact = oracle.forward_reference(kPromptIds);
-  const std::vector<float> exact_f(exact.data(), exact.data() + exact.size());
   KVCache<float> cache(model.config());
-  const double vs_f64 = check_near(exact_f, model.prefill(kPromptIds, cache, true), V, 1e-5, "f32 cache vs float64");
+  const auto exact_at = [&](long t, int v) { return exact(t, v); };
+  const double vs_f64 = kvd_test::check_near(exact_at, model.prefill(kPromptIds, cache, true), V, 1e-5, "f32 cache vs float64");
   std::printf("largest error: %.3g of the largest logit against ik_llama.cpp (f16 cache), %.3g against float64 "
               "(f32 cache)\n", vs_ik, vs_f64);
 }

@@ -349,4 +349,30 @@ inline std::string read_all(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+/// The float32 values of a file (its size / 4 of them), as reference dumps store them.
+inline std::vector<float> read_f32_file(const std::string& path) {
+  std::vector<float> v(static_cast<std::size_t>(std::filesystem::file_size(path) / 4));
+  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  return v;
+}
+
+/// Expects, at each position t of `got` (rows of V logits), the largest |ref(t, v) -
+/// got(t, v)| within tol of that position's largest |ref(t, v)|; returns the largest
+/// ratio seen. `ref` is any callable (t, v) -> double.
+template <class Ref, class Rows>
+double check_near(const Ref& ref, const Rows& got, int V, double tol, const std::string& what) {
+  double worst = 0;
+  for (long t = 0; t < got.rows(); ++t) {
+    double max_abs = 0, max_err = 0;
+    for (int v = 0; v < V; ++v) {
+      const double r = ref(t, v);
+      max_abs = std::max(max_abs, std::fabs(r));
+      max_err = std::max(max_err, std::fabs(r - static_cast<double>(got(t, v))));
+    }
+    EXPECT_LE(max_err, tol * max_abs) << what << " position " << t;
+    worst = std::max(worst, max_err / max_abs);
+  }
+  return worst;
+}
+
 }  // namespace kvd_test
