@@ -51,39 +51,6 @@ std::shared_ptr<const ModelWeights<float>> tiny_weights(std::uint64_t seed = 5) 
   return std::make_shared<const ModelWeights<float>>(ModelWeights<float>::random(tiny_gemma3(), seed));
 }
 
-// Writes w as a GGUF file with kvdecode's writer (the quantizer's keys and tensors, f32),
-// letting `tweak` change the keys first and `keep` drop tensors by name.
-void write_gguf(const std::string& path, std::shared_ptr<const ModelWeights<float>> w,
-                const std::function<void(GGUFWriter&)>& tweak = {},
-                const std::function<bool(const std::string&)>& keep = {}) {
-  GGUFWriter g;
-  detail::write_model_keys(g, w->config, "tiny gemma3");
-  std::vector<std::vector<float>> buffers;
-  const auto sources = detail::sources_from_weights(w);
-  buffers.reserve(sources.size());
-  for (const detail::QuantSource& s : sources) {
-    if (keep && !keep(s.name)) continue;
-    std::uint64_t rows = 1;
-    for (std::size_t d = 1; d < s.ne.size(); ++d) rows *= s.ne[d];
-    buffers.emplace_back(static_cast<std::size_t>(rows * s.ne[0]));
-    for (std::uint64_t r = 0; r < rows; ++r) s.row(r, buffers.back().data() + r * s.ne[0]);
-    g.add_tensor_ref(s.name, WeightType::kF32, s.ne, buffers.back().data(), buffers.back().size() * 4);
-  }
-  if (tweak) tweak(g);
-  g.write(path);
-}
-
-// Loads the file and expects a FormatError whose message holds every one of `parts`.
-void expect_format_error(const std::string& path, const std::vector<std::string>& parts) {
-  try {
-    load_gguf_model<float>(path);
-    FAIL() << "no throw";
-  } catch (const FormatError& e) {
-    const std::string m = e.what();
-    for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "missing '" << p << "' in: " << m;
-  }
-}
-
 // Validates c and expects a ConfigError whose message holds `part`.
 void expect_config_error(const ModelConfig& c, const std::string& part) {
   try {
@@ -283,7 +250,7 @@ TEST(Gemma3Gguf, RoundTripsThroughKvdecodesWriter) {
   kvd_test::TempDir dir;
   const auto w = tiny_weights();
   const std::string path = dir.file("gemma3.gguf");
-  write_gguf(path, w);
+  kvd_test::write_gguf_f32(path, w);
   const GGUFFile f = GGUFFile::open(path);
   EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
   EXPECT_NE(f.find_tensor("blk.0.post_attention_norm.weight"), nullptr);
@@ -301,31 +268,31 @@ TEST(Gemma3Gguf, RoundTripsThroughKvdecodesWriter) {
 
 TEST(Gemma3BadInput, ZeroSlidingWindowIsRefusedNamingTheKey) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_u32("gemma3.attention.sliding_window", 0); });
-  expect_format_error(dir.file("m.gguf"), {"gemma3.attention.sliding_window' = 0"});
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_u32("gemma3.attention.sliding_window", 0); });
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"gemma3.attention.sliding_window' = 0"});
 }
 
 TEST(Gemma3BadInput, SlidingWindowOfTheWrongTypeIsRefusedNamingTheKey) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(),
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(),
              [](GGUFWriter& g) { g.set_string("gemma3.attention.sliding_window", "1024"); });
-  expect_format_error(dir.file("m.gguf"), {"gemma3.attention.sliding_window"});
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"gemma3.attention.sliding_window"});
 }
 
 TEST(Gemma3BadInput, UnknownSlidingWindowPatternIsRefusedNamingTheKey) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_u32("gemma3.attention.sliding_window_pattern", 0); });
-  expect_format_error(dir.file("m.gguf"), {"gemma3.attention.sliding_window_pattern' = 0", "every N-th layer global"});
-  write_gguf(dir.file("m.gguf"), tiny_weights(),
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_u32("gemma3.attention.sliding_window_pattern", 0); });
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"gemma3.attention.sliding_window_pattern' = 0", "every N-th layer global"});
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(),
              [](GGUFWriter& g) { g.set_string("gemma3.attention.sliding_window_pattern", "5:1"); });
-  expect_format_error(dir.file("m.gguf"), {"gemma3.attention.sliding_window_pattern"});
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"gemma3.attention.sliding_window_pattern"});
 }
 
 // A pattern longer than the model: every layer local (what llama.cpp's fixed 6 gives a
 // model of fewer layers), as a GGUF key too.
 TEST(Gemma3Gguf, PatternBeyondTheLayersMakesEveryLayerLocal) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_u32("gemma3.attention.sliding_window_pattern", 9); });
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_u32("gemma3.attention.sliding_window_pattern", 9); });
   const ModelConfig c = gguf_model_info(GGUFFile::open(dir.file("m.gguf"))).config;
   EXPECT_EQ(c.swa_pattern, 9);
   for (int l = 0; l < c.n_layers; ++l) EXPECT_TRUE(c.layer_local(l)) << l;
@@ -333,14 +300,14 @@ TEST(Gemma3Gguf, PatternBeyondTheLayersMakesEveryLayerLocal) {
 
 TEST(Gemma3BadInput, BadRopeScalingFactorIsRefusedNamingTheKey) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_f32("gemma3.rope.scaling.factor", 0.5f); });
-  expect_format_error(dir.file("m.gguf"), {"gemma3.rope.scaling.factor' = 0.5"});
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_f32("gemma3.rope.scaling.factor", 0.5f); });
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"gemma3.rope.scaling.factor' = 0.5"});
 }
 
 TEST(Gemma3BadInput, MissingPostNormIsRefusedNamingTheTensor) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), {}, [](const std::string& n) { return n != "blk.3.post_ffw_norm.weight"; });
-  expect_format_error(dir.file("m.gguf"), {"tensor 'blk.3.post_ffw_norm.weight' is missing"});
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, [](const std::string& n) { return n != "blk.3.post_ffw_norm.weight"; });
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor 'blk.3.post_ffw_norm.weight' is missing"});
 }
 
 TEST(Gemma3BadInput, NegativeQueryPreAttnScalarIsAConfigErrorNamingIt) {
@@ -388,8 +355,8 @@ TEST(Gemma3FuzzSeeds, ValidSeedRunsAndEachDefectIsNamed) {
   KVCache<float> cache(model.config());
   const RowMatrix<float> l = model.prefill({1, 2, 3, 4, 5, 6}, cache);
   EXPECT_TRUE(std::isfinite(l(0, 0)));
-  expect_format_error(dir + "gemma3-zero-window-pattern", {"gemma3.attention.sliding_window_pattern' = 0"});
-  expect_format_error(dir + "gemma3-missing-post-norm", {"tensor 'blk.0.post_ffw_norm.weight' is missing"});
+  kvd_test::expect_gguf_load_error(dir + "gemma3-zero-window-pattern", {"gemma3.attention.sliding_window_pattern' = 0"});
+  kvd_test::expect_gguf_load_error(dir + "gemma3-missing-post-norm", {"tensor 'blk.0.post_ffw_norm.weight' is missing"});
 }
 
 // ---- Hugging Face folders (Gemma3ForCausalLM, model_type gemma3_text) ----

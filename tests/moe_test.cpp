@@ -37,42 +37,6 @@ ModelConfig tiny_moe(int experts = 4, int used = 2) {
   return c;
 }
 
-// Writes w as a GGUF file with kvdecode's writer (the quantizer's keys and tensors, f32),
-// letting `tweak` change the writer first and `keep` drop tensors by name.
-void write_gguf(const std::string& path, std::shared_ptr<const ModelWeights<float>> w,
-                const std::function<void(GGUFWriter&)>& tweak = {},
-                const std::function<bool(const std::string&)>& keep = {},
-                const std::function<void(const std::string&, std::vector<std::uint64_t>&)>& reshape = {}) {
-  GGUFWriter g;
-  detail::write_model_keys(g, w->config, "tiny moe");
-  std::vector<std::vector<float>> buffers;
-  const auto sources = detail::sources_from_weights(w);
-  buffers.reserve(sources.size());
-  for (const detail::QuantSource& s : sources) {
-    if (keep && !keep(s.name)) continue;
-    std::uint64_t rows = 1;
-    for (std::size_t d = 1; d < s.ne.size(); ++d) rows *= s.ne[d];
-    buffers.emplace_back(static_cast<std::size_t>(rows * s.ne[0]));
-    for (std::uint64_t r = 0; r < rows; ++r) s.row(r, buffers.back().data() + r * s.ne[0]);
-    std::vector<std::uint64_t> ne = s.ne;
-    if (reshape) reshape(s.name, ne);
-    g.add_tensor_ref(s.name, WeightType::kF32, ne, buffers.back().data(), buffers.back().size() * 4);
-  }
-  if (tweak) tweak(g);
-  g.write(path);
-}
-
-// Loads the file and expects a FormatError whose message holds every one of `parts`.
-void expect_format_error(const std::string& path, const std::vector<std::string>& parts) {
-  try {
-    load_gguf_model<float>(path);
-    FAIL() << "no throw";
-  } catch (const FormatError& e) {
-    const std::string m = e.what();
-    for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "missing '" << p << "' in: " << m;
-  }
-}
-
 std::shared_ptr<const ModelWeights<float>> tiny_weights(std::uint64_t seed = 3) {
   return std::make_shared<const ModelWeights<float>>(ModelWeights<float>::random(tiny_moe(), seed));
 }
@@ -186,7 +150,7 @@ TEST(Qwen3MoeGguf, RoundTripsThroughKvdecodesWriter) {
   kvd_test::TempDir dir;
   const auto w = tiny_weights();
   const std::string path = dir.file("moe.gguf");
-  write_gguf(path, w);
+  kvd_test::write_gguf_f32(path, w);
   const GGUFModelInfo info = gguf_model_info(GGUFFile::open(path));
   EXPECT_EQ(info.architecture, "qwen3moe");
   EXPECT_EQ(info.config, w->config);
@@ -198,19 +162,19 @@ TEST(Qwen3MoeGguf, RoundTripsThroughKvdecodesWriter) {
 
 TEST(Qwen3MoeBadInput, ZeroExpertCountIsRefusedNamingTheKey) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_u32("qwen3moe.expert_count", 0); });
-  expect_format_error(dir.file("m.gguf"), {"qwen3moe.expert_count' = 0", "must be in [1, "});
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_u32("qwen3moe.expert_count", 0); });
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"qwen3moe.expert_count' = 0", "must be in [1, "});
 }
 
 TEST(Qwen3MoeBadInput, TopKAboveTheExpertCountIsRefusedNamingTheKey) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_u32("qwen3moe.expert_used_count", 5); });
-  expect_format_error(dir.file("m.gguf"), {"qwen3moe.expert_used_count' = 5", "expert_count = 4"});
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), [](GGUFWriter& g) { g.set_u32("qwen3moe.expert_used_count", 5); });
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"qwen3moe.expert_used_count' = 5", "expert_count = 4"});
 }
 
 TEST(Qwen3MoeBadInput, MissingExpertKeyIsRefusedNamingIt) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("full.gguf"), tiny_weights());
+  kvd_test::write_gguf_f32(dir.file("full.gguf"), tiny_weights());
   {
     // The same file without the key.
     const GGUFFile f = GGUFFile::open(dir.file("full.gguf"));
@@ -221,38 +185,38 @@ TEST(Qwen3MoeBadInput, MissingExpertKeyIsRefusedNamingIt) {
       g.add_tensor_ref(t.name, t.type, std::vector<std::uint64_t>(t.ne, t.ne + t.n_dims), f.tensor_data(t), t.n_bytes);
     g.write(dir.file("m.gguf"));
   }
-  expect_format_error(dir.file("m.gguf"), {"qwen3moe.expert_feed_forward_length"});
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"qwen3moe.expert_feed_forward_length"});
 }
 
 TEST(Qwen3MoeBadInput, MissingRouterIsRefusedNamingTheTensor) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), {}, [](const std::string& n) { return n != "blk.1.ffn_gate_inp.weight"; });
-  expect_format_error(dir.file("m.gguf"), {"tensor 'blk.1.ffn_gate_inp.weight' is missing"});
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, [](const std::string& n) { return n != "blk.1.ffn_gate_inp.weight"; });
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor 'blk.1.ffn_gate_inp.weight' is missing"});
 }
 
 TEST(Qwen3MoeBadInput, MissingExpertTensorIsRefusedNamingIt) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), {}, [](const std::string& n) { return n != "blk.0.ffn_down_exps.weight"; });
-  expect_format_error(dir.file("m.gguf"), {"tensor 'blk.0.ffn_down_exps.weight' is missing"});
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, [](const std::string& n) { return n != "blk.0.ffn_down_exps.weight"; });
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor 'blk.0.ffn_down_exps.weight' is missing"});
 }
 
 // An expert tensor whose experts are another width than the others' (and than
 // expert_feed_forward_length) is refused naming it and the shape expected.
 TEST(Qwen3MoeBadInput, InconsistentExpertShapeIsRefusedNamingTheTensor) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), {}, {}, [](const std::string& n, std::vector<std::uint64_t>& ne) {
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, {}, [](const std::string& n, std::vector<std::uint64_t>& ne) {
     if (n == "blk.1.ffn_up_exps.weight") ne = {ne[0], ne[1] * 2, ne[2] / 2};
   });
-  expect_format_error(dir.file("m.gguf"), {"tensor 'blk.1.ffn_up_exps.weight' has shape [32,32,2]", "expected [32,16,4]"});
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor 'blk.1.ffn_up_exps.weight' has shape [32,32,2]", "expected [32,16,4]"});
 }
 
 // A 2-D tensor where the experts' 3-D one belongs is refused, naming it.
 TEST(Qwen3MoeBadInput, FlatExpertTensorIsRefusedNamingIt) {
   kvd_test::TempDir dir;
-  write_gguf(dir.file("m.gguf"), tiny_weights(), {}, {}, [](const std::string& n, std::vector<std::uint64_t>& ne) {
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, {}, [](const std::string& n, std::vector<std::uint64_t>& ne) {
     if (n == "blk.0.ffn_gate_exps.weight") ne = {ne[0], ne[1] * ne[2]};
   });
-  expect_format_error(dir.file("m.gguf"), {"tensor 'blk.0.ffn_gate_exps.weight' has shape [32,64]", "expected [32,16,4]"});
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor 'blk.0.ffn_gate_exps.weight' has shape [32,64]", "expected [32,16,4]"});
 }
 
 TEST(MoeConfig, TopKAboveTheExpertCountIsAConfigErrorNamingTheLimit) {
@@ -408,7 +372,7 @@ TEST(Qwen3MoeGguf, CarriesQwen3sTokenizerAndChatTemplate) {
   c.d_model = 8; c.n_heads = 2; c.n_kv_heads = 1; c.head_dim = 4; c.hidden_dim = 8; c.n_layers = 1;
   c.vocab_size = static_cast<int>(v.get_string_array("tokenizer.ggml.tokens").size());
   c.shared_classifier = true;
-  write_gguf(dir.file("m.gguf"), std::make_shared<const ModelWeights<float>>(ModelWeights<float>::random(c, 5)),
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), std::make_shared<const ModelWeights<float>>(ModelWeights<float>::random(c, 5)),
              [&](GGUFWriter& g) {
                for (const auto& [k, val] : v.metadata())
                  if (k.rfind("tokenizer.", 0) == 0) g.set(k, val);
@@ -476,7 +440,7 @@ TEST(MoePlan, ActiveBytesAboveTheTotalAreAnArgumentErrorNamingThem) {
 TEST(MoePlan, GgufInfoCountsExpertBytes) {
   kvd_test::TempDir dir;
   const auto w = tiny_weights();
-  write_gguf(dir.file("m.gguf"), w);
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), w);
   const ModelInfo info = read_model_info(dir.file("m.gguf"));
   const ModelConfig& c = w->config;
   const std::uint64_t experts = static_cast<std::uint64_t>(c.n_layers) * 3 * c.n_experts * c.hidden_dim * c.d_model * 4;
@@ -534,10 +498,10 @@ TEST(MoeFuzzSeeds, ValidSeedRunsAndEachDefectIsNamed) {
   KVCache<float> cache(model.config());
   const RowMatrix<float> l = model.prefill({1, 2, 3}, cache);
   EXPECT_TRUE(std::isfinite(l(0, 0)));
-  expect_format_error(dir + "qwen3moe-zero-experts", {"qwen3moe.expert_count' = 0"});
-  expect_format_error(dir + "qwen3moe-topk-above-count", {"qwen3moe.expert_used_count' = 5", "expert_count = 4"});
-  expect_format_error(dir + "qwen3moe-missing-router", {"tensor 'blk.0.ffn_gate_inp.weight' is missing"});
-  expect_format_error(dir + "qwen3moe-ragged-experts", {"tensor 'blk.0.ffn_up_exps.weight' has shape [32,128,2]"});
+  kvd_test::expect_gguf_load_error(dir + "qwen3moe-zero-experts", {"qwen3moe.expert_count' = 0"});
+  kvd_test::expect_gguf_load_error(dir + "qwen3moe-topk-above-count", {"qwen3moe.expert_used_count' = 5", "expert_count = 4"});
+  kvd_test::expect_gguf_load_error(dir + "qwen3moe-missing-router", {"tensor 'blk.0.ffn_gate_inp.weight' is missing"});
+  kvd_test::expect_gguf_load_error(dir + "qwen3moe-ragged-experts", {"tensor 'blk.0.ffn_up_exps.weight' has shape [32,128,2]"});
 }
 
 // kvdecode-plan's --weight-dtype bytes: in f32 every tensor takes 4 bytes a value, and

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <functional>
 #include <iterator>
 #include <set>
 #include <sstream>
@@ -347,6 +349,43 @@ class TempDir {
 inline std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/// Writes w as a GGUF file with kvdecode's writer (the quantizer's keys and tensors, all
+/// f32), letting `tweak` change the writer first, `keep` drop tensors by name and
+/// `reshape` change a tensor's dimensions as written.
+inline void write_gguf_f32(const std::string& path, std::shared_ptr<const kvd::ModelWeights<float>> w,
+                           const std::function<void(kvd::GGUFWriter&)>& tweak = {},
+                           const std::function<bool(const std::string&)>& keep = {},
+                           const std::function<void(const std::string&, std::vector<std::uint64_t>&)>& reshape = {}) {
+  kvd::GGUFWriter g;
+  kvd::detail::write_model_keys(g, w->config, "kvdecode test model");
+  std::vector<std::vector<float>> buffers;
+  const auto sources = kvd::detail::sources_from_weights(w);
+  buffers.reserve(sources.size());
+  for (const kvd::detail::QuantSource& s : sources) {
+    if (keep && !keep(s.name)) continue;
+    std::uint64_t rows = 1;
+    for (std::size_t d = 1; d < s.ne.size(); ++d) rows *= s.ne[d];
+    buffers.emplace_back(static_cast<std::size_t>(rows * s.ne[0]));
+    for (std::uint64_t r = 0; r < rows; ++r) s.row(r, buffers.back().data() + r * s.ne[0]);
+    std::vector<std::uint64_t> ne = s.ne;
+    if (reshape) reshape(s.name, ne);
+    g.add_tensor_ref(s.name, kvd::WeightType::kF32, ne, buffers.back().data(), buffers.back().size() * 4);
+  }
+  if (tweak) tweak(g);
+  g.write(path);
+}
+
+/// Loads the GGUF file and expects a FormatError whose message holds every one of `parts`.
+inline void expect_gguf_load_error(const std::string& path, const std::vector<std::string>& parts) {
+  try {
+    kvd::load_gguf_model<float>(path);
+    FAIL() << "no throw";
+  } catch (const kvd::FormatError& e) {
+    const std::string m = e.what();
+    for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "missing '" << p << "' in: " << m;
+  }
 }
 
 /// The float32 values of a file (its size / 4 of them), as reference dumps store them.
