@@ -54,10 +54,25 @@ struct Server {
                       std::map<std::string, std::string> headers = {}) {
     return nlohmann::json::parse(call("POST", path, body, status, std::move(headers)));
   }
-  // Waits until no request runs (the engine's loop publishes after each step).
+  // Waits until no request runs or waits. It asks the scheduler itself on its
+  // loop thread, after every earlier submit and cancel: the published stats() can
+  // be one step old and would show an idle engine before a new request arrived.
   void drain() {
-    for (int i = 0; i < 500 && (engine->stats().running > 0 || engine->stats().queued > 0); ++i)
+    for (int i = 0; i < 500; ++i) {
+      bool idle = false;
+      engine->with_scheduler([&idle](Scheduler<float>& s) {
+        const SchedulerStats st = s.stats();
+        idle = st.running == 0 && st.queued == 0;
+      });
+      if (idle) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    FAIL() << "the engine did not become idle in 5 s";
+  }
+  SchedulerStats live_stats() {
+    SchedulerStats st;
+    engine->with_scheduler([&st](Scheduler<float>& s) { st = s.stats(); });
+    return st;
   }
 
   ServerMetrics metrics;
@@ -249,15 +264,15 @@ TEST(ServeApi, ClientThatGoesAwayFreesItsBlocks) {
   r.stream(sink);
   EXPECT_EQ(writes, 3);
   srv.drain();
-  EXPECT_EQ(srv.engine->stats().running, 0);
-  EXPECT_EQ(srv.engine->stats().blocks_running, 0);
+  EXPECT_EQ(srv.live_stats().running, 0);
+  EXPECT_EQ(srv.live_stats().blocks_running, 0);
   // A reply dropped before it was produced cancels too.
   { HttpReply dropped = srv.api->handle(HttpRequest{"POST", "/v1/completions", {},
                                                     R"({"prompt": "Once", "max_tokens": 100, "ignore_eos": true})"}); }
   srv.drain();
-  EXPECT_EQ(srv.engine->stats().blocks_running, 0);
+  EXPECT_EQ(srv.live_stats().blocks_running, 0);
   srv.engine->with_scheduler([](Scheduler<float>& s) { s.clear_prefix_cache(); });
-  EXPECT_EQ(srv.engine->stats().blocks_in_use, 0);
+  EXPECT_EQ(srv.live_stats().blocks_in_use, 0);
 }
 
 TEST(ServeApi, HealthModelsMetricsTokenize) {

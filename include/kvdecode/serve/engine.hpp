@@ -98,7 +98,9 @@ class Engine : public GenerationService {
   int vocab_size() const override { return sched_.vocab_size(); }
 
   /// Runs `f(scheduler)` on the loop thread between steps and waits for it (tests
-  /// use it to set the logits hook or clear the prefix cache). Rethrows what f throws.
+  /// use it to set the logits hook, clear the prefix cache or wait for idleness).
+  /// Every submit() and cancel() that returned before this call has reached the
+  /// scheduler when f runs, so f sees their effect. Rethrows what f throws.
   template <class F>
   void with_scheduler(F f) {
     std::mutex done_mu;
@@ -151,7 +153,6 @@ class Engine : public GenerationService {
         tasks.swap(tasks_);
         queued_ += static_cast<long>(in.size());
       }
-      for (auto& t : tasks) t();
       for (auto& s : in) {
         const auto on_finish = s.callbacks.on_finish;
         try {
@@ -161,6 +162,7 @@ class Engine : public GenerationService {
         }
       }
       for (long id : cancels) sched_.cancel(id);
+      for (auto& t : tasks) t();  // after the submissions and cancels that came before it
       try {
         busy = sched_.step();
       } catch (const std::exception&) {
