@@ -35,6 +35,23 @@ inline Vec16<T> load_lanes(const S* p) {
   }
 }
 
+/// Asks for the cache line holding value i of a block slice (a plain pointer, or the
+/// code bytes of a quantized block) to be fetched into L1. Reads nothing, changes
+/// nothing: the kernels below call it for the block kAttendAhead blocks ahead, so the
+/// next blocks stream in while this one is computed (at 8k positions the K and V of
+/// a layer's KV head are 1-2 MB, past L2, in 2-4 KB slices 16-32 KB apart, a stride
+/// the hardware prefetchers do not follow across pages).
+template <class S>
+KVD_ALWAYS_INLINE inline void prefetch_value(const S* p, long i) {
+  prefetch_read(p + i);
+}
+template <int kBits, bool kKey>
+KVD_ALWAYS_INLINE inline void prefetch_value(const QuantRef<kBits, kKey>& r, long i) {
+  prefetch_read(r.q + (r.i + i) * kBits / 8);
+}
+/// Blocks of 16 positions between the block being computed and the one prefetched.
+inline constexpr int kAttendAhead = 4;
+
 /// Softmax over the scores of one query, in place. s[i] is the score of position
 /// base + i, base a multiple of 16, for i in [0, 16 * n_blocks); only positions in
 /// [lo, hi] are visible and every other entry ends as exactly 0 (the value stored
@@ -88,7 +105,8 @@ inline constexpr int kSumVectors = std::max(1, std::min(8, Vec16<T>::kAccumulato
 // HG heads sharing one KV head: acc[h][v] += w[h][t - first] * v_t[16v .. 16v + 16) for t
 // in [first, last], in increasing t; NV vectors of 16 dims from dim d0, all in registers.
 // Each V vector is loaded (and, for a block type, decoded) once and feeds the HG heads'
-// chains, which are independent, so they also overlap in the pipeline.
+// chains, which are independent, so they also overlap in the pipeline. The same dims
+// of the block kAttendAhead ahead are requested meanwhile.
 // v_block(b) returns the KV head's (16, head_dim) values of positions [16b, 16b + 16).
 template <int HG, int NV, class T, class VBlock>
 inline void weighted_sum_vecs(const T* const* w, int first, int last, int head_dim, int d0, VBlock&& v_block,
@@ -96,12 +114,17 @@ inline void weighted_sum_vecs(const T* const* w, int first, int last, int head_d
   Vec16<T> acc[HG][NV];
   for (int h = 0; h < HG; ++h)
     for (int v = 0; v < NV; ++v) acc[h][v] = Vec16<T>::zero();
-  for (int b = first / kLanes; b <= last / kLanes; ++b) {
+  const int b_last = last / kLanes;
+  for (int b = first / kLanes; b <= b_last; ++b) {
     const auto vb = v_block(b) + d0;
     const int l0 = std::max(first, b * kLanes) - b * kLanes, l1 = std::min(last, b * kLanes + kLanes - 1) - b * kLanes;
     const int wo = b * kLanes - first;
+    const bool ahead = b + kAttendAhead <= b_last;
+    const auto va = v_block(ahead ? b + kAttendAhead : b) + d0;
     for (int lane = l0; lane <= l1; ++lane) {
       const auto row = vb + static_cast<long>(lane) * head_dim;
+      if (ahead)
+        for (int v = 0; v < NV; ++v) prefetch_value(va, static_cast<long>(lane) * head_dim + v * kLanes);
       Vec16<T> vv[NV];
       for (int v = 0; v < NV; ++v) vv[v] = load_lanes<T>(row + v * kLanes);
       for (int h = 0; h < HG; ++h) {
@@ -146,15 +169,20 @@ inline void weighted_sum(const T* const* w, int first, int last, int head_dim, V
 // scores[h * ld_s + 16j .. + 16) = fma chain over d of q_h[d] * K[block b0 + j][d][lane], from
 // +0, for HG heads sharing one KV head (q_h = q + h * head_dim) and NG consecutive blocks:
 // each K vector is loaded (and decoded) once and feeds HG independent chains.
+// Blocks b0 + kAttendAhead + j for j < n_ahead (at most NG) are prefetched meanwhile.
 template <int HG, int NG, class T, class KBlock>
-inline void score_blocks(const T* q, int head_dim, int b0, KBlock&& k_block, T* scores, long ld_s) {
-  decltype(k_block(0)) kbs[NG];
-  for (int j = 0; j < NG; ++j) kbs[j] = k_block(b0 + j);
+inline void score_blocks(const T* q, int head_dim, int b0, KBlock&& k_block, T* scores, long ld_s, int n_ahead) {
+  decltype(k_block(0)) kbs[NG], kas[NG];
+  for (int j = 0; j < NG; ++j) {
+    kbs[j] = k_block(b0 + j);
+    kas[j] = j < n_ahead ? k_block(b0 + kAttendAhead + j) : kbs[j];
+  }
   Vec16<T> acc[NG][HG];
   for (int j = 0; j < NG; ++j)
     for (int h = 0; h < HG; ++h) acc[j][h] = Vec16<T>::zero();
   for (int d = 0; d < head_dim; ++d)
     for (int j = 0; j < NG; ++j) {
+      if (j < n_ahead) prefetch_value(kas[j], d * kLanes);
       const Vec16<T> k = load_lanes<T>(kbs[j] + d * kLanes);
       for (int h = 0; h < HG; ++h) acc[j][h].fma(Vec16<T>::broadcast(q[h * head_dim + d]), k);
     }
@@ -178,8 +206,10 @@ inline void attend_group(const T* q, const Cache& cache, int layer, int kvh, int
   auto v_block = [&](int b) { return cache.v_block(layer, b) + off; };  // (16, head_dim)
   constexpr int kNB = kScoreBlocks<T, HG>;
   int g = 0;
-  for (; g + kNB <= nb; g += kNB) score_blocks<HG, kNB>(q, head_dim, b0 + g, k_block, scores + g * kLanes, ld_s);
-  for (; g < nb; ++g) score_blocks<HG, 1>(q, head_dim, b0 + g, k_block, scores + g * kLanes, ld_s);
+  auto n_ahead = [&](int g0, int n) { return std::clamp(nb - (g0 + kAttendAhead), 0, n); };
+  for (; g + kNB <= nb; g += kNB)
+    score_blocks<HG, kNB>(q, head_dim, b0 + g, k_block, scores + g * kLanes, ld_s, n_ahead(g, kNB));
+  for (; g < nb; ++g) score_blocks<HG, 1>(q, head_dim, b0 + g, k_block, scores + g * kLanes, ld_s, n_ahead(g, 1));
   const T* w[HG];
   T* o[HG];
   for (int h = 0; h < HG; ++h) {
@@ -236,9 +266,12 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
   // Scores of every row for blocks [bmin, bmax]: one K load feeds R chains.
   for (int b = bmin; b <= bmax; ++b) {
     const auto kb = cache.k_block(layer, b) + off;  // (head_dim, 16)
+    const bool ahead = b + kAttendAhead <= bmax;
+    const auto ka = ahead ? cache.k_block(layer, b + kAttendAhead) + off : kb;
     Vec16<T> acc[R];
     for (int r = 0; r < R; ++r) acc[r] = Vec16<T>::zero();
     for (int d = 0; d < head_dim; ++d) {
+      if (ahead) prefetch_value(ka, d * kLanes);
       const Vec16<T> k = load_lanes<T>(kb + d * kLanes);
       for (int r = 0; r < R; ++r) acc[r].fma(Vec16<T>::broadcast(q[r * ld_q + d]), k);
     }
@@ -277,8 +310,13 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
     } else {
     for (int r = 0; r < R; ++r)
       for (int t = first[r]; t < all_lo; ++t) one(r, t);
+    auto va = cache.v_block(layer, all_lo / kLanes) + off;  // the V block kAttendAhead blocks ahead of t's
     for (int t = all_lo; t <= all_hi; ++t) {
       const auto row = v_row(t) + d0;
+      if (t + kAttendAhead * kLanes <= all_hi) {
+        if (t == all_lo || t % kLanes == 0) va = cache.v_block(layer, t / kLanes + kAttendAhead) + off;
+        for (int v = 0; v < nv; ++v) prefetch_value(va, static_cast<long>(t % kLanes) * head_dim + d0 + v * kLanes);
+      }
       if (nv == kNV) {
         Vec16<T> vv[kNV];
         for (int v = 0; v < kNV; ++v) vv[v] = load_lanes<T>(row + v * kLanes);
