@@ -121,6 +121,32 @@ inline kvd::ModelConfig gemma3_like(kvd::ModelConfig c, int pattern, int window,
   return c;
 }
 
+/// c as a gpt-oss model: q/k/v/o biases, attention sinks, a mixture of `experts`
+/// experts, `used` per token (top-k, then softmax) with biased router and experts and
+/// the clamped SwiGLU, local (window `window`) and full layers alternating, YaRN RoPE
+/// (`factor`, trained context `orig_ctx`) on every layer, RoPE on halves. Set
+/// c.rope_theta before: the local layers take the same base.
+inline kvd::ModelConfig gpt_oss_like(kvd::ModelConfig c, int experts, int used, int window, double factor, int orig_ctx) {
+  c.rope_style = kvd::RopeStyle::kHalves;
+  c.qkv_bias = true;
+  c.n_experts = experts;
+  c.n_experts_used = used;
+  c.router_order = kvd::RouterOrder::kTopKSoftmax;
+  c.norm_topk_prob = false;
+  c.attn_sinks = true;
+  c.attn_out_bias = true;
+  c.moe_bias = true;
+  c.ffn_activation = kvd::Activation::kSwigluOai;
+  c.swa_pattern = 2;
+  c.local_window = window;
+  c.rope_theta_local = c.rope_theta;
+  c.rope_scale_local = true;
+  c.rope_scale = factor;
+  c.rope_scaling = kvd::RopeScaling::kYarn;
+  c.yarn_orig_ctx = orig_ctx;
+  return c;
+}
+
 /// Seeded random weights for a named shape, stored as the shape asks.
 template <class T>
 kvd::ModelWeights<T> make_weights(const NamedConfig& s, std::uint64_t seed) {
@@ -188,7 +214,9 @@ std::string first_difference(const T* a, const T* b, long n) {
 /// pairings, partial rotary dims, RoPE frequency factors, sliding windows, a
 /// mixture of experts (either router order, with or without normalisation), and
 /// Gemma 3's options (local and global layers with their windows and RoPE bases,
-/// linear RoPE scaling, scaled embeddings, post norms, GeGLU by tanh, the attention scalar).
+/// linear RoPE scaling, scaled embeddings, post norms, GeGLU by tanh, the attention scalar)
+/// and gpt-oss's (attention sinks, YaRN RoPE on every layer, the output projection's,
+/// router's and experts' biases, the clamped SwiGLU).
 /// Returns logits (n, V) for tokens at positions 0..n-1.
 inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<double>& w, const std::vector<int>& tokens) {
   const auto& c = w.config;
@@ -210,16 +238,32 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
   auto norm = [&](const Vec& x, const kvd::Vector<double>& g) { Vec y(x.size()); rmsnorm(x.data(), static_cast<int>(x.size()), g, y.data()); return y; };
   auto rope = [&](Vec& v, int heads, int pos, int layer) {
     const bool local = c.swa_pattern > 0 && (layer + 1) % c.swa_pattern != 0;
+    const double base = local ? c.rope_theta_local : c.rope_theta;
+    const double s = local && !c.rope_scale_local ? 1.0 : c.rope_scale;
+    const bool yarn = c.rope_scaling == kvd::RopeScaling::kYarn;
+    // YaRN (ggml's rope_yarn): pair i turns at f_i (r_i + (1 - r_i) / s), r_i ramping from 1
+    // (pairs that turn more than beta_fast times over the trained context) to 0 (fewer
+    // than beta_slow), and cos and sin gain 1 + 0.1 ln s.
+    const double kPi = 3.14159265358979323846;
+    auto dim_of = [&](double turns) { return R * std::log(c.yarn_orig_ctx / (turns * 2 * kPi)) / (2 * std::log(base)); };
+    const double lo = yarn ? std::max(0.0, std::floor(dim_of(c.yarn_beta_fast))) : 0.0;
+    const double hi = yarn ? std::min(R - 1.0, std::ceil(dim_of(c.yarn_beta_slow))) : 0.0;
+    const double m = yarn ? 1.0 + 0.1 * std::log(s) : 1.0;
     for (int h = 0; h < heads; ++h)
       for (int i = 0; i < R / 2; ++i) {
-        double freq = std::pow(local ? c.rope_theta_local : c.rope_theta, -2.0 * i / R);
+        double freq = std::pow(base, -2.0 * i / R);
         if (w.rope_freq_factors.size()) freq /= w.rope_freq_factors[i];
-        if (!local) freq /= c.rope_scale;
+        if (yarn) {
+          const double r = 1.0 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+          freq = r * freq + (1.0 - r) * freq / s;
+        } else {
+          freq /= s;
+        }
         const double a = pos * freq;
         const bool adjacent = c.rope_style == kvd::RopeStyle::kAdjacent;
         double& x0 = v[h * Dh + (adjacent ? 2 * i : i)];
         double& x1 = v[h * Dh + (adjacent ? 2 * i + 1 : i + R / 2)];
-        const double y0 = x0 * std::cos(a) - x1 * std::sin(a), y1 = x0 * std::sin(a) + x1 * std::cos(a);
+        const double y0 = m * (x0 * std::cos(a) - x1 * std::sin(a)), y1 = m * (x0 * std::sin(a) + x1 * std::cos(a));
         x0 = y0; x1 = y1;
       }
   };
@@ -257,25 +301,37 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
           double d = 0; for (int j = 0; j < Dh; ++j) d += q[t][h * Dh + j] * k[u][kh * Dh + j];
           s[u] = d / std::sqrt(scalar); mx = std::max(mx, s[u]);
         }
-        double sum = 0; for (int u = first; u <= t; ++u) { s[u] = std::exp(s[u] - mx); sum += s[u]; }
+        if (c.attn_sinks) mx = std::max(mx, static_cast<double>(L.attn_sinks[h]));  // the sink: one more logit
+        double sum = c.attn_sinks ? std::exp(L.attn_sinks[h] - mx) : 0.0;
+        for (int u = first; u <= t; ++u) { s[u] = std::exp(s[u] - mx); sum += s[u]; }
         for (int u = first; u <= t; ++u) for (int j = 0; j < Dh; ++j) att[h * Dh + j] += s[u] / sum * v[u][kh * Dh + j];
       }
       Vec o = matvec(wo, att);
+      if (c.attn_out_bias) add(o, L.bo);
       if (c.post_norms) o = norm(o, L.attn_post_norm);
       for (int i = 0; i < D; ++i) x[t][i] += o[i];
       Vec xn = norm(x[t], L.ffn_norm);
-      // SwiGLU of rows [r0, r0 + F) of gate/up and [d0, d0 + D) of down.
-      auto swiglu = [&](const Mat& gm, const Mat& um, const Mat& dm, long r0, long d0) {
+      // SwiGLU of rows [r0, r0 + F) of gate/up and [d0, d0 + D) of down (with the
+      // experts' biases at the same rows when `biased`).
+      auto swiglu = [&](const Mat& gm, const Mat& um, const Mat& dm, long r0, long d0, bool biased = false) {
         Vec hm(F, 0.0), o(D, 0.0);
         for (int i = 0; i < F; ++i) {
           double g = 0, u = 0;
           for (int j = 0; j < D; ++j) { g += gm(r0 + i, j) * xn[j]; u += um(r0 + i, j) * xn[j]; }
+          if (biased) { g += L.experts_gate_bias[r0 + i]; u += L.experts_up_bias[r0 + i]; }
           const double kPi = 3.14159265358979323846;
+          if (c.ffn_activation == kvd::Activation::kSwigluOai) {  // gpt-oss: clamped, sigmoid(1.702 g), up + 1
+            g = std::min(g, 7.0);
+            u = std::clamp(u, -7.0, 7.0);
+            hm[i] = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+            continue;
+          }
           hm[i] = (c.ffn_activation == kvd::Activation::kGeluTanh
                        ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / kPi) * (g + 0.044715 * g * g * g)))
                        : g / (1.0 + std::exp(-g))) * u;
         }
         for (int d = 0; d < D; ++d) for (int i = 0; i < F; ++i) o[d] += dm(d0 + d, i) * hm[i];
+        if (biased) for (int d = 0; d < D; ++d) o[d] += L.experts_down_bias[d0 + d];
         return o;
       };
       Vec o2(D, 0.0);
@@ -284,6 +340,7 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
       } else {
         const int E = c.n_experts, K = c.n_experts_used;
         Vec p = matvec(router, xn);
+        if (c.moe_bias) add(p, L.router_bias);
         auto softmax = [](Vec& v) {
           double mx = v[0]; for (double a : v) mx = std::max(mx, a);
           double sum = 0; for (double& a : v) { a = std::exp(a - mx); sum += a; }
@@ -298,7 +355,7 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
         if (c.router_order == kvd::RouterOrder::kTopKSoftmax) softmax(wk);
         double sum = 0; for (double a : wk) sum += a;
         for (int k = 0; k < K; ++k) {
-          const Vec o = swiglu(eg, eu, ed, static_cast<long>(idx[k]) * F, static_cast<long>(idx[k]) * D);
+          const Vec o = swiglu(eg, eu, ed, static_cast<long>(idx[k]) * F, static_cast<long>(idx[k]) * D, c.moe_bias);
           for (int d = 0; d < D; ++d) o2[d] += (c.norm_topk_prob ? wk[k] / sum : wk[k]) * o[d];
         }
       }
