@@ -245,7 +245,9 @@ TEST(ArchitectureTable, HfUnsupportedMessageListsEveryRow) {
     const std::string m = e.what();
     EXPECT_NE(m.find("architecture 'GPT2LMHeadModel' is not supported (kvdecode runs"), std::string::npos) << m;
     for (const Architecture& a : kArchitectures)
-      if (a.hf_class[0] != '\0') EXPECT_NE(m.find(a.hf_class), std::string::npos) << a.hf_class << ": " << m;
+      if (a.hf_class[0] != '\0') {
+        EXPECT_NE(m.find(a.hf_class), std::string::npos) << a.hf_class << ": " << m;
+      }
     EXPECT_EQ(find_hf_architecture(""), nullptr) << "gpt-oss has no Hugging Face loader";
   }
 }
@@ -314,6 +316,11 @@ TEST(ArchitectureTable, EveryArchitectureRoundTripsThroughGguf) {
       EXPECT_EQ(back.config.embed_scale, c.embed_scale);
       EXPECT_EQ(back.config.ffn_activation, c.ffn_activation);
       EXPECT_EQ(back.config.attention_scalar(), c.attention_scalar());
+      EXPECT_EQ(back.config.attn_sinks, c.attn_sinks);
+      EXPECT_EQ(back.config.moe_bias, c.moe_bias);
+      EXPECT_EQ(back.config.rope_scaling, c.rope_scaling);
+      EXPECT_EQ(back.config.rope_scale, c.rope_scale);
+      EXPECT_EQ(back.config.yarn_orig_ctx, c.yarn_orig_ctx);
       std::size_t compared = 0;
       for_each_tensor(*w, [&](const TensorSpec& s, int layer, auto slot) {
         const auto other = tensor_slot(back, s.id, layer);
@@ -330,8 +337,10 @@ TEST(ArchitectureTable, EveryArchitectureRoundTripsThroughGguf) {
           ASSERT_EQ(*slot.vector, *other.vector) << s.name << " layer " << layer;
         }
       });
-      EXPECT_EQ(compared, (c.shared_classifier ? 2 : 3) + 9 * 2 + (c.qkv_bias ? 6 : 0) + (c.qk_norm ? 4 : 0) +
-                              (c.post_norms ? 4 : 0));
+      const std::size_t per_layer = 6 + (c.moe() ? 4 : 3) + (c.qkv_bias ? 3 : 0) + (c.qk_norm ? 2 : 0) +
+                                    (c.post_norms ? 2 : 0) + (c.attn_sinks ? 1 : 0) + (c.attn_out_bias ? 1 : 0) +
+                                    (c.moe_bias ? 4 : 0);
+      EXPECT_EQ(compared, (c.shared_classifier ? 2 : 3) + per_layer * 2);
     }
   }
 }

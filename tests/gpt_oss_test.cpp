@@ -66,6 +66,23 @@ void expect_tweak_error(const std::function<void(GGUFWriter&)>& tweak, const std
   kvd_test::expect_gguf_load_error(dir.file("m.gguf"), parts);
 }
 
+// The file of the tiny weights without tensor `name`: refused naming it as missing.
+void expect_missing_tensor(const std::string& name) {
+  kvd_test::TempDir dir;
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, [&](const std::string& t) { return t != name; });
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor '" + name + "' is missing"});
+}
+
+// The file of the tiny weights with tensor `name` written as shape `ne`: refused naming
+// it, `ne` and the shape expected.
+void expect_misshapen_tensor(const std::string& name, const std::vector<std::uint64_t>& ne, const std::string& parts) {
+  kvd_test::TempDir dir;
+  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, {}, [&](const std::string& t, std::vector<std::uint64_t>& shape) {
+    if (t == name) shape = ne;
+  });
+  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor '" + name + "' has shape " + parts});
+}
+
 }  // namespace
 
 // swiglu_oai: min(g, 7) sigmoid(1.702 min(g, 7)) (clamp(u, -7, 7) + 1), to float rounding;
@@ -209,105 +226,21 @@ TEST(GptOssGguf, TinyFileLoadsAsGptOss) {
 // decode and a paged cache, with 1 and 2 threads (and the two thread counts agree).
 TEST(GptOssExactness, EveryPathSameBitsOnTheTinyFile) {
   ASSERT_TRUE(std::filesystem::exists(kTinyPath)) << kTinyPath;
-  const ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
-  const ModelConfig c = w.config;
-  const std::vector<int>& tokens = kPromptIds;
-  const long n = static_cast<long>(tokens.size()), V = c.vocab_size;
-  auto row_eq = [&](const float* got, long t, const RowMatrix<float>& ref, const std::string& what) {
-    ASSERT_TRUE(kvd_test::same_bits(got, ref.row(t).data(), V))
-        << what << " position " << t << ": " << kvd_test::first_difference(got, ref.row(t).data(), V);
-  };
-  const int saved = num_threads();
-  std::vector<RowMatrix<float>> results;
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    Transformer<float> model(w);
-    const RowMatrix<float> ref = model.forward_reference(tokens);
-    {  // whole prompt
-      KVCache<float> cache(c);
-      const RowMatrix<float> pre = model.prefill(tokens, cache, true);
-      for (long t = 0; t < n; ++t) row_eq(pre.row(t).data(), t, ref, "prefill");
-    }
-    for (long k : {1L, 7L, 19L, 20L, 33L}) {  // prefill k, then decode one at a time
-      KVCache<float> cache(c);
-      const RowMatrix<float> pre = model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + k), cache, true);
-      for (long t = 0; t < k; ++t) row_eq(pre.row(t).data(), t, ref, "prefill " + std::to_string(k));
-      for (long t = k; t < n; ++t) {
-        const RowMatrix<float> d = model.decode_step(tokens[t], cache);
-        row_eq(d.data(), t, ref, "decode after " + std::to_string(k));
-      }
-    }
-    {  // chunked prefill in chunks of 6
-      KVCache<float> cache(c);
-      for (long s = 0; s < n; s += 6) {
-        const long e = std::min(n, s + 6);
-        const RowMatrix<float> part = model.prefill(std::vector<int>(tokens.begin() + s, tokens.begin() + e), cache, true);
-        for (long t = s; t < e; ++t) row_eq(part.row(t - s).data(), t, ref, "chunked");
-      }
-    }
-    {  // batched decode: two sequences of different lengths step together
-      KVCache<float> a(c), b(c);
-      model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 11), a);
-      model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 24), b);
-      for (long i = 0; i + 24 < n; ++i) {
-        std::vector<KVCache<float>*> caches{&a, &b};
-        const RowMatrix<float> rows = model.decode_batch({tokens[11 + i], tokens[24 + i]}, caches);
-        row_eq(rows.row(0).data(), 11 + i, ref, "batched (short)");
-        row_eq(rows.row(1).data(), 24 + i, ref, "batched (long)");
-      }
-    }
-    {  // paged: blocks of 16 positions, prefill 17 then decode
-      BlockPool<float> pool(c, 8, 16);
-      PagedSequence<float> seq(pool);
-      const RowMatrix<float> pre = model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 17), seq, true);
-      for (long t = 0; t < 17; ++t) row_eq(pre.row(t).data(), t, ref, "paged prefill");
-      for (long t = 17; t < n; ++t) {
-        const RowMatrix<float> d = model.decode_step(tokens[t], seq);
-        row_eq(d.data(), t, ref, "paged decode");
-      }
-    }
-    results.push_back(ref);
-  }
-  set_num_threads(saved);
-  EXPECT_TRUE(kvd_test::same_bits(results[0].data(), results[1].data(), results[0].size()));
+  kvd_test::expect_every_path_same_bits(load_gguf_model<float>(kTinyPath), kPromptIds);
 }
 
 // The tiny file against the independent float64 forward of test_util.hpp (textbook
 // loops, YaRN, sinks and the clamped SwiGLU written from their formulas): the float
 // model with an f32 cache lands within 1e-5 of the largest logit at each of the 40 positions.
 TEST(GptOssReference, WithinOneInHundredThousandOfTheFloat64Oracle) {
-  ASSERT_TRUE(std::filesystem::exists(kTinyPath)) << kTinyPath;
-  ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
-  const int V = w.config.vocab_size;
-  const auto oracle = kvd_test::oracle_logits(w.cast<double>(), kPromptIds);
-  Transformer<float> model(std::move(w));
-  KVCache<float> cache(model.config());
-  const auto oracle_at = [&](long t, int v) { return oracle[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)]; };
-  const double vs_f64 = kvd_test::check_near(oracle_at, model.prefill(kPromptIds, cache, true), V, 1e-5, "f32 cache vs float64");
-  std::printf("largest error: %.3g of the largest logit against float64 (f32 cache)\n", vs_f64);
+  kvd_test::expect_near_oracle(kTinyPath, kPromptIds);
 }
 
 // The tiny file against ik_llama.cpp (tools/ik_reference.cpp steps: one token per
 // decode, the f16 KV cache it needs without flash attention): kvdecode with an f16
 // cache lands within 1e-4 of the largest logit at each of the 40 positions.
 TEST(GptOssReference, WithinOneInTenThousandOfIkLlamaCpp) {
-  const std::string ref_path = kData + "gpt-oss-tiny-F32.ik.logits";
-  ASSERT_TRUE(std::filesystem::exists(kTinyPath)) << kTinyPath;
-  ASSERT_TRUE(std::filesystem::exists(ref_path)) << ref_path;
-  const std::vector<float> ik = kvd_test::read_f32_file(ref_path);
-  ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
-  const int V = w.config.vocab_size;
-  ASSERT_EQ(ik.size(), kPromptIds.size() * static_cast<std::size_t>(V));
-  const auto oracle = kvd_test::oracle_logits(w.cast<double>(), kPromptIds);
-  Transformer<float> model(std::move(w));
-  KVCache<float, Eigen::half> f16_cache(model.config());
-  const auto ik_at = [&](long t, int v) { return static_cast<double>(ik[static_cast<std::size_t>(t * V + v)]); };
-  const double vs_ik = kvd_test::check_near(ik_at, model.prefill(kPromptIds, f16_cache, true), V, 1e-4, "f16 cache vs ik_llama.cpp");
-  const auto oracle_at = [&](long t, int v) { return oracle[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)]; };
-  const RowMatrix<float> ik_rows = Eigen::Map<const RowMatrix<float>>(ik.data(), static_cast<long>(kPromptIds.size()), V);
-  const double ik_f64 = kvd_test::check_near(oracle_at, ik_rows, V, 1e-3, "ik_llama.cpp vs float64");
-  std::printf("largest error: %.3g of the largest logit against ik_llama.cpp (f16 cache); ik_llama.cpp against "
-              "float64 %.3g\n", vs_ik, ik_f64);
+  kvd_test::expect_near_ik(kTinyPath, kData + "gpt-oss-tiny-F32.ik.logits", kPromptIds);
 }
 
 // What the references hold us to matters: without the window, the sinks, YaRN or the
@@ -436,40 +369,27 @@ TEST(GptOssBadInput, YarnOnAnotherArchitectureIsRefused) {
   kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"rope.scaling.type 'yarn' is not supported"});
 }
 
-TEST(GptOssBadInput, MissingSinksAreRefusedNamingTheTensor) {
-  kvd_test::TempDir dir;
-  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, [](const std::string& n) { return n != "blk.2.attn_sinks.weight"; });
-  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor 'blk.2.attn_sinks.weight' is missing"});
-}
+TEST(GptOssBadInput, MissingSinksAreRefusedNamingTheTensor) { expect_missing_tensor("blk.2.attn_sinks.weight"); }
 
 TEST(GptOssBadInput, SinksOfTheWrongShapeAreRefusedNamingTheTensor) {
-  kvd_test::TempDir dir;
-  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, {}, [](const std::string& n, std::vector<std::uint64_t>& ne) {
-    if (n == "blk.1.attn_sinks.weight") ne = {2, 2};
-  });
-  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor 'blk.1.attn_sinks.weight' has shape [2,2], expected [4]"});
+  expect_misshapen_tensor("blk.1.attn_sinks.weight", {2, 2}, "[2,2], expected [4]");
 }
 
 TEST(GptOssBadInput, ExpertBiasOfTheWrongShapeIsRefusedNamingTheTensor) {
-  kvd_test::TempDir dir;
-  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, {}, [](const std::string& n, std::vector<std::uint64_t>& ne) {
-    if (n == "blk.0.ffn_up_exps.bias") ne = {144};
-  });
-  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor 'blk.0.ffn_up_exps.bias' has shape [144], expected [24,6]"});
-  kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, {}, [](const std::string& n, std::vector<std::uint64_t>& ne) {
-    if (n == "blk.0.ffn_down_exps.bias") ne = {16, 12};
-  });
-  kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor 'blk.0.ffn_down_exps.bias' has shape [16,12], expected [32,6]"});
+  expect_misshapen_tensor("blk.0.ffn_up_exps.bias", {144}, "[144], expected [24,6]");
+  expect_misshapen_tensor("blk.0.ffn_down_exps.bias", {16, 12}, "[16,12], expected [32,6]");
 }
 
-TEST(GptOssBadInput, MissingBiasesAreRefusedNamingTheTensor) {
-  for (const char* name : {"blk.0.ffn_gate_inp.bias", "blk.1.ffn_gate_exps.bias", "blk.3.ffn_down_exps.bias",
-                           "blk.2.attn_output.bias", "blk.0.attn_q.bias"}) {
-    kvd_test::TempDir dir;
-    const std::string n = name;
-    kvd_test::write_gguf_f32(dir.file("m.gguf"), tiny_weights(), {}, [&](const std::string& t) { return t != n; });
-    kvd_test::expect_gguf_load_error(dir.file("m.gguf"), {"tensor '" + n + "' is missing"});
-  }
+TEST(GptOssBadInput, MissingRouterBiasIsRefusedNamingTheTensor) { expect_missing_tensor("blk.0.ffn_gate_inp.bias"); }
+
+TEST(GptOssBadInput, MissingExpertBiasesAreRefusedNamingTheTensor) {
+  expect_missing_tensor("blk.1.ffn_gate_exps.bias");
+  expect_missing_tensor("blk.3.ffn_down_exps.bias");
+}
+
+TEST(GptOssBadInput, MissingAttentionBiasesAreRefusedNamingTheTensor) {
+  expect_missing_tensor("blk.2.attn_output.bias");
+  expect_missing_tensor("blk.0.attn_q.bias");
 }
 
 TEST(GptOssBadInput, BadYarnConfigIsAConfigErrorNamingIt) {
