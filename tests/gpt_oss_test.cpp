@@ -353,6 +353,11 @@ TEST(GptOssBadInput, YarnBetasOutOfOrderAreRefusedNamingTheKeys) {
                      {"gpt-oss.rope.scaling.yarn_beta_slow' = -1"});
 }
 
+TEST(GptOssBadInput, YarnAttentionFactorIsRefusedNamingTheKey) {
+  expect_tweak_error([](GGUFWriter& g) { g.set_f32("gpt-oss.rope.scaling.attn_factor", 1.5f); },
+                     {"gpt-oss.rope.scaling.attn_factor' = 1.5", "only 1"});
+}
+
 TEST(GptOssBadInput, UnknownRopeScalingTypeIsRefusedNamingIt) {
   expect_tweak_error([](GGUFWriter& g) { g.set_string("gpt-oss.rope.scaling.type", "longrope"); },
                      {"rope.scaling.type 'longrope'", "yarn"});

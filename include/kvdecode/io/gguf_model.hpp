@@ -245,6 +245,10 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
       c.yarn_orig_ctx = static_cast<int>(orig);
       c.yarn_beta_fast = f.get_f64_or(a + "rope.scaling.yarn_beta_fast", 32.0);
       c.yarn_beta_slow = f.get_f64_or(a + "rope.scaling.yarn_beta_slow", 1.0);
+      // ggml multiplies YaRN's magnitude by rope.scaling.attn_factor; gpt-oss files hold none.
+      const std::string fk = a + "rope.scaling.attn_factor";
+      if (f.find(fk) && f.get_f64(fk) != 1.0)
+        detail::gguf_model_fail(f, detail::msg("key '", fk, "' = ", f.get_f64(fk), " is not supported (only 1)"));
       if (!(c.yarn_beta_slow > 0.0) || !(c.yarn_beta_fast > c.yarn_beta_slow) || c.yarn_beta_fast > 1e6)
         detail::gguf_model_fail(f, detail::msg("keys '", a, "rope.scaling.yarn_beta_fast' = ", c.yarn_beta_fast, " and '", a,
                                                "rope.scaling.yarn_beta_slow' = ", c.yarn_beta_slow,
