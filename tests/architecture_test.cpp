@@ -38,6 +38,7 @@ ModelConfig config_of(const Architecture& a, bool shared_classifier = true) {
     c = kvd_test::gemma3_like(c, 2, 4);
     c.query_pre_attn_scalar = c.head_dim;
   }
+  if (a.gpt_oss) c = kvd_test::gpt_oss_like(c, 4, 2, 4, 4.0, 16);  // gpt-oss's block: local, then full
   return c;
 }
 
@@ -176,7 +177,7 @@ TEST(ArchitectureTable, LookupsReturnTheRow) {
   EXPECT_STREQ(find_gguf_architecture("llama")->hf_class, "LlamaForCausalLM");  // the first llama row
   EXPECT_EQ(find_gguf_architecture("gpt2"), nullptr);
   EXPECT_EQ(find_hf_architecture("llama"), nullptr);
-  EXPECT_EQ(supported_architectures(true), "llama, qwen2, qwen3, qwen3moe and gemma3");
+  EXPECT_EQ(supported_architectures(true), "llama, qwen2, qwen3, qwen3moe, gemma3 and gpt-oss");
   EXPECT_EQ(supported_architectures(false),
             "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and "
             "Gemma3ForCausalLM");
@@ -185,6 +186,13 @@ TEST(ArchitectureTable, LookupsReturnTheRow) {
   EXPECT_STREQ(gemma->hf_class, "Gemma3ForCausalLM");
   EXPECT_TRUE(gemma->gemma && gemma->qk_norm);
   EXPECT_EQ(gemma->swa_pattern, 6);
+  const Architecture* oss = find_gguf_architecture("gpt-oss");
+  ASSERT_NE(oss, nullptr);
+  EXPECT_TRUE(oss->gpt_oss && oss->moe && oss->qkv_bias && !oss->qk_norm);
+  EXPECT_EQ(oss->router_order, RouterOrder::kTopKSoftmax);
+  EXPECT_EQ(oss->swa_pattern, 2);
+  EXPECT_EQ(gguf_tensor_name(tensor_spec(TensorId::kFfnNorm), 1, true), "blk.1.post_attention_norm.weight");
+  EXPECT_EQ(gguf_tensor_name(tensor_spec(TensorId::kFfnNorm), 1), "blk.1.ffn_norm.weight");
 }
 
 // An architecture that differs from the others only in flags is one more row: the
@@ -236,7 +244,11 @@ TEST(ArchitectureTable, HfUnsupportedMessageListsEveryRow) {
   } catch (const FormatError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("architecture 'GPT2LMHeadModel' is not supported (kvdecode runs"), std::string::npos) << m;
-    for (const Architecture& a : kArchitectures) EXPECT_NE(m.find(a.hf_class), std::string::npos) << a.hf_class << ": " << m;
+    for (const Architecture& a : kArchitectures)
+      if (a.hf_class[0] != '\0') {
+        EXPECT_NE(m.find(a.hf_class), std::string::npos) << a.hf_class << ": " << m;
+      }
+    EXPECT_EQ(find_hf_architecture(""), nullptr) << "gpt-oss has no Hugging Face loader";
   }
 }
 
@@ -304,6 +316,11 @@ TEST(ArchitectureTable, EveryArchitectureRoundTripsThroughGguf) {
       EXPECT_EQ(back.config.embed_scale, c.embed_scale);
       EXPECT_EQ(back.config.ffn_activation, c.ffn_activation);
       EXPECT_EQ(back.config.attention_scalar(), c.attention_scalar());
+      EXPECT_EQ(back.config.attn_sinks, c.attn_sinks);
+      EXPECT_EQ(back.config.moe_bias, c.moe_bias);
+      EXPECT_EQ(back.config.rope_scaling, c.rope_scaling);
+      EXPECT_EQ(back.config.rope_scale, c.rope_scale);
+      EXPECT_EQ(back.config.yarn_orig_ctx, c.yarn_orig_ctx);
       std::size_t compared = 0;
       for_each_tensor(*w, [&](const TensorSpec& s, int layer, auto slot) {
         const auto other = tensor_slot(back, s.id, layer);
@@ -320,8 +337,10 @@ TEST(ArchitectureTable, EveryArchitectureRoundTripsThroughGguf) {
           ASSERT_EQ(*slot.vector, *other.vector) << s.name << " layer " << layer;
         }
       });
-      EXPECT_EQ(compared, (c.shared_classifier ? 2 : 3) + 9 * 2 + (c.qkv_bias ? 6 : 0) + (c.qk_norm ? 4 : 0) +
-                              (c.post_norms ? 4 : 0));
+      const std::size_t per_layer = 6 + (c.moe() ? 4 : 3) + (c.qkv_bias ? 3 : 0) + (c.qk_norm ? 2 : 0) +
+                                    (c.post_norms ? 2 : 0) + (c.attn_sinks ? 1 : 0) + (c.attn_out_bias ? 1 : 0) +
+                                    (c.moe_bias ? 4 : 0);
+      EXPECT_EQ(compared, (c.shared_classifier ? 2 : 3) + per_layer * 2);
     }
   }
 }

@@ -143,105 +143,21 @@ TEST(Gemma3Gguf, TinyFileLoadsAsGemma3) {
 // decode and a paged cache, with 1 and 2 threads (and the two thread counts agree).
 TEST(Gemma3Exactness, EveryPathSameBitsOnTheTinyFile) {
   ASSERT_TRUE(std::filesystem::exists(kTinyPath)) << kTinyPath;
-  const ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
-  const ModelConfig c = w.config;
-  const std::vector<int>& tokens = kPromptIds;
-  const long n = static_cast<long>(tokens.size()), V = c.vocab_size;
-  auto row_eq = [&](const float* got, long t, const RowMatrix<float>& ref, const std::string& what) {
-    ASSERT_TRUE(kvd_test::same_bits(got, ref.row(t).data(), V))
-        << what << " position " << t << ": " << kvd_test::first_difference(got, ref.row(t).data(), V);
-  };
-  const int saved = num_threads();
-  std::vector<RowMatrix<float>> results;
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    Transformer<float> model(w);
-    const RowMatrix<float> ref = model.forward_reference(tokens);
-    {  // whole prompt
-      KVCache<float> cache(c);
-      const RowMatrix<float> pre = model.prefill(tokens, cache, true);
-      for (long t = 0; t < n; ++t) row_eq(pre.row(t).data(), t, ref, "prefill");
-    }
-    for (long k : {1L, 7L, 19L, 20L, 33L}) {  // prefill k, then decode one at a time
-      KVCache<float> cache(c);
-      const RowMatrix<float> pre = model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + k), cache, true);
-      for (long t = 0; t < k; ++t) row_eq(pre.row(t).data(), t, ref, "prefill " + std::to_string(k));
-      for (long t = k; t < n; ++t) {
-        const RowMatrix<float> d = model.decode_step(tokens[t], cache);
-        row_eq(d.data(), t, ref, "decode after " + std::to_string(k));
-      }
-    }
-    {  // chunked prefill in chunks of 6
-      KVCache<float> cache(c);
-      for (long s = 0; s < n; s += 6) {
-        const long e = std::min(n, s + 6);
-        const RowMatrix<float> part = model.prefill(std::vector<int>(tokens.begin() + s, tokens.begin() + e), cache, true);
-        for (long t = s; t < e; ++t) row_eq(part.row(t - s).data(), t, ref, "chunked");
-      }
-    }
-    {  // batched decode: two sequences of different lengths step together
-      KVCache<float> a(c), b(c);
-      model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 11), a);
-      model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 24), b);
-      for (long i = 0; i + 24 < n; ++i) {
-        std::vector<KVCache<float>*> caches{&a, &b};
-        const RowMatrix<float> rows = model.decode_batch({tokens[11 + i], tokens[24 + i]}, caches);
-        row_eq(rows.row(0).data(), 11 + i, ref, "batched (short)");
-        row_eq(rows.row(1).data(), 24 + i, ref, "batched (long)");
-      }
-    }
-    {  // paged: blocks of 16 positions, prefill 17 then decode
-      BlockPool<float> pool(c, 8, 16);
-      PagedSequence<float> seq(pool);
-      const RowMatrix<float> pre = model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 17), seq, true);
-      for (long t = 0; t < 17; ++t) row_eq(pre.row(t).data(), t, ref, "paged prefill");
-      for (long t = 17; t < n; ++t) {
-        const RowMatrix<float> d = model.decode_step(tokens[t], seq);
-        row_eq(d.data(), t, ref, "paged decode");
-      }
-    }
-    results.push_back(ref);
-  }
-  set_num_threads(saved);
-  EXPECT_TRUE(kvd_test::same_bits(results[0].data(), results[1].data(), results[0].size()));
+  kvd_test::expect_every_path_same_bits(load_gguf_model<float>(kTinyPath), kPromptIds);
 }
 
 // The tiny file against the independent float64 forward of test_util.hpp (textbook
 // loops, GELU through std::tanh, RoPE and windows per layer): the float model with an
 // f32 cache lands within 1e-5 of the largest logit at each of the 40 positions.
 TEST(Gemma3Reference, WithinOneInHundredThousandOfTheFloat64Oracle) {
-  ASSERT_TRUE(std::filesystem::exists(kTinyPath)) << kTinyPath;
-  ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
-  const int V = w.config.vocab_size;
-  const auto oracle = kvd_test::oracle_logits(w.cast<double>(), kPromptIds);
-  Transformer<float> model(std::move(w));
-  KVCache<float> cache(model.config());
-  const auto oracle_at = [&](long t, int v) { return oracle[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)]; };
-  const double vs_f64 = kvd_test::check_near(oracle_at, model.prefill(kPromptIds, cache, true), V, 1e-5, "f32 cache vs float64");
-  std::printf("largest error: %.3g of the largest logit against float64 (f32 cache)\n", vs_f64);
+  kvd_test::expect_near_oracle(kTinyPath, kPromptIds);
 }
 
 // The tiny file against ik_llama.cpp (tools/ik_reference.cpp steps: one token per
 // decode, the f16 KV cache it needs without flash attention): kvdecode with an f16
 // cache lands within 1e-4 of the largest logit at each of the 40 positions.
 TEST(Gemma3Reference, WithinOneInTenThousandOfIkLlamaCpp) {
-  const std::string ref_path = kData + "gemma3-tiny-F32.ik.logits";
-  ASSERT_TRUE(std::filesystem::exists(kTinyPath)) << kTinyPath;
-  ASSERT_TRUE(std::filesystem::exists(ref_path)) << ref_path;
-  const std::vector<float> ik = kvd_test::read_f32_file(ref_path);
-  ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
-  const int V = w.config.vocab_size;
-  ASSERT_EQ(ik.size(), kPromptIds.size() * static_cast<std::size_t>(V));
-  const auto oracle = kvd_test::oracle_logits(w.cast<double>(), kPromptIds);
-  Transformer<float> model(std::move(w));
-  KVCache<float, Eigen::half> f16_cache(model.config());
-  const auto ik_at = [&](long t, int v) { return static_cast<double>(ik[static_cast<std::size_t>(t * V + v)]); };
-  const double vs_ik = kvd_test::check_near(ik_at, model.prefill(kPromptIds, f16_cache, true), V, 1e-4, "f16 cache vs ik_llama.cpp");
-  const auto oracle_at = [&](long t, int v) { return oracle[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)]; };
-  const RowMatrix<float> ik_rows = Eigen::Map<const RowMatrix<float>>(ik.data(), static_cast<long>(kPromptIds.size()), V);
-  const double ik_f64 = kvd_test::check_near(oracle_at, ik_rows, V, 1e-3, "ik_llama.cpp vs float64");
-  std::printf("largest error: %.3g of the largest logit against ik_llama.cpp (f16 cache); ik_llama.cpp against "
-              "float64 %.3g\n", vs_ik, ik_f64);
+  kvd_test::expect_near_ik(kTinyPath, kData + "gemma3-tiny-F32.ik.logits", kPromptIds);
 }
 
 // A gemma3 model through kvdecode's GGUF writer and loader: the same config, and

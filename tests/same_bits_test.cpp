@@ -4,9 +4,9 @@
 // aarch64 under qemu (.ci/run). A build whose kernels compute one different bit fails
 // here, naming the file and the first position whose row of logits differs.
 //
-// The models are the shared ones and, from tests/data, a mixture of experts
-// (qwen3moe-tiny-F32) and ik_llama.cpp's files of the table types (iq4_nl, iq4_xs,
-// mxfp4). Each runs the first 40 ids of ../shared/reference/gguf/prompt.ids (modulo the
+// The models are the shared ones and, from tests/data, mixtures of experts
+// (qwen3moe-tiny-F32, gpt-oss-tiny-F32) and ik_llama.cpp's files of the table types
+// (iq4_nl, iq4_xs, mxfp4). Each runs the first 40 ids of ../shared/reference/gguf/prompt.ids (modulo the
 // model's vocabulary) as a prefill of 24 ids followed by 16 decode steps, with 1 and
 // with 2 threads: both thread counts must give the golden bits.
 //
@@ -140,6 +140,9 @@ const Golden kGolden[] = {
     {"data/qwen3moe-tiny-F32.gguf", false,
      "a54ef5c16149d68932bd3d7f32bd801466bfaa4a35853de65adbedc05ccd5c8f",
      "6c30ddcd74ce55c5022ce15f92dabc51b5af32900ebd575fbda5174dbfff2d4f7041b5b44392bb792c932b7757f553c3619e2e4b9b7b3dede0d2a3f0023a8fce95bd3dc71139897640ce26bfb2f050fe9f8fe0e6ab31813d1459c24f9c4511706c503bba2dc3118e57e8646f4cd9e5b826c4d1eb62f076925c73c1829b89e6a6bbd6035b3df569a8378025844d04f5eff86e2b2f26bb6901633c1ac382c324fe"},
+    {"data/gpt-oss-tiny-F32.gguf", false,
+     "6750f02589f61e6b3cf873874fcd3c73b4fe91b3b25ae98e21c9e0690360aae9",
+     "747b34eb7aea1e29f8ff5c0d90712f555da0f1919297ea9d52832d8c601076a6a96578a98bb69bbc16f7a349cd8dccc983a01f3796c75900fa6c00a27a270339e0b919c7c11c9e250dba6bbfd83caa14abf88d5a50f637f81d6885c2f97bf334d2f47dcaa644e74d055e94f2097ec11165e827f682217fa20a650142ae9e283b9fa84d6d1bba16595c8e27665abf3351b6e871c5bcb01a5bf9d89cc11658cd60"},
     {"data/ik/rand256-IQ4_NL.gguf", false,
      "283366ab6f54604886fd9c7cee5fc95f7ab84b2b05ca26661f17fc751583747a",
      "a4d74bab059c105da559ee23e3210b0c5c8b9e24cfe72af2a95ac03f4e3bf5859d5ab4b762e75c6d821e17f84acf3fa8d68e25e4fcc64b04ee1168ae9688a456f159516b27e792944ba8d93237ba8940387c6b55695098f690e16103a0b0a5622e60ba30eff0572fbab493a5f4a5ca4716dcd493a4b3777a3e78c46546650a123fd8fdc071443b5904fbf7a80eccf9ed737f40ccf6dae5a0969473fd8dba7151"},

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -121,6 +122,32 @@ inline kvd::ModelConfig gemma3_like(kvd::ModelConfig c, int pattern, int window,
   return c;
 }
 
+/// c as a gpt-oss model: q/k/v/o biases, attention sinks, a mixture of `experts`
+/// experts, `used` per token (top-k, then softmax) with biased router and experts and
+/// the clamped SwiGLU, local (window `window`) and full layers alternating, YaRN RoPE
+/// (`factor`, trained context `orig_ctx`) on every layer, RoPE on halves. Set
+/// c.rope_theta before: the local layers take the same base.
+inline kvd::ModelConfig gpt_oss_like(kvd::ModelConfig c, int experts, int used, int window, double factor, int orig_ctx) {
+  c.rope_style = kvd::RopeStyle::kHalves;
+  c.qkv_bias = true;
+  c.n_experts = experts;
+  c.n_experts_used = used;
+  c.router_order = kvd::RouterOrder::kTopKSoftmax;
+  c.norm_topk_prob = false;
+  c.attn_sinks = true;
+  c.attn_out_bias = true;
+  c.moe_bias = true;
+  c.ffn_activation = kvd::Activation::kSwigluOai;
+  c.swa_pattern = 2;
+  c.local_window = window;
+  c.rope_theta_local = c.rope_theta;
+  c.rope_scale_local = true;
+  c.rope_scale = factor;
+  c.rope_scaling = kvd::RopeScaling::kYarn;
+  c.yarn_orig_ctx = orig_ctx;
+  return c;
+}
+
 /// Seeded random weights for a named shape, stored as the shape asks.
 template <class T>
 kvd::ModelWeights<T> make_weights(const NamedConfig& s, std::uint64_t seed) {
@@ -188,7 +215,9 @@ std::string first_difference(const T* a, const T* b, long n) {
 /// pairings, partial rotary dims, RoPE frequency factors, sliding windows, a
 /// mixture of experts (either router order, with or without normalisation), and
 /// Gemma 3's options (local and global layers with their windows and RoPE bases,
-/// linear RoPE scaling, scaled embeddings, post norms, GeGLU by tanh, the attention scalar).
+/// linear RoPE scaling, scaled embeddings, post norms, GeGLU by tanh, the attention scalar)
+/// and gpt-oss's (attention sinks, YaRN RoPE on every layer, the output projection's,
+/// router's and experts' biases, the clamped SwiGLU).
 /// Returns logits (n, V) for tokens at positions 0..n-1.
 inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<double>& w, const std::vector<int>& tokens) {
   const auto& c = w.config;
@@ -210,16 +239,32 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
   auto norm = [&](const Vec& x, const kvd::Vector<double>& g) { Vec y(x.size()); rmsnorm(x.data(), static_cast<int>(x.size()), g, y.data()); return y; };
   auto rope = [&](Vec& v, int heads, int pos, int layer) {
     const bool local = c.swa_pattern > 0 && (layer + 1) % c.swa_pattern != 0;
+    const double base = local ? c.rope_theta_local : c.rope_theta;
+    const double s = local && !c.rope_scale_local ? 1.0 : c.rope_scale;
+    const bool yarn = c.rope_scaling == kvd::RopeScaling::kYarn;
+    // YaRN (ggml's rope_yarn): pair i turns at f_i (r_i + (1 - r_i) / s), r_i ramping from 1
+    // (pairs that turn more than beta_fast times over the trained context) to 0 (fewer
+    // than beta_slow), and cos and sin gain 1 + 0.1 ln s.
+    const double kPi = 3.14159265358979323846;
+    auto dim_of = [&](double turns) { return R * std::log(c.yarn_orig_ctx / (turns * 2 * kPi)) / (2 * std::log(base)); };
+    const double lo = yarn ? std::max(0.0, std::floor(dim_of(c.yarn_beta_fast))) : 0.0;
+    const double hi = yarn ? std::min(R - 1.0, std::ceil(dim_of(c.yarn_beta_slow))) : 0.0;
+    const double m = yarn ? 1.0 + 0.1 * std::log(s) : 1.0;
     for (int h = 0; h < heads; ++h)
       for (int i = 0; i < R / 2; ++i) {
-        double freq = std::pow(local ? c.rope_theta_local : c.rope_theta, -2.0 * i / R);
+        double freq = std::pow(base, -2.0 * i / R);
         if (w.rope_freq_factors.size()) freq /= w.rope_freq_factors[i];
-        if (!local) freq /= c.rope_scale;
+        if (yarn) {
+          const double r = 1.0 - std::clamp((i - lo) / std::max(0.001, hi - lo), 0.0, 1.0);
+          freq = r * freq + (1.0 - r) * freq / s;
+        } else {
+          freq /= s;
+        }
         const double a = pos * freq;
         const bool adjacent = c.rope_style == kvd::RopeStyle::kAdjacent;
         double& x0 = v[h * Dh + (adjacent ? 2 * i : i)];
         double& x1 = v[h * Dh + (adjacent ? 2 * i + 1 : i + R / 2)];
-        const double y0 = x0 * std::cos(a) - x1 * std::sin(a), y1 = x0 * std::sin(a) + x1 * std::cos(a);
+        const double y0 = m * (x0 * std::cos(a) - x1 * std::sin(a)), y1 = m * (x0 * std::sin(a) + x1 * std::cos(a));
         x0 = y0; x1 = y1;
       }
   };
@@ -257,25 +302,37 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
           double d = 0; for (int j = 0; j < Dh; ++j) d += q[t][h * Dh + j] * k[u][kh * Dh + j];
           s[u] = d / std::sqrt(scalar); mx = std::max(mx, s[u]);
         }
-        double sum = 0; for (int u = first; u <= t; ++u) { s[u] = std::exp(s[u] - mx); sum += s[u]; }
+        if (c.attn_sinks) mx = std::max(mx, static_cast<double>(L.attn_sinks[h]));  // the sink: one more logit
+        double sum = c.attn_sinks ? std::exp(L.attn_sinks[h] - mx) : 0.0;
+        for (int u = first; u <= t; ++u) { s[u] = std::exp(s[u] - mx); sum += s[u]; }
         for (int u = first; u <= t; ++u) for (int j = 0; j < Dh; ++j) att[h * Dh + j] += s[u] / sum * v[u][kh * Dh + j];
       }
       Vec o = matvec(wo, att);
+      if (c.attn_out_bias) add(o, L.bo);
       if (c.post_norms) o = norm(o, L.attn_post_norm);
       for (int i = 0; i < D; ++i) x[t][i] += o[i];
       Vec xn = norm(x[t], L.ffn_norm);
-      // SwiGLU of rows [r0, r0 + F) of gate/up and [d0, d0 + D) of down.
-      auto swiglu = [&](const Mat& gm, const Mat& um, const Mat& dm, long r0, long d0) {
+      // SwiGLU of rows [r0, r0 + F) of gate/up and [d0, d0 + D) of down (with the
+      // experts' biases at the same rows when `biased`).
+      auto swiglu = [&](const Mat& gm, const Mat& um, const Mat& dm, long r0, long d0, bool biased = false) {
         Vec hm(F, 0.0), o(D, 0.0);
         for (int i = 0; i < F; ++i) {
           double g = 0, u = 0;
           for (int j = 0; j < D; ++j) { g += gm(r0 + i, j) * xn[j]; u += um(r0 + i, j) * xn[j]; }
+          if (biased) { g += L.experts_gate_bias[r0 + i]; u += L.experts_up_bias[r0 + i]; }
           const double kPi = 3.14159265358979323846;
+          if (c.ffn_activation == kvd::Activation::kSwigluOai) {  // gpt-oss: clamped, sigmoid(1.702 g), up + 1
+            g = std::min(g, 7.0);
+            u = std::clamp(u, -7.0, 7.0);
+            hm[i] = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+            continue;
+          }
           hm[i] = (c.ffn_activation == kvd::Activation::kGeluTanh
                        ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / kPi) * (g + 0.044715 * g * g * g)))
                        : g / (1.0 + std::exp(-g))) * u;
         }
         for (int d = 0; d < D; ++d) for (int i = 0; i < F; ++i) o[d] += dm(d0 + d, i) * hm[i];
+        if (biased) for (int d = 0; d < D; ++d) o[d] += L.experts_down_bias[d0 + d];
         return o;
       };
       Vec o2(D, 0.0);
@@ -284,6 +341,7 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
       } else {
         const int E = c.n_experts, K = c.n_experts_used;
         Vec p = matvec(router, xn);
+        if (c.moe_bias) add(p, L.router_bias);
         auto softmax = [](Vec& v) {
           double mx = v[0]; for (double a : v) mx = std::max(mx, a);
           double sum = 0; for (double& a : v) { a = std::exp(a - mx); sum += a; }
@@ -298,7 +356,7 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
         if (c.router_order == kvd::RouterOrder::kTopKSoftmax) softmax(wk);
         double sum = 0; for (double a : wk) sum += a;
         for (int k = 0; k < K; ++k) {
-          const Vec o = swiglu(eg, eu, ed, static_cast<long>(idx[k]) * F, static_cast<long>(idx[k]) * D);
+          const Vec o = swiglu(eg, eu, ed, static_cast<long>(idx[k]) * F, static_cast<long>(idx[k]) * D, c.moe_bias);
           for (int d = 0; d < D; ++d) o2[d] += (c.norm_topk_prob ? wk[k] / sum : wk[k]) * o[d];
         }
       }
@@ -310,6 +368,73 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
   std::vector<Vec> logits(n);
   for (int t = 0; t < n; ++t) logits[t] = matvec(out, norm(x[t], w.final_norm));
   return logits;
+}
+
+/// Every path on model w over `tokens` (at least 34 of them) gives the same bits as
+/// the cache-free reference: prefill of the whole prompt, prefill then decode steps,
+/// chunked prefill, batched decode and a paged cache, with 1 and 2 threads (and the
+/// two thread counts agree). The architecture tests run it on their tiny files.
+inline void expect_every_path_same_bits(const kvd::ModelWeights<float>& w, const std::vector<int>& tokens) {
+  using namespace kvd;
+  const ModelConfig c = w.config;
+  const long n = static_cast<long>(tokens.size()), V = c.vocab_size;
+  auto row_eq = [&](const float* got, long t, const RowMatrix<float>& ref, const std::string& what) {
+    ASSERT_TRUE(same_bits(got, ref.row(t).data(), V))
+        << what << " position " << t << ": " << first_difference(got, ref.row(t).data(), V);
+  };
+  const int saved = num_threads();
+  std::vector<RowMatrix<float>> results;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    Transformer<float> model(w);
+    const RowMatrix<float> ref = model.forward_reference(tokens);
+    {  // whole prompt
+      KVCache<float> cache(c);
+      const RowMatrix<float> pre = model.prefill(tokens, cache, true);
+      for (long t = 0; t < n; ++t) row_eq(pre.row(t).data(), t, ref, "prefill");
+    }
+    for (long k : {1L, 7L, 19L, 20L, 33L}) {  // prefill k, then decode one at a time
+      KVCache<float> cache(c);
+      const RowMatrix<float> pre = model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + k), cache, true);
+      for (long t = 0; t < k; ++t) row_eq(pre.row(t).data(), t, ref, "prefill " + std::to_string(k));
+      for (long t = k; t < n; ++t) {
+        const RowMatrix<float> d = model.decode_step(tokens[t], cache);
+        row_eq(d.data(), t, ref, "decode after " + std::to_string(k));
+      }
+    }
+    {  // chunked prefill in chunks of 6
+      KVCache<float> cache(c);
+      for (long s = 0; s < n; s += 6) {
+        const long e = std::min(n, s + 6);
+        const RowMatrix<float> part = model.prefill(std::vector<int>(tokens.begin() + s, tokens.begin() + e), cache, true);
+        for (long t = s; t < e; ++t) row_eq(part.row(t - s).data(), t, ref, "chunked");
+      }
+    }
+    {  // batched decode: two sequences of different lengths step together
+      KVCache<float> a(c), b(c);
+      model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 11), a);
+      model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 24), b);
+      for (long i = 0; i + 24 < n; ++i) {
+        std::vector<KVCache<float>*> caches{&a, &b};
+        const RowMatrix<float> rows = model.decode_batch({tokens[11 + i], tokens[24 + i]}, caches);
+        row_eq(rows.row(0).data(), 11 + i, ref, "batched (short)");
+        row_eq(rows.row(1).data(), 24 + i, ref, "batched (long)");
+      }
+    }
+    {  // paged: blocks of 16 positions, prefill 17 then decode
+      BlockPool<float> pool(c, 8, 16);
+      PagedSequence<float> seq(pool);
+      const RowMatrix<float> pre = model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 17), seq, true);
+      for (long t = 0; t < 17; ++t) row_eq(pre.row(t).data(), t, ref, "paged prefill");
+      for (long t = 17; t < n; ++t) {
+        const RowMatrix<float> d = model.decode_step(tokens[t], seq);
+        row_eq(d.data(), t, ref, "paged decode");
+      }
+    }
+    results.push_back(ref);
+  }
+  set_num_threads(saved);
+  EXPECT_TRUE(same_bits(results[0].data(), results[1].data(), results[0].size()));
 }
 
 /// A fresh directory for the running test (named after it and this process), removed
@@ -412,6 +537,46 @@ double check_near(const Ref& ref, const Rows& got, int V, double tol, const std:
     worst = std::max(worst, max_err / max_abs);
   }
   return worst;
+}
+
+/// The architecture tests' tiny file at `path` against the float64 oracle over `prompt`:
+/// the float model with an f32 cache lands within 1e-5 of the largest logit at every
+/// position. Prints the largest error.
+inline void expect_near_oracle(const std::string& path, const std::vector<int>& prompt) {
+  using namespace kvd;
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  ModelWeights<float> w = load_gguf_model<float>(path);
+  const int V = w.config.vocab_size;
+  const auto oracle = oracle_logits(w.cast<double>(), prompt);
+  Transformer<float> model(std::move(w));
+  KVCache<float> cache(model.config());
+  const auto oracle_at = [&](long t, int v) { return oracle[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)]; };
+  const double vs_f64 = check_near(oracle_at, model.prefill(prompt, cache, true), V, 1e-5, "f32 cache vs float64");
+  std::printf("largest error: %.3g of the largest logit against float64 (f32 cache)\n", vs_f64);
+}
+
+/// The tiny file at `path` against ik_llama.cpp's logits over `prompt` in `ref_path`
+/// (tools/ik_reference.cpp steps, an f16 KV cache): kvdecode with an f16 cache lands
+/// within 1e-4 of the largest logit at every position, and ik within 1e-3 of the
+/// float64 oracle. Prints both largest errors.
+inline void expect_near_ik(const std::string& path, const std::string& ref_path, const std::vector<int>& prompt) {
+  using namespace kvd;
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  ASSERT_TRUE(std::filesystem::exists(ref_path)) << ref_path;
+  const std::vector<float> ik = read_f32_file(ref_path);
+  ModelWeights<float> w = load_gguf_model<float>(path);
+  const int V = w.config.vocab_size;
+  ASSERT_EQ(ik.size(), prompt.size() * static_cast<std::size_t>(V));
+  const auto oracle = oracle_logits(w.cast<double>(), prompt);
+  Transformer<float> model(std::move(w));
+  KVCache<float, Eigen::half> f16_cache(model.config());
+  const auto ik_at = [&](long t, int v) { return static_cast<double>(ik[static_cast<std::size_t>(t * V + v)]); };
+  const double vs_ik = check_near(ik_at, model.prefill(prompt, f16_cache, true), V, 1e-4, "f16 cache vs ik_llama.cpp");
+  const auto oracle_at = [&](long t, int v) { return oracle[static_cast<std::size_t>(t)][static_cast<std::size_t>(v)]; };
+  const RowMatrix<float> ik_rows = Eigen::Map<const RowMatrix<float>>(ik.data(), static_cast<long>(prompt.size()), V);
+  const double ik_f64 = check_near(oracle_at, ik_rows, V, 1e-3, "ik_llama.cpp vs float64");
+  std::printf("largest error: %.3g of the largest logit against ik_llama.cpp (f16 cache); ik_llama.cpp against "
+              "float64 %.3g\n", vs_ik, ik_f64);
 }
 
 }  // namespace kvd_test

@@ -57,6 +57,15 @@ std::vector<Shape> shapes() {
          c.rope_theta = 1e6;
          return c;
        }()},
+      // gpt-oss: layers local, full, local, full (window 5) with sinks, q/k/v/o biases,
+      // YaRN (factor 8, trained context 32) on every layer, 6 experts, 3 per token
+      // (top-k, then softmax) with biased router and experts and the clamped SwiGLU.
+      {"GptOss_E6_K3_Window5", [] {
+         auto c = small_config(4, 2, 16, 40, 4, 24, 61, 36);
+         c.rope_theta = 150000.0;
+         c.shared_classifier = false;
+         return kvd_test::gpt_oss_like(c, 6, 3, 5, 8.0, 32);
+       }()},
       {"MixedStorage_Untied", [] { auto c = small_config(4, 2, 10, 40, 2, 72, 50, 33); c.shared_classifier = false; return c; }(),
        WeightType::kF32, true},
   };

@@ -38,6 +38,11 @@
 //
 //   ik-reference steps tests/data/gemma3-tiny-F32.gguf IDS tests/data/gemma3-tiny-F32.ik.logits
 //
+// tests/data/gpt-oss-tiny-F32.ik.logits (the prompt: kPromptIds of tests/gpt_oss_test.cpp;
+// ik takes the sinks without flash attention, in its soft_max):
+//
+//   ik-reference steps tests/data/gpt-oss-tiny-F32.gguf IDS tests/data/gpt-oss-tiny-F32.ik.logits
+//
 // The hash is tests/sha256.hpp's, the one tests/quant_test.cpp compares with.
 #include <cstdio>
 #include <cstdlib>

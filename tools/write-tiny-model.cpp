@@ -9,12 +9,19 @@
 //             6 layers (five local, then one global), 4 query / 2 KV heads of 16, GeGLU
 //             of width 48, local window 19, RoPE theta 1e6 (global, linear scaling 8)
 //             and 10000 (local), context 256, tied output, seed 39.
+//   gpt-oss   tests/data/gpt-oss-tiny-F32.gguf (tests/gpt_oss_test.cpp): d_model 64,
+//             4 layers (local, full, local, full), 4 query / 2 KV heads of 16 with
+//             q/k/v/o biases and sinks, local window 19, 8 experts of width 16, 4 per
+//             token (top-4, then softmax) with biases, the clamped SwiGLU, RoPE theta
+//             150000 with YaRN (factor 32, trained context 4096) on every layer, context
+//             256, separate output, seed 40.
 // ik_llama.cpp loads them, and `tools/ik_reference.cpp steps` records their logits as
 // the references. Not part of the build:
 //   g++ -std=c++17 -O1 -fopenmp -Iinclude -I/usr/include/eigen3 tools/write-tiny-model.cpp \
 //       -o /tmp/write-tiny-model -lpcre2-8 -lutf8proc
 //   /tmp/write-tiny-model qwen3moe ../shared/models/gguf/stories260K-F32.gguf tests/data/qwen3moe-tiny-F32.gguf
 //   /tmp/write-tiny-model gemma3 ../shared/models/gguf/stories260K-F32.gguf tests/data/gemma3-tiny-F32.gguf
+//   /tmp/write-tiny-model gpt-oss ../shared/models/gguf/stories260K-F32.gguf tests/data/gpt-oss-tiny-F32.gguf
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -50,17 +57,30 @@ kvd::ModelConfig gemma3_config() {
   return c;
 }
 
+// gpt-oss's block (the options tests/test_util.hpp's gpt_oss_like sets, written out here).
+kvd::ModelConfig gpt_oss_config() {
+  kvd::ModelConfig c = base_config();
+  c.n_layers = 4; c.hidden_dim = 16; c.shared_classifier = false; c.qk_norm = false;
+  c.norm_eps = 0x1p-17;  // exact in f32, so the file's config is this one
+  c.rope_theta = 150000.0; c.qkv_bias = true;
+  c.n_experts = 8; c.n_experts_used = 4; c.router_order = kvd::RouterOrder::kTopKSoftmax;
+  c.attn_sinks = true; c.attn_out_bias = true; c.moe_bias = true; c.ffn_activation = kvd::Activation::kSwigluOai;
+  c.swa_pattern = 2; c.local_window = 19; c.rope_theta_local = c.rope_theta; c.rope_scale_local = true;
+  c.rope_scaling = kvd::RopeScaling::kYarn; c.rope_scale = 32.0; c.yarn_orig_ctx = 4096;
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string arch = argc == 4 ? argv[1] : "";
-  if (arch != "qwen3moe" && arch != "gemma3") {
-    std::fprintf(stderr, "usage: write-tiny-model qwen3moe|gemma3 VOCAB.gguf OUT.gguf\n");
+  if (arch != "qwen3moe" && arch != "gemma3" && arch != "gpt-oss") {
+    std::fprintf(stderr, "usage: write-tiny-model qwen3moe|gemma3|gpt-oss VOCAB.gguf OUT.gguf\n");
     return 2;
   }
   try {
-    const kvd::ModelConfig c = arch == "gemma3" ? gemma3_config() : qwen3moe_config();
-    const std::uint64_t seed = arch == "gemma3" ? 39 : 38;
+    const kvd::ModelConfig c = arch == "gemma3" ? gemma3_config() : arch == "gpt-oss" ? gpt_oss_config() : qwen3moe_config();
+    const std::uint64_t seed = arch == "gemma3" ? 39 : arch == "gpt-oss" ? 40 : 38;
     auto w = std::make_shared<const kvd::ModelWeights<float>>(kvd::ModelWeights<float>::random(c, seed));
     kvd::GGUFWriter g;
     kvd::detail::write_model_keys(g, c, arch + "-tiny");

@@ -490,14 +490,16 @@ enum class GemmaDefect { kNone, kZeroPattern, kMissingPostNorm };
 // Hk=2, Dh=8, F=64, context 16; matrices of type `mt`, the embedding f16. With
 // experts > 0, a qwen3moe model instead (q/k norms, a router and `experts` experts of
 // width F, 2 per token), wrong as `defect` says. With gemma, a gemma3 model instead
-// (q/k norms, post norms, a window of 4), wrong as `gemma_defect` says. `spoil` may
-// change a tensor's bytes after quantization (by name).
+// (q/k norms, post norms, a window of 4), wrong as `gemma_defect` says. With gpt_oss
+// (and experts), a gpt-oss model instead (q/k/v/o biases, sinks, a window of 4, YaRN,
+// biased router and experts). `spoil` may change a tensor's bytes after quantization
+// (by name).
 void gguf_model(kvd::WeightType mt, const std::string& name, std::uint64_t experts = 0,
                 MoeDefect defect = MoeDefect::kNone,
                 const std::function<void(const std::string&, Bytes&)>& spoil = {}, bool gemma = false,
-                GemmaDefect gemma_defect = GemmaDefect::kNone) {
+                GemmaDefect gemma_defect = GemmaDefect::kNone, bool gpt_oss = false) {
   kvd::GGUFWriter w;
-  const std::string arch = gemma ? "gemma3" : experts ? "qwen3moe" : "llama";
+  const std::string arch = gpt_oss ? "gpt-oss" : gemma ? "gemma3" : experts ? "qwen3moe" : "llama";
   std::vector<std::string> tokens;
   for (int c = 33; c < 127; ++c) tokens.push_back(std::string(1, static_cast<char>(c)));
   for (const char* p : {"\u0120", "He", "ll", "Hell", "Hello", "\u0120w", "<|endoftext|>"}) tokens.push_back(p);
@@ -521,6 +523,12 @@ void gguf_model(kvd::WeightType mt, const std::string& name, std::uint64_t exper
   if (gemma) {
     w.set_u32(arch + ".attention.sliding_window", 4);
     if (gemma_defect == GemmaDefect::kZeroPattern) w.set_u32(arch + ".attention.sliding_window_pattern", 0);
+  }
+  if (gpt_oss) {
+    w.set_u32(arch + ".attention.sliding_window", 4);
+    w.set_string(arch + ".rope.scaling.type", "yarn");
+    w.set_f32(arch + ".rope.scaling.factor", 4.0f);
+    w.set_u32(arch + ".rope.scaling.original_context_length", 8);
   }
   w.set_string("tokenizer.ggml.model", "gpt2");
   w.set_string("tokenizer.ggml.pre", "gpt-2");
@@ -560,8 +568,19 @@ void gguf_model(kvd::WeightType mt, const std::string& name, std::uint64_t exper
   tensor("blk.0.attn_k.weight", mt, D, Hk * Dh, 0.2f);
   tensor("blk.0.attn_v.weight", mt, D, Hk * Dh, 0.2f);
   tensor("blk.0.attn_output.weight", mt, H * Dh, D, 0.2f);
-  tensor("blk.0.ffn_norm.weight", WT::kF32, D, 1, 1.0f);
-  if (experts || gemma) {
+  tensor(gpt_oss ? "blk.0.post_attention_norm.weight" : "blk.0.ffn_norm.weight", WT::kF32, D, 1, 1.0f);
+  if (gpt_oss) {
+    for (const char* b : {"blk.0.attn_q.bias", "blk.0.attn_k.bias", "blk.0.attn_v.bias"})
+      tensor(b, WT::kF32, std::string(b) == "blk.0.attn_q.bias" ? H * Dh : Hk * Dh, 1, 0.2f);
+    tensor("blk.0.attn_output.bias", WT::kF32, D, 1, 0.2f);
+    tensor("blk.0.attn_sinks.weight", WT::kF32, H, 1, 1.0f);
+    tensor("blk.0.ffn_gate_inp.bias", WT::kF32, experts, 1, 0.2f);
+    tensor("blk.0.ffn_gate_exps.bias", WT::kF32, F, experts, 0.2f);
+    tensor("blk.0.ffn_up_exps.bias", WT::kF32, F, experts, 0.2f);
+    tensor("blk.0.ffn_down_exps.bias", WT::kF32, D, experts, 0.2f);
+    tensor("output.weight", mt, D, V, 0.2f);
+  }
+  if ((experts && !gpt_oss) || gemma) {
     tensor("blk.0.attn_q_norm.weight", WT::kF32, Dh, 1, 1.0f);
     tensor("blk.0.attn_k_norm.weight", WT::kF32, Dh, 1, 1.0f);
   }
@@ -692,6 +711,7 @@ int main(int argc, char** argv) {
     gguf_model(kvd::WeightType::kQ8_0, "tiny-gemma3-q8_0", 0, MoeDefect::kNone, {}, true);
     gguf_model(kvd::WeightType::kF16, "gemma3-zero-window-pattern", 0, MoeDefect::kNone, {}, true, GemmaDefect::kZeroPattern);
     gguf_model(kvd::WeightType::kF16, "gemma3-missing-post-norm", 0, MoeDefect::kNone, {}, true, GemmaDefect::kMissingPostNorm);
+    gguf_model(kvd::WeightType::kQ8_0, "tiny-gpt-oss-q8_0", 4, MoeDefect::kNone, {}, false, GemmaDefect::kNone, true);
     table_type_ggufs();
     safetensors();
     hf_folders();

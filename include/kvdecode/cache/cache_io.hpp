@@ -659,8 +659,9 @@ PagedSequence<T, S, SV> fill_paged(const Contents& c, BlockPool<T, S, SV>& pool)
 /// classifier flag, the sliding window, the RoPE style and rotary dims, the q/k/v
 /// biases and q/k norms, and Gemma's options when any is set: the layer pattern, the
 /// local window and RoPE base, the RoPE scaling, the embedding scale, the post norms,
-/// the activation and the attention scalar): FNV-1a 64 of their little-endian bytes.
-/// A model without Gemma's options hashes the bytes it always did.
+/// the activation and the attention scalar; gpt-oss's when any is set: YaRN, the local
+/// layers' scaling, sinks and biases): FNV-1a 64 of their little-endian bytes. A model
+/// without these options hashes the bytes it always did.
 /// Same config, same id, on every platform. For protection against another
 /// checkpoint of the same shape, hash the checkpoint file instead. Never fails.
 inline std::uint64_t config_fingerprint(const ModelConfig& c) {
@@ -681,10 +682,14 @@ inline std::uint64_t config_fingerprint(const ModelConfig& c) {
   *p++ = c.qkv_bias ? 1 : 0;
   *p = c.qk_norm ? 1 : 0;
   const ModelConfig plain;
+  const bool gpt_oss_plain = c.rope_scale_local == plain.rope_scale_local && c.rope_scaling == plain.rope_scaling &&
+                             c.yarn_orig_ctx == plain.yarn_orig_ctx && c.yarn_beta_fast == plain.yarn_beta_fast &&
+                             c.yarn_beta_slow == plain.yarn_beta_slow && c.attn_sinks == plain.attn_sinks &&
+                             c.attn_out_bias == plain.attn_out_bias && c.moe_bias == plain.moe_bias;
   if (c.swa_pattern == plain.swa_pattern && c.local_window == plain.local_window &&
       c.rope_theta_local == plain.rope_theta_local && c.rope_scale == plain.rope_scale &&
       c.embed_scale == plain.embed_scale && c.post_norms == plain.post_norms &&
-      c.ffn_activation == plain.ffn_activation && c.query_pre_attn_scalar == plain.query_pre_attn_scalar)
+      c.ffn_activation == plain.ffn_activation && c.query_pre_attn_scalar == plain.query_pre_attn_scalar && gpt_oss_plain)
     return detail::fnv1a64(bytes, sizeof bytes);
   unsigned char more[sizeof bytes + 4 * 3 + 8 * 2 + 3];
   std::memcpy(more, bytes, sizeof bytes);
@@ -702,7 +707,24 @@ inline std::uint64_t config_fingerprint(const ModelConfig& c) {
   *q++ = c.embed_scale ? 1 : 0;
   *q++ = c.post_norms ? 1 : 0;
   *q = static_cast<unsigned char>(c.ffn_activation);
-  return detail::fnv1a64(more, sizeof more);
+  if (gpt_oss_plain) return detail::fnv1a64(more, sizeof more);
+  unsigned char most[sizeof more + 4 + 8 * 2 + 5];
+  std::memcpy(most, more, sizeof more);
+  unsigned char* r = most + sizeof more;
+  detail::store_u32_le(r, static_cast<std::uint32_t>(c.yarn_orig_ctx));
+  r += 4;
+  for (double v : {c.yarn_beta_fast, c.yarn_beta_slow}) {
+    std::uint64_t bits;
+    std::memcpy(&bits, &v, 8);
+    detail::store_u64_le(r, bits);
+    r += 8;
+  }
+  *r++ = c.rope_scale_local ? 1 : 0;
+  *r++ = static_cast<unsigned char>(c.rope_scaling);
+  *r++ = c.attn_sinks ? 1 : 0;
+  *r++ = c.attn_out_bias ? 1 : 0;
+  *r = c.moe_bias ? 1 : 0;
+  return detail::fnv1a64(most, sizeof most);
 }
 
 /// Reads and checks a cache file (header, size and checksum) without loading it

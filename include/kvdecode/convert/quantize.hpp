@@ -211,7 +211,10 @@ inline WeightType choose_tensor_type(QuantScheme scheme, const std::string& name
   std::uint64_t rows = 1;
   for (std::size_t d = 1; d < ne.size(); ++d) rows *= ne[d];
   const bool is_norm = name.size() >= 12 && name.compare(name.size() - 12, 12, "_norm.weight") == 0;
-  if (ne.size() < 2 || rows <= 1 || is_norm) return WeightType::kF32;
+  // Biases stay f32 whatever their shape (llama.cpp quantizes only ".weight" tensors):
+  // gpt-oss's expert biases are 2-D ([F, E]).
+  const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+  if (ne.size() < 2 || rows <= 1 || is_norm || is_bias) return WeightType::kF32;
   const WeightType base = quant_scheme_type(scheme);
   if (weight_type_traits(base).block_size == 1) return base;  // F32, F16, BF16: no mix
   const TensorKind k = tensor_kind(name);
@@ -275,7 +278,7 @@ inline SchemeBytes scheme_weight_bytes(const ModelConfig& c, QuantScheme scheme)
     const std::uint64_t rows = tensor_rows(s, c), cols = tensor_cols(s, c);
     const std::uint64_t before = out.total;
     if (s.matrix)
-      add(choose_tensor_type(scheme, gguf_tensor_name(s, layer), {cols, rows}, ctx), rows, cols);
+      add(choose_tensor_type(scheme, gguf_tensor_name(s, layer, c.attn_sinks), {cols, rows}, ctx), rows, cols);
     else
       add(WeightType::kF32, 1, rows);
     if (s.experts != Dim::kOne) out.experts += out.total - before;
@@ -362,7 +365,8 @@ inline std::string gguf_arch_for(const ModelConfig& c) {
   // one that rotates halves cannot express adjacent pairs.
   // Gemma's block is one bundle in GGUF; anything else of it is not expressible.
   if (arch->gemma != c.embed_scale || arch->gemma != (c.ffn_activation == Activation::kGeluTanh) ||
-      arch->gemma != (c.swa_pattern > 0) || (!arch->gemma && (c.rope_scale != 1.0 || c.query_pre_attn_scalar != 0)))
+      (arch->gemma || arch->gpt_oss) != (c.swa_pattern > 0) ||
+      (!arch->gemma && !arch->gpt_oss && (c.rope_scale != 1.0 || c.query_pre_attn_scalar != 0)))
     throw ConfigError(msg("cannot write this model as GGUF ", arch->gguf_name, ": post_norms = ", c.post_norms,
                           ", embed_scale = ", c.embed_scale, ", ffn_activation = ", activation_name(c.ffn_activation),
                           ", swa_pattern = ", c.swa_pattern, ", rope_scale = ", c.rope_scale, " and query_pre_attn_scalar = ",
@@ -372,6 +376,16 @@ inline std::string gguf_arch_for(const ModelConfig& c) {
     throw ConfigError(msg("cannot write this model as GGUF ", arch->gguf_name, ": query_pre_attn_scalar = ",
                           c.attention_scalar(), " and rope_theta_local = ", c.rope_theta_local, " (GGUF implies ",
                           gguf_gemma_attention_scalar(c.n_layers, c.d_model, c.n_heads, c.head_dim), " and 10000)"));
+  // gpt-oss's block is one bundle too, its layer pattern and RoPE fixed.
+  if (arch->gpt_oss != (c.attn_out_bias && c.moe_bias && c.ffn_activation == Activation::kSwigluOai) ||
+      arch->gpt_oss != (c.rope_scaling == RopeScaling::kYarn || c.rope_scale_local) ||
+      (arch->gpt_oss && (c.swa_pattern != arch->swa_pattern || c.rope_theta_local != c.rope_theta || !c.rope_scale_local ||
+                         c.query_pre_attn_scalar != 0)))
+    throw ConfigError(msg("cannot write this model as GGUF ", arch->gguf_name, ": attn_sinks = ", c.attn_sinks,
+                          ", attn_out_bias = ", c.attn_out_bias, ", moe_bias = ", c.moe_bias, ", ffn_activation = ",
+                          activation_name(c.ffn_activation), ", swa_pattern = ", c.swa_pattern, ", rope_scale_local = ",
+                          c.rope_scale_local, " and YaRN = ", c.rope_scaling == RopeScaling::kYarn,
+                          " are not one architecture's (gpt-oss: all of its options, pattern 2, one RoPE base)"));
   if (arch->gguf_rope == RopeStyle::kHalves && c.rope_style != RopeStyle::kHalves)
     throw ConfigError(msg("cannot write this model as GGUF ", arch->gguf_name,
                           ": it rotates adjacent pairs, the architecture rotates halves"));
@@ -401,17 +415,21 @@ inline std::vector<QuantSource> sources_from_weights(std::shared_ptr<const Model
                      m->dequantize_row(src, y);
                    }});
   };
-  auto vec = [&](const std::string& name, const Vector<float>* v) {
-    out.push_back({name, {static_cast<std::uint64_t>(v->size())}, WeightType::kF32,
-                   [w, v](std::uint64_t, float* y) { std::copy(v->data(), v->data() + v->size(), y); }});
+  // A vector as one row, or an expert vector as E rows of size / E ([size / E, E]).
+  auto vec = [&](const std::string& name, const std::vector<std::uint64_t>& ne, const Vector<float>* v) {
+    out.push_back({name, ne, WeightType::kF32, [w, v, n = ne[0]](std::uint64_t r, float* y) {
+                     std::copy(v->data() + r * n, v->data() + (r + 1) * n, y);
+                   }});
   };
   for_each_gguf_file_tensor(c, [&](const TensorSpec& s, int layer) {
     const auto slot = tensor_slot(*w, s.id, layer);
-    const std::string name = gguf_tensor_name(s, layer);
+    const std::string name = gguf_tensor_name(s, layer, c.attn_sinks);
     if (slot.matrix)
       mat(name, gguf_tensor_ne(s, c), slot.matrix, halves && (s.id == TensorId::kWq || s.id == TensorId::kWk));
     else if (s.presence != Presence::kIfStored || slot.vector->size() != 0)
-      vec(name, slot.vector);
+      vec(name, s.presence == Presence::kIfStored ? std::vector<std::uint64_t>{static_cast<std::uint64_t>(slot.vector->size())}
+                                                  : gguf_tensor_ne(s, c),
+          slot.vector);
   });
   return out;
 }
@@ -445,6 +463,19 @@ inline void write_model_keys(GGUFWriter& g, const ModelConfig& c, const std::str
     if (c.swa_pattern != find_gguf_architecture(arch)->swa_pattern)
       g.set_u32(key("attention.sliding_window_pattern"), static_cast<std::uint32_t>(c.swa_pattern));
     if (c.rope_scale != 1.0) {
+      g.set_string(key("rope.scaling.type"), "linear");
+      g.set_f32(key("rope.scaling.factor"), static_cast<float>(c.rope_scale));
+    }
+  }
+  if (c.attn_sinks) {  // gpt-oss (gguf_arch_for checked the rest of its block)
+    g.set_u32(key("attention.sliding_window"), static_cast<std::uint32_t>(c.local_window));
+    if (c.rope_scaling == RopeScaling::kYarn) {
+      g.set_string(key("rope.scaling.type"), "yarn");
+      g.set_f32(key("rope.scaling.factor"), static_cast<float>(c.rope_scale));
+      g.set_u32(key("rope.scaling.original_context_length"), static_cast<std::uint32_t>(c.yarn_orig_ctx));
+      if (c.yarn_beta_fast != 32.0) g.set_f32(key("rope.scaling.yarn_beta_fast"), static_cast<float>(c.yarn_beta_fast));
+      if (c.yarn_beta_slow != 1.0) g.set_f32(key("rope.scaling.yarn_beta_slow"), static_cast<float>(c.yarn_beta_slow));
+    } else if (c.rope_scale != 1.0) {
       g.set_string(key("rope.scaling.type"), "linear");
       g.set_f32(key("rope.scaling.factor"), static_cast<float>(c.rope_scale));
     }

@@ -75,10 +75,21 @@ enum class RouterOrder : std::uint8_t {
 enum class Activation : std::uint8_t {
   kSilu = 0,      ///< SiLU: SwiGLU (Llama, Qwen)
   kGeluTanh = 1,  ///< GELU, tanh approximation: GeGLU (Gemma; PyTorch's gelu_pytorch_tanh)
+  kSwigluOai = 2, ///< gpt-oss's clamped SwiGLU: g = min(gate, 7), g * sigmoid(1.702 g) * (clamp(up, -7, 7) + 1)
 };
 
-/// "silu" or "gelu_tanh". Never fails.
-inline const char* activation_name(Activation a) { return a == Activation::kGeluTanh ? "gelu_tanh" : "silu"; }
+/// "silu", "gelu_tanh" or "swiglu_oai". Never fails.
+inline const char* activation_name(Activation a) {
+  return a == Activation::kGeluTanh ? "gelu_tanh" : a == Activation::kSwigluOai ? "swiglu_oai" : "silu";
+}
+
+/// How the scaled layers' RoPE stretches positions (ModelConfig::rope_scale). Explicit
+/// values: frozen.
+enum class RopeScaling : std::uint8_t {
+  kLinear = 0,  ///< every frequency divided by rope_scale (1 = none)
+  kYarn = 1,    ///< YaRN: frequencies blended between divided and kept by a ramp over the pairs, cos
+                ///< and sin multiplied by 1 + 0.1 ln(rope_scale) (gpt-oss; RoPE::RoPE has the formulas)
+};
 
 /// "adjacent" or "halves". Never fails.
 inline const char* rope_style_name(RopeStyle s) { return s == RopeStyle::kHalves ? "halves" : "adjacent"; }
@@ -114,12 +125,21 @@ struct ModelConfig {
   int swa_pattern = 0;
   int local_window = 0;           ///< with swa_pattern: the local layers' window (> 0)
   double rope_theta_local = 10000.0;  ///< with swa_pattern: the local layers' RoPE base
-  double rope_scale = 1.0;        ///< linear RoPE scaling of the global layers (every layer without
-                                  ///< swa_pattern): positions divided by it; 1 = none
+  double rope_scale = 1.0;        ///< RoPE scaling factor of the global layers (every layer without
+                                  ///< swa_pattern, and the local ones with rope_scale_local); 1 = none
+  bool rope_scale_local = false;  ///< with swa_pattern: the local layers are scaled too (gpt-oss; Gemma's are not)
+  RopeScaling rope_scaling = RopeScaling::kLinear;  ///< how rope_scale scales: linear or YaRN
+  int yarn_orig_ctx = 0;          ///< with kYarn: the context the model was trained at (> 0)
+  double yarn_beta_fast = 32.0;   ///< with kYarn: rotations over yarn_orig_ctx below which a pair is kept
+  double yarn_beta_slow = 1.0;    ///< with kYarn: rotations above which a pair is fully scaled
   bool embed_scale = false;       ///< embedding rows multiplied by sqrt(d_model), rounded to the compute type (Gemma)
   bool post_norms = false;        ///< RMSNorm of the attention and FFN outputs before each residual add (Gemma 3)
   Activation ffn_activation = Activation::kSilu;  ///< the gated FFN's activation: SwiGLU or GeGLU
   int query_pre_attn_scalar = 0;  ///< attention scores are divided by sqrt(this); 0 = head_dim
+  // gpt-oss: attention sinks and biases on the output projection, router and experts.
+  bool attn_sinks = false;        ///< one learned logit per query head joins each softmax's denominator
+  bool attn_out_bias = false;     ///< the output projection (wo) adds a bias
+  bool moe_bias = false;          ///< with experts: the router and each expert's gate, up and down add biases
   /// How KV caches store heads: rotated by the Walsh-Hadamard transform (keys, or keys
   /// and values) to spread outliers before a block type quantizes them. Not a property
   /// of the weights: a load option (--cache-rotate). Needs a power-of-two head_dim.
@@ -137,8 +157,9 @@ struct ModelConfig {
   int layer_window(int layer) const { return layer_local(layer) ? local_window : sliding_window; }
   /// The RoPE base of layer `layer`: rope_theta_local for a local layer, else rope_theta.
   double layer_rope_theta(int layer) const { return layer_local(layer) ? rope_theta_local : rope_theta; }
-  /// The linear RoPE scaling of layer `layer`: 1 for a local layer, else rope_scale.
-  double layer_rope_scale(int layer) const { return layer_local(layer) ? 1.0 : rope_scale; }
+  /// The RoPE scaling factor of layer `layer`: rope_scale, or 1 for a local layer
+  /// without rope_scale_local.
+  double layer_rope_scale(int layer) const { return layer_local(layer) && !rope_scale_local ? 1.0 : rope_scale; }
   /// What attention scores are divided by the square root of: query_pre_attn_scalar, or head_dim.
   int attention_scalar() const { return query_pre_attn_scalar > 0 ? query_pre_attn_scalar : head_dim; }
   /// Rows of FFN work per token: K for a mixture of experts, else 1.
@@ -171,6 +192,9 @@ struct ModelConfig {
     if (qkv_bias) per_layer += q + 2 * kv;
     if (qk_norm) per_layer += 2ull * static_cast<std::uint64_t>(head_dim);
     if (post_norms) per_layer += 2 * D;
+    if (attn_sinks) per_layer += static_cast<std::uint64_t>(n_heads);
+    if (attn_out_bias) per_layer += D;
+    if (moe_bias && E > 0) per_layer += E + E * (2 * F + D);
     return V * D + L * per_layer + D + (shared_classifier ? 0 : V * D);
   }
 
@@ -225,8 +249,22 @@ struct ModelConfig {
       throw ConfigError(detail::msg("ModelConfig.rope_theta_local = ", rope_theta_local, " must be in (1, 1e12]"));
     if (!(rope_scale >= 1.0) || rope_scale > 1e6)
       throw ConfigError(detail::msg("ModelConfig.rope_scale = ", rope_scale, " must be in [1, 1e6]"));
-    if (ffn_activation != Activation::kSilu && ffn_activation != Activation::kGeluTanh)
+    if (ffn_activation != Activation::kSilu && ffn_activation != Activation::kGeluTanh &&
+        ffn_activation != Activation::kSwigluOai)
       throw ConfigError(detail::msg("ModelConfig.ffn_activation = ", static_cast<int>(ffn_activation), " is not an activation"));
+    if (rope_scaling != RopeScaling::kLinear && rope_scaling != RopeScaling::kYarn)
+      throw ConfigError(detail::msg("ModelConfig.rope_scaling = ", static_cast<int>(rope_scaling), " is not a RoPE scaling"));
+    if (rope_scaling == RopeScaling::kYarn) {
+      if (yarn_orig_ctx <= 0 || yarn_orig_ctx > (1 << 20))
+        throw ConfigError(detail::msg("ModelConfig.yarn_orig_ctx = ", yarn_orig_ctx, " must be in [1, ", 1 << 20, "] with YaRN"));
+      if (!(yarn_beta_slow > 0.0) || !(yarn_beta_fast > yarn_beta_slow) || yarn_beta_fast > 1e6)
+        throw ConfigError(detail::msg("ModelConfig.yarn_beta_fast = ", yarn_beta_fast, " and yarn_beta_slow = ", yarn_beta_slow,
+                                      " must satisfy 0 < yarn_beta_slow < yarn_beta_fast <= 1e6"));
+    }
+    if (rope_scale_local && swa_pattern == 0)
+      throw ConfigError("ModelConfig.rope_scale_local = true needs swa_pattern > 0 (local layers)");
+    if (moe_bias && n_experts == 0)
+      throw ConfigError("ModelConfig.moe_bias = true needs a mixture of experts (n_experts > 0)");
     if (query_pre_attn_scalar < 0)
       throw ConfigError(detail::msg("ModelConfig.query_pre_attn_scalar = ", query_pre_attn_scalar, " must be >= 0 (0 = head_dim)"));
     if (kv_rotation != KVRotation::kNone && kv_rotation != KVRotation::kKeys && kv_rotation != KVRotation::kKeysValues)
@@ -292,7 +330,12 @@ struct ModelConfig {
                        swa_pattern ? detail::msg(" local=", swa_pattern - 1, ":1 window=", local_window) : std::string(),
                        embed_scale ? " embed_scale" : "", post_norms ? " post_norms" : "",
                        ffn_activation != Activation::kSilu ? detail::msg(" ffn=", activation_name(ffn_activation)) : std::string(),
-                       query_pre_attn_scalar ? detail::msg(" attn_scalar=", query_pre_attn_scalar) : std::string());
+                       query_pre_attn_scalar ? detail::msg(" attn_scalar=", query_pre_attn_scalar) : std::string(),
+                       rope_scale != 1.0 ? detail::msg(" rope_scale=", rope_scale,
+                                                       rope_scaling == RopeScaling::kYarn ? detail::msg(" yarn(", yarn_orig_ctx, ")") : std::string(),
+                                                       rope_scale_local ? " all_layers" : "")
+                                         : std::string(),
+                       attn_sinks ? " sinks" : "", attn_out_bias ? " out_bias" : "", moe_bias ? " moe_bias" : "");
   }
 
   bool operator==(const ModelConfig& o) const {
@@ -305,7 +348,10 @@ struct ModelConfig {
            norm_topk_prob == o.norm_topk_prob && kv_rotation == o.kv_rotation && swa_pattern == o.swa_pattern &&
            local_window == o.local_window && rope_theta_local == o.rope_theta_local && rope_scale == o.rope_scale &&
            embed_scale == o.embed_scale && post_norms == o.post_norms && ffn_activation == o.ffn_activation &&
-           query_pre_attn_scalar == o.query_pre_attn_scalar;
+           query_pre_attn_scalar == o.query_pre_attn_scalar && rope_scale_local == o.rope_scale_local &&
+           rope_scaling == o.rope_scaling && yarn_orig_ctx == o.yarn_orig_ctx && yarn_beta_fast == o.yarn_beta_fast &&
+           yarn_beta_slow == o.yarn_beta_slow && attn_sinks == o.attn_sinks && attn_out_bias == o.attn_out_bias &&
+           moe_bias == o.moe_bias;
   }
   bool operator!=(const ModelConfig& o) const { return !(*this == o); }
 };

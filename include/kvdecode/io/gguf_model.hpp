@@ -13,6 +13,13 @@
 //          (attention.sliding_window, RoPE base 10000) and global ones (rope.freq_base,
 //          linear rope.scaling) at 5:1 (or attention.sliding_window_pattern), tied
 //          output; norm weights stored as 1 + w by the converter, so applied as stored
+//   gpt-oss  gpt-oss: q/k/v/o biases, attention sinks (attn_sinks), local layers
+//          (attention.sliding_window) alternating with full ones, the even layers local,
+//          YaRN RoPE on every layer (rope.scaling.type yarn, factor,
+//          original_context_length; optional yarn_beta_fast, yarn_beta_slow), a mixture
+//          of experts routed top-k then softmax with biases on the router and experts
+//          (ffn_{gate_inp,gate_exps,up_exps,down_exps}.bias), the clamped SwiGLU, the
+//          FFN pre-norm named post_attention_norm, a separate output
 // Anything else is refused by name. The architectures and the tensor names are
 // the rows of architecture.hpp.
 //
@@ -87,8 +94,9 @@ inline int gguf_dim(const GGUFFile& f, const std::string& key, std::int64_t def 
 }
 
 /// The tensor called `name` with shape ne = [cols, rows] (rows = 0: a vector of
-/// `cols`; experts > 0: ne = [cols, rows / experts, experts], an expert tensor), or
-/// nullptr when absent and optional. FormatError naming the tensor when its shape differs.
+/// `cols`; experts > 0: ne = [cols, rows / experts, experts], an expert tensor, or
+/// for a vector ne = [cols / experts, experts]), or nullptr when absent and optional.
+/// FormatError naming the tensor when its shape differs.
 inline const GGUFTensorInfo* gguf_tensor(const GGUFFile& f, const std::string& name, std::uint64_t cols,
                                          std::uint64_t rows, bool optional = false, std::uint64_t experts = 0) {
   const GGUFTensorInfo* t = f.find_tensor(name);
@@ -96,13 +104,18 @@ inline const GGUFTensorInfo* gguf_tensor(const GGUFFile& f, const std::string& n
     if (optional) return nullptr;
     gguf_model_fail(f, msg("tensor '", name, "' is missing"));
   }
-  const bool vector_ok = rows == 0 && t->ne[0] == cols && t->rows() == 1;
+  const bool vector_ok = rows == 0 && experts == 0 && t->ne[0] == cols && t->rows() == 1;
+  const bool expert_vector_ok = rows == 0 && experts > 0 && t->n_dims == 2 && t->ne[0] == cols / experts &&
+                                t->ne[1] == experts;
   const bool matrix_ok = rows > 0 && experts == 0 && t->n_dims <= 2 && t->ne[0] == cols && t->rows() == rows;
   const bool experts_ok = rows > 0 && experts > 0 && t->n_dims == 3 && t->ne[0] == cols && t->ne[1] == rows / experts &&
                           t->ne[2] == experts;
-  if (!vector_ok && !matrix_ok && !experts_ok)
-    gguf_model_fail(f, msg("tensor '", name, "' has shape ", t->shape_string(), ", expected [", cols,
-                           experts ? msg(",", rows / experts, ",", experts) : rows ? msg(",", rows) : std::string(),
+  if (!vector_ok && !matrix_ok && !experts_ok && !expert_vector_ok)
+    gguf_model_fail(f, msg("tensor '", name, "' has shape ", t->shape_string(), ", expected [",
+                           rows == 0 && experts ? msg(cols / experts, ",", experts)
+                           : experts            ? msg(cols, ",", rows / experts, ",", experts)
+                           : rows               ? msg(cols, ",", rows)
+                                                : msg(cols),
                            "] for this model's config"));
   if (!weight_type_traits(t->type).supported)
     gguf_model_fail(f, msg("tensor '", name, "' has type ", weight_type_name(t->type),
@@ -173,8 +186,9 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
     detail::gguf_model_fail(f, detail::msg("rope.dimension_count ", rot, " must be even and in [2, head_dim = ", c.head_dim, "]"));
   c.rope_dim = rot == static_cast<std::uint64_t>(c.head_dim) ? 0 : static_cast<int>(rot);
   const std::string scaling = f.get_string_or(a + "rope.scaling.type", "none");
-  if (scaling != "none" && scaling != "linear")
-    detail::gguf_model_fail(f, detail::msg("rope.scaling.type '", scaling, "' is not supported (none or linear)"));
+  if (scaling != "none" && scaling != "linear" && !(arch->gpt_oss && scaling == "yarn"))
+    detail::gguf_model_fail(f, detail::msg("rope.scaling.type '", scaling, "' is not supported (none or linear",
+                                           arch->gpt_oss ? ", or yarn" : "", ")"));
   c.rope_style = arch->gguf_rope;
   c.qkv_bias = arch->qkv_bias;
   // llama.cpp's llama applies q/k/v biases when the file has them; so does kvdecode
@@ -182,11 +196,11 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
   if (!c.qkv_bias && arch->qkv_bias_if_stored && f.find_tensor(gguf_tensor_name(tensor_spec(TensorId::kBq), 0)))
     c.qkv_bias = true;
   c.qk_norm = arch->qk_norm;
-  if (scaling == "linear") {
+  if (scaling == "linear" || scaling == "yarn") {
     const double factor = f.get_f64(a + "rope.scaling.factor");
     if (!(factor >= 1.0) || factor > 1e6)
       detail::gguf_model_fail(f, detail::msg("key '", a, "rope.scaling.factor' = ", factor, " must be in [1, 1e6]"));
-    if (arch->gemma) c.rope_scale = factor;
+    if (arch->gemma || arch->gpt_oss) c.rope_scale = factor;
     else if (factor != 1.0)
       detail::gguf_model_fail(f, detail::msg("key '", a, "rope.scaling.factor' = ", factor, " is not supported for ",
                                              info.architecture, " (only 1)"));
@@ -205,6 +219,41 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
     c.swa_pattern = static_cast<int>(pattern);
     c.rope_theta_local = 10000.0;
     c.query_pre_attn_scalar = gguf_gemma_attention_scalar(c.n_layers, c.d_model, c.n_heads, c.head_dim);
+  }
+  if (arch->gpt_oss) {
+    c.attn_sinks = true;
+    c.attn_out_bias = true;
+    c.moe_bias = true;
+    c.ffn_activation = Activation::kSwigluOai;
+    // Local and full layers alternate, the even ones local: ik_llama.cpp's fixed
+    // pattern (it reads no pattern key for gpt-oss, so a file's other pattern is refused).
+    c.local_window = gguf_dim(f, a + "attention.sliding_window");
+    const std::string pk = a + "attention.sliding_window_pattern";
+    if (f.find(pk) && f.get_u64(pk) != static_cast<std::uint64_t>(arch->swa_pattern))
+      detail::gguf_model_fail(f, detail::msg("key '", pk, "' = ", f.get_u64(pk), " is not a sliding-window pattern kvdecode ",
+                                             "knows for gpt-oss (", arch->swa_pattern, ": local and full layers alternate)"));
+    c.swa_pattern = arch->swa_pattern;
+    c.rope_theta_local = c.rope_theta;
+    c.rope_scale_local = true;
+    if (scaling == "yarn") {
+      c.rope_scaling = RopeScaling::kYarn;
+      // ggml's defaults: the context the file was trained at, beta_fast 32, beta_slow 1.
+      const std::string ok = a + "rope.scaling.original_context_length";
+      const std::uint64_t orig = f.get_u64_or(ok, info.file_context);
+      if (orig == 0 || orig > (1u << 20))
+        detail::gguf_model_fail(f, detail::msg("key '", ok, "' = ", orig, " must be in [1, ", 1u << 20, "]"));
+      c.yarn_orig_ctx = static_cast<int>(orig);
+      c.yarn_beta_fast = f.get_f64_or(a + "rope.scaling.yarn_beta_fast", 32.0);
+      c.yarn_beta_slow = f.get_f64_or(a + "rope.scaling.yarn_beta_slow", 1.0);
+      // ggml multiplies YaRN's magnitude by rope.scaling.attn_factor; gpt-oss files hold none.
+      const std::string fk = a + "rope.scaling.attn_factor";
+      if (f.find(fk) && f.get_f64(fk) != 1.0)
+        detail::gguf_model_fail(f, detail::msg("key '", fk, "' = ", f.get_f64(fk), " is not supported (only 1)"));
+      if (!(c.yarn_beta_slow > 0.0) || !(c.yarn_beta_fast > c.yarn_beta_slow) || c.yarn_beta_fast > 1e6)
+        detail::gguf_model_fail(f, detail::msg("keys '", a, "rope.scaling.yarn_beta_fast' = ", c.yarn_beta_fast, " and '", a,
+                                               "rope.scaling.yarn_beta_slow' = ", c.yarn_beta_slow,
+                                               " must satisfy 0 < beta_slow < beta_fast <= 1e6"));
+    }
   }
   const std::string emb_name = tensor_spec(TensorId::kTokenEmbedding).gguf;
   const GGUFTensorInfo* emb = f.find_tensor(emb_name);
@@ -232,7 +281,7 @@ inline GGUFModelInfo gguf_model_info(const GGUFFile& f, const GGUFLoadOptions& o
   for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
     // GGUF lists ne[0] (the row length) first: a matrix is [cols, rows], a vector [length].
     const std::uint64_t rows = tensor_rows(s, c), cols = tensor_cols(s, c);
-    const GGUFTensorInfo* t = detail::gguf_tensor(f, gguf_tensor_name(s, layer), s.matrix ? cols : rows,
+    const GGUFTensorInfo* t = detail::gguf_tensor(f, gguf_tensor_name(s, layer, c.attn_sinks), s.matrix ? cols : rows,
                                                   s.matrix ? rows : 0, s.presence == Presence::kIfStored,
                                                   s.experts == Dim::kOne ? 0 : tensor_experts(s, c));
     if (t) used.push_back(t);
@@ -284,15 +333,16 @@ ModelWeights<T> load_gguf_weights(std::shared_ptr<const detail::GGUFOwner> owner
     }
     return WeightMatrix::view(t->type, static_cast<long>(t->rows()), static_cast<long>(t->ne[0]), f.tensor_data(*t), owner);
   };
-  auto vec = [&](const std::string& name) {
+  auto vec = [&](const std::string& name) {  // every row, one after the other (an expert vector: [F, E])
     const GGUFTensorInfo* t = f.find_tensor(name);
-    Vector<T> v(static_cast<long>(t->ne[0]));
-    matrix(name).dequantize_row(0, v.data());
+    const WeightMatrix m = matrix(name);
+    Vector<T> v(static_cast<long>(t->ne[0] * t->rows()));
+    for (long r = 0; r < m.rows(); ++r) m.dequantize_row(r, v.data() + r * m.cols());
     return v;
   };
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
   for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
-    const std::string name = gguf_tensor_name(s, layer);
+    const std::string name = gguf_tensor_name(s, layer, c.attn_sinks);
     if (s.presence == Presence::kIfStored && !f.find_tensor(name)) return;
     const auto slot = tensor_slot(w, s.id, layer);
     if (slot.matrix)

@@ -19,6 +19,7 @@
 //   e[t]     = exp_(score[t] - m)
 //   sum      = 16 lane sums keyed to t mod 16, each in increasing t, then a fixed tree
 //   w[t]     = e[t] / sum
+//              (with a sink s_h, gpt-oss: m = max(m, s_h), sum = tree + exp_(s_h - m))
 //   out[d]   = fma chain over t in increasing order of w[t] * v_t[d], from +0
 // The decode kernel computes 16 scores at once with the lanes keyed to
 // positions, each lane its own chain over d, so the vector width never enters
@@ -63,7 +64,8 @@ class Attention {
   Attention(const ModelConfig& c, const LayerWeights<T>& w, int layer, const RoPE<T>* rope)
       : n_heads_(c.n_heads), n_kv_heads_(c.n_kv_heads), head_dim_(c.head_dim), d_model_(c.d_model),
         window_(c.layer_window(layer)), layer_(layer), score_div_(std::sqrt(static_cast<T>(c.attention_scalar()))), rotation_(c.kv_rotation), norm_eps_(static_cast<T>(c.norm_eps)), rope_(rope),
-        wqkv_({&w.wq, &w.wk, &w.wv}), wo_({&w.wo}), q_norm_(w.q_norm), k_norm_(w.k_norm) {
+        wqkv_({&w.wq, &w.wk, &w.wv}), wo_({&w.wo}), q_norm_(w.q_norm), k_norm_(w.k_norm), sinks_(w.attn_sinks),
+        out_bias_(w.bo) {
     k_col_ = wqkv_.part_col(1);
     v_col_ = wqkv_.part_col(2);
     if (c.qkv_bias) {
@@ -113,7 +115,11 @@ class Attention {
       visible = plan(rows, M, ws);
       run(rows, M, caches, ws, visible);
     }
-    { detail::PhaseScope ps(detail::Phase::kWo); matmul(ws.att.data(), ws.ld_q, M, wo_, out, ldo); }
+    {
+      detail::PhaseScope ps(detail::Phase::kWo);
+      matmul(ws.att.data(), ws.ld_q, M, wo_, out, ldo);
+      add_out_bias(out, ldo, M);
+    }
     return static_cast<std::uint64_t>(M) * (wqkv_.n_out() * d_model_ + wo_.n_out() * q_dim()) +
            2ull * visible * n_heads_ * head_dim_;
   }
@@ -191,29 +197,30 @@ class Attention {
       const int first = detail::first_visible(row.pos, window_);
       switch (item.rows) {
         case 1:
-          detail::attend_kv_head(qh, cache, layer_, kvh, item.heads, head_dim_, first, row.pos, score_div_, scores, ws.ld_s, out_h);
+          detail::attend_kv_head(qh, cache, layer_, kvh, item.heads, head_dim_, first, row.pos, score_div_,
+                                 sinks_.size() ? sinks_.data() + h : nullptr, scores, ws.ld_s, out_h);
           if (rotation_ == KVRotation::kKeysValues) detail::hadamard_rotate(out_h, item.heads, head_dim_);
           break;
         case 2:
-          detail::attend_rows<2>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<2>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, sink(h), scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 3:
-          detail::attend_rows<3>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<3>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, sink(h), scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 4:
-          detail::attend_rows<4>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<4>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, sink(h), scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 5:
-          detail::attend_rows<5>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<5>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, sink(h), scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 6:
-          detail::attend_rows<6>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<6>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, sink(h), scores, ws.ld_s, out_h, ws.ld_q);
           break;
         case 7:
-          detail::attend_rows<7>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<7>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, sink(h), scores, ws.ld_s, out_h, ws.ld_q);
           break;
         default:
-          detail::attend_rows<8>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, scores, ws.ld_s, out_h, ws.ld_q);
+          detail::attend_rows<8>(qh, ws.ld_qkv, cache, layer_, kvh, head_dim_, row.pos, window_, score_div_, sink(h), scores, ws.ld_s, out_h, ws.ld_q);
           break;
       }
       if (item.rows > 1 && rotation_ == KVRotation::kKeysValues)
@@ -265,7 +272,7 @@ class Attention {
         }
         const long first = detail::first_visible(static_cast<int>(i), window_);
         for (long t = 0; t < n; ++t) s[t] = (t > i || t < first) ? neg_inf : s[t] / score_div_;  // the causal mask
-        detail::softmax_blocks(s, 0, static_cast<int>(n_pad / detail::kLanes), 0, static_cast<int>(n - 1));
+        detail::softmax_blocks(s, 0, static_cast<int>(n_pad / detail::kLanes), 0, static_cast<int>(n - 1), sink(h));
         // att_i = fma chain over every t (masked ones add exact zeros) of w[t] * v_t
         T* o = &att(i, qo);
         for (int d = 0; d < head_dim_; ++d) o[d] = T(0);
@@ -279,10 +286,21 @@ class Attention {
     }
     RowMatrix<T> out(n, wo_.n_out_padded());
     matmul(att.data(), att.cols(), n, wo_, out.data(), out.cols());
+    add_out_bias(out.data(), out.cols(), n);
     return out.leftCols(d_model_);
   }
 
  private:
+  // Head h's sink logit, or -inf without sinks.
+  T sink(int h) const { return sinks_.size() ? sinks_[h] : -std::numeric_limits<T>::infinity(); }
+
+  // out[m] += the output projection's bias, for M rows (nothing without one).
+  void add_out_bias(T* out, long ldo, long M) const {
+    if (out_bias_.size() == 0) return;
+    for (long m = 0; m < M; ++m)
+      for (long i = 0; i < d_model_; ++i) out[m * ldo + i] = out[m * ldo + i] + out_bias_[i];
+  }
+
   // One projected row r (q | k | v) at position pos: bias, q/k RMSNorm, RoPE on q and k.
   void finish_row(T* r, int pos) const {
     if (bias_.size() != 0)
@@ -313,6 +331,8 @@ class Attention {
   Vector<T> bias_;     // (wqkv_.n_out_padded()) q|k|v biases in the product's columns; empty = none
   Vector<T> q_norm_;   // (Dh) per-head q RMSNorm weights; empty = none
   Vector<T> k_norm_;   // (Dh)
+  Vector<T> sinks_;    // (H) per-head sink logits (gpt-oss); empty = none
+  Vector<T> out_bias_; // (D) the output projection's bias (gpt-oss); empty = none
 };
 
 }  // namespace kvd

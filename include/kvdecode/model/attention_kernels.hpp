@@ -63,8 +63,12 @@ inline constexpr int kAttendAhead = 4;
 ///            increasing position, then ((l0+l1)+(l2+l3))+... in a fixed tree
 ///   s      = e / sum
 /// Entries that are not visible add +0 to their lane, which changes nothing.
+/// An attention sink (gpt-oss; -inf: none) is one more logit in the denominator only:
+/// m = max(m, sink) and sum = tree + exp_(sink - m), after the tree. Without one these
+/// are max(m, -inf) = m and sum + 0 = sum: the same bits.
 template <class T>
-inline void softmax_blocks(T* s, int base, int n_blocks, int lo, int hi) {
+inline void softmax_blocks(T* s, int base, int n_blocks, int lo, int hi,
+                           T sink = -std::numeric_limits<T>::infinity()) {
   const int n = n_blocks * kLanes;
   const int i0 = lo - base, i1 = hi - base;  // visible index range [i0, i1]
   const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -76,6 +80,7 @@ inline void softmax_blocks(T* s, int base, int n_blocks, int lo, int hi) {
     for (int j = 0; j < kLanes; ++j) lane_max[j] = std::max(lane_max[j], s[b * kLanes + j]);
   T mx = neg_inf;
   for (int j = 0; j < kLanes; ++j) mx = std::max(mx, lane_max[j]);
+  mx = std::max(mx, sink);
   // A signed-zero maximum may come out as +0 or -0 depending on order; s - (+0) and
   // s - (-0) are equal for every s (and exp(+0) == exp(-0)), so that cannot matter.
   for (int i = 0; i < n; ++i) s[i] = s[i] - mx;  // -inf stays -inf
@@ -86,7 +91,7 @@ inline void softmax_blocks(T* s, int base, int n_blocks, int lo, int hi) {
     for (int j = 0; j < kLanes; ++j) lane_sum[j] = lane_sum[j] + s[b * kLanes + j];
   for (int width = kLanes / 2; width >= 1; width /= 2)
     for (int j = 0; j < width; ++j) lane_sum[j] = lane_sum[2 * j] + lane_sum[2 * j + 1];
-  const T sum = lane_sum[0];
+  const T sum = sink > neg_inf ? lane_sum[0] + exp_(sink - mx) : lane_sum[0];
   for (int i = 0; i < n; ++i) s[i] = s[i] / sum;
 }
 
@@ -196,10 +201,11 @@ inline void score_blocks(const T* q, int head_dim, int b0, KBlock&& k_block, T* 
 /// least round_up_lanes(last + 1) - 16 * (first / 16) values. Each K and V value is
 /// read once for the HG heads, and each head's result is the same as computing it
 /// alone: the heads share loads, never a chain. Scores are divided by `score_div`
-/// (sqrt of ModelConfig::attention_scalar()).
+/// (sqrt of ModelConfig::attention_scalar()). `sinks`: the HG heads' sink logits, or
+/// nullptr for none.
 template <int HG, class T, class Cache>
 inline void attend_group(const T* q, const Cache& cache, int layer, int kvh, int head_dim, int first, int last,
-                         T score_div, T* scores, long ld_s, T* out) {
+                         T score_div, const T* sinks, T* scores, long ld_s, T* out) {
   const int b0 = first / kLanes, b1 = last / kLanes, nb = b1 - b0 + 1;
   const long off = static_cast<long>(kvh) * head_dim * kLanes;  // the KV head inside a block
   auto k_block = [&](int b) { return cache.k_block(layer, b) + off; };  // (head_dim, 16)
@@ -215,7 +221,7 @@ inline void attend_group(const T* q, const Cache& cache, int layer, int kvh, int
   for (int h = 0; h < HG; ++h) {
     T* s = scores + h * ld_s;
     for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / score_div;
-    softmax_blocks(s, b0 * kLanes, nb, first, last);
+    softmax_blocks(s, b0 * kLanes, nb, first, last, sinks ? sinks[h] : -std::numeric_limits<T>::infinity());
     w[h] = s + (first - b0 * kLanes);
     o[h] = out + h * head_dim;
   }
@@ -225,26 +231,28 @@ inline void attend_group(const T* q, const Cache& cache, int layer, int kvh, int
 /// n_q consecutive query heads of one row, all reading KV head kvh (a GQA group or
 /// part of one), over cache positions [first, last]; q, out as for attend_group.
 /// Runs them in passes of kGroupPass<T> heads (then 4, 2, 1), each pass reading
-/// the KV head's positions once. scores: min(n_q, 8) rows of ld_s scratch.
+/// the KV head's positions once. scores: min(n_q, 8) rows of ld_s scratch. `sinks`:
+/// the n_q heads' sink logits, or nullptr for none.
 template <class T, class Cache>
 inline void attend_kv_head(const T* q, const Cache& cache, int layer, int kvh, int n_q, int head_dim, int first,
-                           int last, T score_div, T* scores, long ld_s, T* out) {
+                           int last, T score_div, const T* sinks, T* scores, long ld_s, T* out) {
   constexpr int kPass = kGroupPass<T>;
   const long step = head_dim;
+  auto sink = [&](int h) { return sinks ? sinks + h : nullptr; };
   int h = 0;
   for (; n_q - h >= kPass; h += kPass)
-    attend_group<kPass>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, scores, ld_s, out + h * step);
+    attend_group<kPass>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, sink(h), scores, ld_s, out + h * step);
   if constexpr (kPass > 4)
     if (n_q - h >= 4) {
-      attend_group<4>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, scores, ld_s, out + h * step);
+      attend_group<4>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, sink(h), scores, ld_s, out + h * step);
       h += 4;
     }
   if constexpr (kPass > 2)
     if (n_q - h >= 2) {
-      attend_group<2>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, scores, ld_s, out + h * step);
+      attend_group<2>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, sink(h), scores, ld_s, out + h * step);
       h += 2;
     }
-  if (n_q - h >= 1) attend_group<1>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, scores, ld_s, out + h * step);
+  if (n_q - h >= 1) attend_group<1>(q + h * step, cache, layer, kvh, head_dim, first, last, score_div, sink(h), scores, ld_s, out + h * step);
 }
 
 /// R (up to 8) consecutive rows of one sequence (positions pos0 .. pos0 + R - 1), one query
@@ -253,9 +261,10 @@ inline void attend_kv_head(const T* q, const Cache& cache, int layer, int kvh, i
 /// r * ld_out; scores: R rows of ld_s scratch. Row r sees [first(r), pos0 + r] with
 /// first(r) = first_visible(pos0 + r, window), and its result is the same as
 /// attend_heads<1> for that row alone: per row, the same chains in the same order.
+/// `sink`: the head's sink logit (-inf: none).
 template <int R, class T, class Cache>
 inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, int kvh, int head_dim, int pos0,
-                        int window, T score_div, T* scores, long ld_s, T* out, long ld_out) {
+                        int window, T score_div, T sink, T* scores, long ld_s, T* out, long ld_out) {
   int first[R], last[R];
   for (int r = 0; r < R; ++r) {
     first[r] = first_visible(pos0 + r, window);
@@ -283,7 +292,7 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
     const int nb = bmax - bmin + 1;
     for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / score_div;
     const int b0 = first[r] / kLanes;
-    softmax_blocks(s + (b0 - bmin) * kLanes, b0 * kLanes, last[r] / kLanes - b0 + 1, first[r], last[r]);
+    softmax_blocks(s + (b0 - bmin) * kLanes, b0 * kLanes, last[r] / kLanes - b0 + 1, first[r], last[r], sink);
     w[r] = s + (first[r] - bmin * kLanes);
   }
   auto v_row = [&](int t) { return cache.v_block(layer, t / kLanes) + off + static_cast<long>(t % kLanes) * head_dim; };

@@ -33,12 +33,22 @@ class Model {
     weights.validate();
     config_ = weights.config;
     // One RoPE table per kind of layer: global (rope_theta, rope_scale, rope_freqs)
-    // and, with swa_pattern, local (rope_theta_local, unscaled).
+    // and, with swa_pattern, local (rope_theta_local; scaled only with rope_scale_local).
+    auto scaling = [&](double factor) {
+      RopeScalingParams p;
+      p.factor = factor;
+      p.type = config_.rope_scaling;
+      p.orig_ctx = config_.yarn_orig_ctx;
+      p.beta_fast = config_.yarn_beta_fast;
+      p.beta_slow = config_.yarn_beta_slow;
+      return p;
+    };
     rope_ = std::make_unique<RoPE<T>>(config_.head_dim, config_.max_seq_len, config_.rope_theta, config_.rope_style,
-                                      config_.rotary_dim(), weights.rope_freq_factors, config_.rope_scale);
+                                      config_.rotary_dim(), weights.rope_freq_factors, scaling(config_.rope_scale));
     if (config_.swa_pattern > 0)
-      rope_local_ = std::make_unique<RoPE<T>>(config_.head_dim, config_.max_seq_len, config_.rope_theta_local,
-                                              config_.rope_style, config_.rotary_dim());
+      rope_local_ = std::make_unique<RoPE<T>>(
+          config_.head_dim, config_.max_seq_len, config_.rope_theta_local, config_.rope_style, config_.rotary_dim(),
+          Vector<T>(), config_.rope_scale_local ? scaling(config_.rope_scale) : RopeScalingParams());
     if (config_.embed_scale) embed_scale_ = static_cast<T>(std::sqrt(static_cast<double>(config_.d_model)));
     blocks_.reserve(config_.n_layers);
     for (int l = 0; l < config_.n_layers; ++l) {

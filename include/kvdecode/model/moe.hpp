@@ -1,8 +1,11 @@
 // The mixture-of-experts feed-forward sub-layer (Qwen3-MoE, gpt-oss):
-//   logits = router x                       (E)
+//   logits = router x (+ router bias)       (E)
 //   (e_k, w_k) for k < K = route(logits)    softmax then top-k, or top-k then softmax;
 //                                           with norm_topk_prob, w_k /= sum(w)
-//   out = sum over k of w_k * expert_{e_k}(x),  expert_e(x) = down_e(silu(gate_e x) * up_e x)
+//   out = sum over k of w_k * expert_{e_k}(x),
+//   expert_e(x) = down_e(act(gate_e x + gb_e), up_e x + ub_e) + db_e
+// (act: the gated activation, ops.hpp gated_array; the biases gb, ub, db only with
+// config.moe_bias, gpt-oss).
 //
 // The one order: route() ranks the chosen experts by weight, highest first, ties to
 // the lower expert index, and combine_row() sums their outputs in that rank order
@@ -94,7 +97,7 @@ class MoE {
   /// validated for c (ModelWeights::validate), c.moe().
   MoE(const ModelConfig& c, const LayerWeights<T>& w)
       : d_model_(c.d_model), hidden_dim_(c.hidden_dim), n_experts_(c.n_experts), k_(c.n_experts_used), act_(c.ffn_activation),
-        order_(c.router_order), norm_(c.norm_topk_prob), router_({&w.router}) {
+        order_(c.router_order), norm_(c.norm_topk_prob), router_({&w.router}), router_bias_(w.router_bias) {
     experts_.reserve(static_cast<std::size_t>(n_experts_));
     for (long e = 0; e < n_experts_; ++e) {
       const WeightMatrix gate = w.experts_gate.row_block(e * hidden_dim_, hidden_dim_);
@@ -104,6 +107,11 @@ class MoE {
       x.w13 = PackedMatrix<T>({&gate, &up});
       x.w2 = PackedMatrix<T>({&down});
       x.up_col = x.w13.part_col(1);
+      if (w.experts_gate_bias.size() != 0) {
+        x.gate_bias = w.experts_gate_bias.segment(e * hidden_dim_, hidden_dim_);
+        x.up_bias = w.experts_up_bias.segment(e * hidden_dim_, hidden_dim_);
+        x.down_bias = w.experts_down_bias.segment(e * d_model_, d_model_);
+      }
       experts_.push_back(std::move(x));
     }
   }
@@ -141,6 +149,7 @@ class MoE {
     using detail::PhaseScope;
     const long ld_d = ws.ld_d;
     { PhaseScope ps(Phase::kW13); matmul(xn, ldx, M, router_, ws.router.data(), ws.ld_e, pre); }
+    add_router_bias(ws.router.data(), ws.ld_e, M);
     // Route every row, then give each (row, rank) a slot: the slots of expert e are
     // consecutive, in row order, so its rows form one block for one product.
     int* const count = ws.expert_start.data();  // (E + 1) first slot of each expert
@@ -205,6 +214,7 @@ class MoE {
     const long n = xn.rows(), ld = detail::round_up_lanes(d_model_);
     RowMatrix<T> logits(n, router_.n_out_padded());  // (n, E padded)
     matmul(xn.data(), xn.cols(), n, router_, logits.data(), logits.cols());
+    add_router_bias(logits.data(), logits.cols(), n);
     std::vector<T> scratch(static_cast<std::size_t>(n_experts_)), weights(static_cast<std::size_t>(k_));
     std::vector<int> chosen(static_cast<std::size_t>(k_));
     std::vector<T> h13(static_cast<std::size_t>(2 * detail::round_up_lanes(hidden_dim_)));
@@ -232,7 +242,16 @@ class MoE {
     PackedMatrix<T> w13;  // (2F, D) gate rows then up rows (from up_col)
     PackedMatrix<T> w2;   // (D, F)
     long up_col = 0;
+    Vector<T> gate_bias, up_bias;  // (F) with config.moe_bias, else empty
+    Vector<T> down_bias;           // (D) with config.moe_bias, else empty
   };
+
+  // logits[m] += the router's bias, for M rows (nothing without one).
+  void add_router_bias(T* logits, long ld, long M) const {
+    if (router_bias_.size() == 0) return;
+    for (long m = 0; m < M; ++m)
+      for (long e = 0; e < n_experts_; ++e) logits[m * ld + e] = logits[m * ld + e] + router_bias_[e];
+  }
 
   // Above this many rows per expert, the experts run one after the other, each
   // product split over the threads (prefill); at or below, each thread runs whole
@@ -247,16 +266,35 @@ class MoE {
     using detail::Phase;
     using detail::PhaseScope;
     const Expert& ex = experts_[static_cast<std::size_t>(e)];
+    const bool biased = ex.down_bias.size() != 0;
     auto swiglu_rows = [&](long r0, long r1) {
-      for (long m = r0; m < r1; ++m) gated_array(act_, h13 + m * ld13, h13 + m * ld13 + ex.up_col, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
+      for (long m = r0; m < r1; ++m) {
+        T* g = h13 + m * ld13;
+        if (biased)
+          for (long i = 0; i < hidden_dim_; ++i) {
+            g[i] = g[i] + ex.gate_bias[i];
+            g[ex.up_col + i] = g[ex.up_col + i] + ex.up_bias[i];
+          }
+        gated_array(act_, g, g + ex.up_col, hmid + m * ldm, hmid + m * ldm, hidden_dim_);
+      }
+    };
+    auto down_bias = [&] {
+      if (biased)
+        for (long m = 0; m < n; ++m)
+          for (long i = 0; i < d_model_; ++i) y[m * ldy + i] = y[m * ldy + i] + ex.down_bias[i];
     };
     if (!scoped) {
       matmul(x, ldx, n, ex.w13, h13, ld13);
       matmul(hmid, ldm, n, ex.w2, y, ldy, row_prologue(swiglu_rows));
+      down_bias();
       return;
     }
     { PhaseScope ps(Phase::kW13); matmul(x, ldx, n, ex.w13, h13, ld13); }
-    { PhaseScope ps(Phase::kW2); matmul(hmid, ldm, n, ex.w2, y, ldy, row_prologue(swiglu_rows)); }
+    {
+      PhaseScope ps(Phase::kW2);
+      matmul(hmid, ldm, n, ex.w2, y, ldy, row_prologue(swiglu_rows));
+      down_bias();
+    }
   }
 
   long d_model_ = 0, hidden_dim_ = 0, n_experts_ = 0, k_ = 0;
@@ -264,6 +302,7 @@ class MoE {
   RouterOrder order_ = RouterOrder::kSoftmaxTopK;
   bool norm_ = false;
   PackedMatrix<T> router_;      // (E, D)
+  Vector<T> router_bias_;       // (E) with config.moe_bias, else empty
   std::vector<Expert> experts_;  // E entries
 };
 

@@ -1,4 +1,5 @@
-// Element-wise and per-row operations: exp, SiLU, RMSNorm, RoPE.
+// Element-wise and per-row operations: exp, SiLU, the gated FFN activations
+// (SwiGLU, GeGLU, gpt-oss's clamped SwiGLU), RMSNorm, RoPE (linear or YaRN scaling).
 // Each exists exactly once, and every code path (prefill, decode, batched
 // decode, the cache-free reference) calls these same functions, so the same
 // input gives the same bits everywhere. Reductions inside them (the RMSNorm
@@ -6,6 +7,7 @@
 // matmul rule in dense_kernels.hpp, and depend only on the row they are given.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -49,12 +51,32 @@ inline void geglu_array(const T* gate, const T* up, T* out, T* scratch, long n) 
   for (long i = 0; i < n; ++i) out[i] = gate[i] / (T(1) + scratch[i]) * up[i];
 }
 
-/// The gated FFN's middle: swiglu_array or geglu_array, as `act` says. out may equal
-/// scratch only where both functions allow it (each reads gate[i] and up[i] after scratch[i]).
+/// out[i] = swiglu_oai(gate[i], up[i]) for i in [0, n): gpt-oss's clamped SwiGLU
+/// (ggml's swiglu_oai, alpha 1.702, limit 7):
+///   g = min(gate, 7);  u = min(max(up, -7), 7);  out = g / (1 + exp_(-1.702 g)) * (u + 1)
+/// The gate is clamped above only, the up both ways. A NaN gate or up gives NaN.
+/// `scratch` holds n values.
+template <class T>
+inline void swiglu_oai_array(const T* gate, const T* up, T* out, T* scratch, long n) {
+  const T alpha = static_cast<T>(1.702), limit = T(7);
+  auto clamp_gate = [&](T g) { return g > limit ? limit : g; };  // NaN stays NaN
+  for (long i = 0; i < n; ++i) scratch[i] = -(alpha * clamp_gate(gate[i]));
+  detail::exp_array(scratch, scratch, n);
+  for (long i = 0; i < n; ++i) {
+    const T g = clamp_gate(gate[i]);
+    const T u = up[i] > limit ? limit : up[i] < -limit ? -limit : up[i];
+    out[i] = g / (T(1) + scratch[i]) * (u + T(1));
+  }
+}
+
+/// The gated FFN's middle: swiglu_array, geglu_array or swiglu_oai_array, as `act`
+/// says. out may equal scratch (each reads gate[i] and up[i] after scratch[i]).
 template <class T>
 inline void gated_array(Activation act, const T* gate, const T* up, T* out, T* scratch, long n) {
   if (act == Activation::kGeluTanh)
     geglu_array(gate, up, out, scratch, n);
+  else if (act == Activation::kSwigluOai)
+    swiglu_oai_array(gate, up, out, scratch, n);
   else
     swiglu_array(gate, up, out, scratch, n);
 }
@@ -95,31 +117,63 @@ class RMSNorm {
   T eps_ = T(1e-5);
 };
 
+/// How a RoPE table stretches positions: `factor` 1 is none; kLinear divides every
+/// frequency by it; kYarn blends (RoPE's constructor) with the trained context
+/// `orig_ctx` and the ramp's rotation counts beta_fast > beta_slow.
+struct RopeScalingParams {
+  double factor = 1.0;
+  RopeScaling type = RopeScaling::kLinear;
+  int orig_ctx = 0;
+  double beta_fast = 32.0, beta_slow = 1.0;
+};
+
 /// Rotary position embedding. Within each head, RoPE rotates the first
 /// rotary_dim dimensions in pairs (the rest pass through):
 ///   RopeStyle::kAdjacent  pair i = (x[2i], x[2i+1])             llama2.c, GGUF llama
 ///   RopeStyle::kHalves    pair i = (x[i], x[i + rotary_dim/2])   NeoX, HF, qwen2/qwen3
-/// by angle pos * theta^(-2i/rotary_dim) / factor[i] / scale (factors from Llama 3.1's
-/// rope_freqs, 1 when absent; scale: linear RoPE scaling, 1 when none). The cos/sin table is computed once, in double, for
-/// every position < max_seq_len, so every path rotates with the same values.
+/// by angle pos * f_i, f_i = theta^(-2i/rotary_dim) / factor[i] (factors from Llama 3.1's
+/// rope_freqs, 1 when absent), scaled:
+///   linear  f_i / s (s = the scaling factor; 1 when none)
+///   YaRN    f_i * (r_i + (1 - r_i) / s), cos and sin multiplied by m = 1 + 0.1 ln(s), where
+///           the ramp r_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1) keeps the fast
+///           pairs and scales the slow ones: with d(b) = rotary_dim ln(orig_ctx / (2 pi b))
+///           / (2 ln theta), lo = max(0, floor(d(beta_fast))), hi = min(rotary_dim - 1,
+///           ceil(d(beta_slow))) (ggml's rope_yarn, ext_factor 1, attn_factor 1).
+/// The cos/sin table is computed once, in double, for every position < max_seq_len,
+/// so every path rotates with the same values.
 template <class T>
 class RoPE {
  public:
   RoPE() = default;
   /// factors: rotary_dim/2 positive values, or empty for none.
   RoPE(int head_dim, int max_seq_len, double theta, RopeStyle style = RopeStyle::kAdjacent, int rotary_dim = 0,
-       const Vector<T>& factors = Vector<T>(), double scale = 1.0)
+       const Vector<T>& factors = Vector<T>(), const RopeScalingParams& scaling = RopeScalingParams())
       : head_dim_(head_dim), rot_(rotary_dim > 0 ? rotary_dim : head_dim), max_seq_len_(max_seq_len), style_(style) {
     const int half = rot_ / 2;
+    const bool yarn = scaling.type == RopeScaling::kYarn;
+    double lo = 0, hi = 0, mscale = 1.0;
+    if (yarn) {
+      const double kPi = 3.14159265358979323846;
+      auto corr_dim = [&](double b) { return rot_ * std::log(scaling.orig_ctx / (b * 2 * kPi)) / (2 * std::log(theta)); };
+      lo = std::max(0.0, std::floor(corr_dim(scaling.beta_fast)));
+      hi = std::min(static_cast<double>(rot_ - 1), std::ceil(corr_dim(scaling.beta_slow)));
+      mscale = 1.0 + 0.1 * std::log(scaling.factor);
+    }
     table_.resize(static_cast<std::size_t>(max_seq_len) * half * 2);
     for (int i = 0; i < half; ++i) {
       double freq = std::pow(theta, -2.0 * i / rot_);
       if (factors.size() == half) freq /= static_cast<double>(factors[i]);
-      if (scale != 1.0) freq /= scale;
+      if (yarn) {
+        const double y = (i - lo) / std::max(0.001, hi - lo);
+        const double ramp = 1.0 - std::min(1.0, std::max(0.0, y));  // 1: kept, 0: scaled
+        freq *= ramp + (1.0 - ramp) / scaling.factor;
+      } else if (scaling.factor != 1.0) {
+        freq /= scaling.factor;
+      }
       for (int pos = 0; pos < max_seq_len; ++pos) {
         const double angle = pos * freq;
-        table_[(static_cast<std::size_t>(pos) * half + i) * 2] = static_cast<T>(std::cos(angle));
-        table_[(static_cast<std::size_t>(pos) * half + i) * 2 + 1] = static_cast<T>(std::sin(angle));
+        table_[(static_cast<std::size_t>(pos) * half + i) * 2] = static_cast<T>(std::cos(angle) * mscale);
+        table_[(static_cast<std::size_t>(pos) * half + i) * 2 + 1] = static_cast<T>(std::sin(angle) * mscale);
       }
     }
   }

@@ -52,6 +52,7 @@ enum class Dim : std::uint8_t {
   kExperts = 8,   ///< E
   kExpertsHidden = 9,  ///< E * F: every expert's gate (or up) rows stacked
   kExpertsDModel = 10, ///< E * D: every expert's down rows stacked
+  kHeads = 11,    ///< H (one value per query head)
 };
 
 /// The value of `d` for config `c`, in 64 bits (each factor is an int, so no
@@ -70,6 +71,7 @@ inline std::uint64_t dim_value(Dim d, const ModelConfig& c) {
     case Dim::kExperts: return u(c.n_experts);
     case Dim::kExpertsHidden: return u(c.n_experts) * u(c.hidden_dim);
     case Dim::kExpertsDModel: return u(c.n_experts) * u(c.d_model);
+    case Dim::kHeads: return u(c.n_heads);
   }
   return 0;
 }
@@ -83,6 +85,9 @@ enum class Presence : std::uint8_t {
   kIfStored = 4,            ///< optional: when its source holds it (rope_freqs)
   kMoe = 5,                 ///< when config.moe(): the router and the experts
   kPostNorms = 6,           ///< when config.post_norms (Gemma 3's norms after attention and FFN)
+  kSinks = 7,               ///< when config.attn_sinks (gpt-oss)
+  kOutBias = 8,             ///< when config.attn_out_bias (gpt-oss)
+  kMoeBias = 9,             ///< when config.moe() and config.moe_bias (gpt-oss's router and expert biases)
 };
 
 /// How ModelWeights::random() fills a tensor.
@@ -122,6 +127,12 @@ enum class TensorId : std::uint8_t {
   kExpertsUp = 21,
   kAttnPostNorm = 22,
   kFfnPostNorm = 23,
+  kBo = 24,
+  kSinks = 25,
+  kRouterBias = 26,
+  kExpertsGateBias = 27,
+  kExpertsDownBias = 28,
+  kExpertsUpBias = 29,
 };
 
 /// One row of the tensor table.
@@ -137,8 +148,8 @@ struct TensorSpec {
                         ///< (with config.post_norms, hf_post_norms when set: Gemma's names)
   RandomInit init;
   /// The experts the rows are split in (kOne: a plain tensor). GGUF stores such a
-  /// tensor as [cols, rows / E, E]; Hugging Face as E tensors, `hf` with "{e}" for
-  /// the expert's index.
+  /// tensor as [cols, rows / E, E] (a vector: [rows / E, E]); Hugging Face as E
+  /// tensors, `hf` with "{e}" for the expert's index.
   Dim experts = Dim::kOne;
   /// A row of the one dense SwiGLU (w1, w2, w3): a mixture of experts has none of
   /// them, whatever its presence says (which describes dense models).
@@ -146,6 +157,9 @@ struct TensorSpec {
   /// The Hugging Face name in a model with post norms (Gemma 3), where it differs
   /// from `hf` (Gemma calls the FFN's pre-norm pre_feedforward_layernorm); nullptr: `hf`.
   const char* hf_post_norms = nullptr;
+  /// The GGUF name in a gpt-oss file, where it differs from `gguf` (its FFN pre-norm
+  /// is post_attention_norm); nullptr: `gguf`.
+  const char* gguf_gpt_oss = nullptr;
 };
 
 /// The tensor table: model-level rows, then one layer's rows, each group in the
@@ -171,7 +185,8 @@ inline constexpr TensorSpec kTensors[] = {
     {TensorId::kWo, "wo", true, true, Dim::kDModel, Dim::kQDim, Presence::kAlways, "attn_output.weight",
      "self_attn.o_proj.weight", RandomInit::kHalfFanIn},
     {TensorId::kFfnNorm, "ffn_norm", true, false, Dim::kDModel, Dim::kOne, Presence::kAlways, "ffn_norm.weight",
-     "post_attention_layernorm.weight", RandomInit::kNearOne, Dim::kOne, false, "pre_feedforward_layernorm.weight"},
+     "post_attention_layernorm.weight", RandomInit::kNearOne, Dim::kOne, false, "pre_feedforward_layernorm.weight",
+     "post_attention_norm.weight"},
     {TensorId::kW1, "w1", true, true, Dim::kHidden, Dim::kDModel, Presence::kAlways, "ffn_gate.weight",
      "mlp.gate_proj.weight", RandomInit::kFanIn, Dim::kOne, true},
     {TensorId::kW2, "w2", true, true, Dim::kDModel, Dim::kHidden, Presence::kAlways, "ffn_down.weight",
@@ -200,6 +215,21 @@ inline constexpr TensorSpec kTensors[] = {
      "post_attention_norm.weight", "post_attention_layernorm.weight", RandomInit::kNearOne},
     {TensorId::kFfnPostNorm, "ffn_post_norm", true, false, Dim::kDModel, Dim::kOne, Presence::kPostNorms,
      "post_ffw_norm.weight", "post_feedforward_layernorm.weight", RandomInit::kNearOne},
+    // gpt-oss: the output projection's bias, the sinks (one logit per query head) and
+    // the biases of the router and of every expert's gate, down and up, stacked as
+    // the expert matrices' rows are (GGUF [F, E] and [D, E]).
+    {TensorId::kBo, "bo", true, false, Dim::kDModel, Dim::kOne, Presence::kOutBias, "attn_output.bias",
+     "self_attn.o_proj.bias", RandomInit::kSmall},
+    {TensorId::kSinks, "attn_sinks", true, false, Dim::kHeads, Dim::kOne, Presence::kSinks, "attn_sinks.weight",
+     "self_attn.sinks", RandomInit::kSmall},
+    {TensorId::kRouterBias, "router_bias", true, false, Dim::kExperts, Dim::kOne, Presence::kMoeBias,
+     "ffn_gate_inp.bias", "mlp.router.bias", RandomInit::kSmall},
+    {TensorId::kExpertsGateBias, "experts_gate_bias", true, false, Dim::kExpertsHidden, Dim::kOne, Presence::kMoeBias,
+     "ffn_gate_exps.bias", nullptr, RandomInit::kSmall, Dim::kExperts},
+    {TensorId::kExpertsDownBias, "experts_down_bias", true, false, Dim::kExpertsDModel, Dim::kOne, Presence::kMoeBias,
+     "ffn_down_exps.bias", nullptr, RandomInit::kSmall, Dim::kExperts},
+    {TensorId::kExpertsUpBias, "experts_up_bias", true, false, Dim::kExpertsHidden, Dim::kOne, Presence::kMoeBias,
+     "ffn_up_exps.bias", nullptr, RandomInit::kSmall, Dim::kExperts},
 };
 inline constexpr std::size_t kTensorCount = sizeof(kTensors) / sizeof(kTensors[0]);
 
@@ -232,6 +262,9 @@ inline bool tensor_required(const TensorSpec& s, const ModelConfig& c) {
     case Presence::kIfStored: return false;
     case Presence::kMoe: return c.moe();
     case Presence::kPostNorms: return c.post_norms;
+    case Presence::kSinks: return c.attn_sinks;
+    case Presence::kOutBias: return c.attn_out_bias;
+    case Presence::kMoeBias: return c.moe() && c.moe_bias;
   }
   return false;
 }
@@ -247,10 +280,12 @@ inline bool tensor_is_rmsnorm(TensorId id) {
 }
 
 /// The GGUF name of the tensor in `layer` (-1 for a model-level row), e.g.
-/// "blk.3.attn_q.weight". Never fails.
-inline std::string gguf_tensor_name(const TensorSpec& s, int layer) {
+/// "blk.3.attn_q.weight". `gpt_oss`: the name in a gpt-oss file (the one architecture
+/// with attention sinks, so callers pass config.attn_sinks). Never fails.
+inline std::string gguf_tensor_name(const TensorSpec& s, int layer, bool gpt_oss = false) {
+  const char* g = gpt_oss && s.gguf_gpt_oss ? s.gguf_gpt_oss : s.gguf;
   // Plain concatenation, not detail::msg: the loaders name every tensor of every layer.
-  return s.per_layer ? "blk." + std::to_string(layer) + "." + s.gguf : std::string(s.gguf);
+  return s.per_layer ? "blk." + std::to_string(layer) + "." + g : std::string(g);
 }
 
 /// The Hugging Face name of the tensor in `layer` (-1 for a model-level row), e.g.
@@ -267,12 +302,13 @@ inline std::string hf_tensor_name(const TensorSpec& s, int layer, bool post_norm
 inline std::uint64_t tensor_experts(const TensorSpec& s, const ModelConfig& c) { return dim_value(s.experts, c); }
 
 /// The GGUF shape of the tensor, ne[0] (the row length) first: [length] for a
-/// vector, [cols, rows] for a matrix, [cols, rows / E, E] for an expert tensor.
-/// Never fails.
+/// vector, [cols, rows] for a matrix, [cols, rows / E, E] for an expert tensor,
+/// [length / E, E] for an expert vector (gpt-oss's expert biases). Never fails.
 inline std::vector<std::uint64_t> gguf_tensor_ne(const TensorSpec& s, const ModelConfig& c) {
-  if (!s.matrix) return {tensor_rows(s, c)};
-  if (s.experts == Dim::kOne) return {tensor_cols(s, c), tensor_rows(s, c)};
   const std::uint64_t e = tensor_experts(s, c);
+  if (!s.matrix) return s.experts == Dim::kOne ? std::vector<std::uint64_t>{tensor_rows(s, c)}
+                                               : std::vector<std::uint64_t>{e ? tensor_rows(s, c) / e : 0, e};
+  if (s.experts == Dim::kOne) return {tensor_cols(s, c), tensor_rows(s, c)};
   return {tensor_cols(s, c), e ? tensor_rows(s, c) / e : 0, e};
 }
 
@@ -339,6 +375,12 @@ Slot layer_slot(Layer& l, TensorId id) {
     case TensorId::kExpertsUp: s.matrix = &l.experts_up; break;
     case TensorId::kAttnPostNorm: s.vector = &l.attn_post_norm; break;
     case TensorId::kFfnPostNorm: s.vector = &l.ffn_post_norm; break;
+    case TensorId::kBo: s.vector = &l.bo; break;
+    case TensorId::kSinks: s.vector = &l.attn_sinks; break;
+    case TensorId::kRouterBias: s.vector = &l.router_bias; break;
+    case TensorId::kExpertsGateBias: s.vector = &l.experts_gate_bias; break;
+    case TensorId::kExpertsDownBias: s.vector = &l.experts_down_bias; break;
+    case TensorId::kExpertsUpBias: s.vector = &l.experts_up_bias; break;
     default: break;  // a model-level id
   }
   return s;
@@ -425,7 +467,8 @@ inline constexpr TensorId kGgufFileLayerOrder[] = {
     TensorId::kWq, TensorId::kWk, TensorId::kWv, TensorId::kWo,    TensorId::kAttnNorm, TensorId::kBq, TensorId::kBk,
     TensorId::kBv, TensorId::kQNorm, TensorId::kKNorm, TensorId::kW1, TensorId::kW2, TensorId::kW3, TensorId::kFfnNorm,
     TensorId::kRouter, TensorId::kExpertsGate, TensorId::kExpertsDown, TensorId::kExpertsUp,
-    TensorId::kAttnPostNorm, TensorId::kFfnPostNorm,
+    TensorId::kAttnPostNorm, TensorId::kFfnPostNorm, TensorId::kBo, TensorId::kSinks, TensorId::kRouterBias,
+    TensorId::kExpertsGateBias, TensorId::kExpertsDownBias, TensorId::kExpertsUpBias,
 };
 
 /// Calls f(spec, layer) for every tensor a model of config `c` may hold, in the
@@ -458,7 +501,7 @@ inline constexpr TensorId kLlama2cV1Order[] = {
 /// One architecture kvdecode runs: what its files call it and what it implies.
 struct Architecture {
   const char* gguf_name;    ///< GGUF general.architecture (several rows may share one)
-  const char* hf_class;     ///< Hugging Face config.json architectures[0]
+  const char* hf_class;     ///< Hugging Face config.json architectures[0]; "": no Hugging Face loader (gpt-oss)
   RopeStyle gguf_rope;      ///< how its GGUF files pair RoPE dimensions (Hugging Face folders always rotate halves)
   bool qkv_bias;            ///< q/k/v biases (Hugging Face: the default of config.json's attention_bias)
   bool qkv_bias_if_stored;  ///< GGUF: biases also when the file holds the first layer's q bias (llama.cpp's llama)
@@ -476,7 +519,12 @@ struct Architecture {
   /// Hugging Face: sliding_window, sliding_window_pattern or layer_types, rope_local_base_freq),
   /// and Hugging Face norm weights w applied as (1 + w) (GGUF files store 1 + w).
   bool gemma = false;
-  int swa_pattern = 0;  ///< with gemma: the layer pattern when the file gives none (ModelConfig::swa_pattern)
+  int swa_pattern = 0;  ///< with gemma or gpt_oss: the layer pattern when the file gives none (ModelConfig::swa_pattern)
+  /// gpt-oss's block: attention sinks, biases on the output projection, the router and
+  /// the experts, the clamped SwiGLU, local (attention.sliding_window) and full layers
+  /// alternating (pattern 2: even layers local), one RoPE base and YaRN scaling
+  /// (rope.scaling.*) on every layer, the FFN pre-norm named post_attention_norm.
+  bool gpt_oss = false;
 };
 
 /// The architecture table. The first row of a GGUF name is the one GGUF files load as.
@@ -489,6 +537,8 @@ inline constexpr Architecture kArchitectures[] = {
      true},
     {"gemma3", "Gemma3ForCausalLM", RopeStyle::kHalves, false, false, true, false, false, RouterOrder::kSoftmaxTopK, false,
      true, 6},
+    {"gpt-oss", "", RopeStyle::kHalves, true, false, false, false, true, RouterOrder::kTopKSoftmax, false,
+     false, 2, true},
 };
 
 /// What a Gemma 3 GGUF file's attention scores are divided by the square root of
@@ -517,7 +567,7 @@ inline const Architecture* find_gguf_architecture(const std::string& name, Archi
 /// The row whose Hugging Face class is `name`, or nullptr. Never fails.
 inline const Architecture* find_hf_architecture(const std::string& name, ArchitectureTable table = {}) {
   for (const Architecture& a : table)
-    if (name == a.hf_class) return &a;
+    if (a.hf_class[0] != '\0' && name == a.hf_class) return &a;
   return nullptr;
 }
 
@@ -527,6 +577,7 @@ inline std::string supported_architectures(bool gguf, ArchitectureTable table = 
   std::vector<std::string> names;
   for (const Architecture& a : table) {
     const std::string n = gguf ? a.gguf_name : a.hf_class;
+    if (n.empty()) continue;  // a row without a Hugging Face loader
     bool seen = false;
     for (const std::string& m : names) seen = seen || m == n;
     if (!seen) names.push_back(n);
@@ -539,11 +590,13 @@ inline std::string supported_architectures(bool gguf, ArchitectureTable table = 
 
 /// The row a GGUF writer stores config `c` as: the first whose qkv_bias and qk_norm
 /// are c's and which is a mixture of experts with c's routing exactly when c is
-/// (llama, qwen2, qwen3, qwen3moe), and which has Gemma's block exactly when c has
-/// post norms (gemma3), or nullptr when none is. Never fails.
+/// (llama, qwen2, qwen3, qwen3moe), which has Gemma's block exactly when c has post
+/// norms (gemma3) and gpt-oss's exactly when c has sinks, or nullptr when none is.
+/// Never fails.
 inline const Architecture* gguf_architecture_for(const ModelConfig& c, ArchitectureTable table = {}) {
   for (const Architecture& a : table)
     if (a.qkv_bias == c.qkv_bias && a.qk_norm == c.qk_norm && a.moe == c.moe() && a.gemma == c.post_norms &&
+        a.gpt_oss == c.attn_sinks &&
         (!a.moe || (a.router_order == c.router_order && a.norm_topk_prob == c.norm_topk_prob)))
       return &a;
   return nullptr;

@@ -47,6 +47,15 @@ struct LayerWeights {
   // output and of the FFN output before each is added to the residual stream.
   Vector<T> attn_post_norm;  // (D)
   Vector<T> ffn_post_norm;   // (D)
+  // gpt-oss, else empty: the output projection's bias (config.attn_out_bias), the
+  // sinks (config.attn_sinks), the router's and experts' biases (config.moe_bias),
+  // expert e's entries of each experts_*_bias at the rows of its matrix.
+  Vector<T> bo;                 // (D)
+  Vector<T> attn_sinks;         // (H) one logit per query head
+  Vector<T> router_bias;        // (E)
+  Vector<T> experts_gate_bias;  // (E * F)
+  Vector<T> experts_down_bias;  // (E * D)
+  Vector<T> experts_up_bias;    // (E * F)
 
   /// Tells mapped files that this layer's matrices have been packed (see WeightMatrix::release_pages).
   void release_pages() const noexcept {
