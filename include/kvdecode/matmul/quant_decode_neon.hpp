@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "kvdecode/core/isa.hpp"
 #include "kvdecode/core/simd.hpp"
@@ -33,9 +34,11 @@ namespace kvd::detail {
 // +4 g in a byte field (16 x 1) and +16 g in a code-word field (16 x 4).
 
 inline float32x4_t q4_f16x4(const unsigned char* p) { return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(p))); }
-/// Bytes p[0..4) in every 4 bytes of a q register (ld1r; Linux allows unaligned loads).
+/// Bytes p[0..4) in every 4 bytes of a q register (p need not be aligned).
 inline uint8x16_t q4_bytes4x4(const unsigned char* p) {
-  return vreinterpretq_u8_u32(vld1q_dup_u32(reinterpret_cast<const std::uint32_t*>(p)));
+  std::uint32_t w;
+  std::memcpy(&w, p, 4);
+  return vreinterpretq_u8_u32(vdupq_n_u32(w));
 }
 inline uint8x8_t q4_bytes4(const unsigned char* p) { return vget_low_u8(q4_bytes4x4(p)); }
 inline uint32x4_t q4_u8x4(const unsigned char* p) { return vmovl_u16(vget_low_u16(vmovl_u8(q4_bytes4(p)))); }
