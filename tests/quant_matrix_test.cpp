@@ -109,6 +109,7 @@ TEST_P(QuantMatrixTypes, EveryPathEveryMEveryThreadCountGivesTheScalarLoopsBits)
       std::vector<float> y(static_cast<std::size_t>(M * ldy));
       matmul(x.data(), K, M, qm, y.data(), ldy);
       ASSERT_TRUE(same_bits(y, want)) << "matmul(), " << where;
+      // kAvx512 asks for the best decoders the build has: AVX-512, AVX2 or NEON (aarch64).
       ASSERT_TRUE(same_bits(run(detail::Vec16<float>{}, QuantPath::kFused, QuantDequant::kAvx512), want)) << "fused, " << where;
       ASSERT_TRUE(same_bits(run(detail::Vec16<float>{}, QuantPath::kSmall, QuantDequant::kAvx512), want)) << "small, " << where;
       ASSERT_TRUE(same_bits(run(detail::Vec16<float>{}, QuantPath::kLarge, QuantDequant::kAvx512), want)) << "large, " << where;
@@ -213,7 +214,7 @@ bool same_float(float a, float b) { return (std::isnan(a) && std::isnan(b)) || s
 
 // The factored form the kernels compute with is ggml's dequantization: c * D + N
 // (one rounding, as ggml's s * q - m) gives the dequantized value on every
-// lane, for ordinary and extreme scales, and the AVX-512 and AVX2 decoders
+// lane, for ordinary and extreme scales, and the AVX-512, AVX2 and NEON decoders
 // factor exactly as the scalar code does.
 TEST_P(QuantMatrixTypes, FactoredFormIsGgmlsDequantization) {
   const WeightType t = GetParam();
@@ -254,9 +255,10 @@ TEST_P(QuantMatrixTypes, FactoredFormIsGgmlsDequantization) {
                                            << " against " << q.w[i] << " (mode " << mode << ")";
       }
     const QuantMatrix qm(t, N, K, q.bytes.data());
-    std::vector<float> c[3], D[3], Nn[3];
+    std::vector<float> c[4], D[4], Nn[4];
     int h = 0;
-    for (auto how : {detail::QuantDequant::kAvx512, detail::QuantDequant::kAvx2, detail::QuantDequant::kPortable}) {
+    for (auto how : {detail::QuantDequant::kAvx512, detail::QuantDequant::kAvx2, detail::QuantDequant::kNeon,
+                     detail::QuantDequant::kPortable}) {
       c[h].assign(static_cast<std::size_t>(K * detail::kLanes), -1.f);
       D[h].assign(static_cast<std::size_t>(J * detail::kLanes), -1.f);
       Nn[h].assign(static_cast<std::size_t>(J * detail::kLanes), -1.f);

@@ -15,6 +15,8 @@
 //                              builds, which define KVDECODE_NO_FUSED_QUANT)
 //   KVDECODE_QUANT_AVX2        AVX2+FMA+F16C: the 8-lane decoders
 //   KVDECODE_QUANT_FUSED_AVX2  ... and their fused tiles (not with KVDECODE_NO_FUSED_QUANT)
+//   KVDECODE_QUANT_NEON        aarch64 Advanced SIMD: the 4-lane block-type decoders
+//   KVDECODE_QUANT_FUSED_NEON  ... and their fused tiles (not with KVDECODE_NO_FUSED_QUANT)
 //   KVDECODE_FAST_AVX2         the int8 fast mode's AVX2 tiles (fast_int8.hpp)
 //   KVDECODE_FAST_VNNI         ... with vpdpbusd (AVX512-VNNI+VL or AVX-VNNI)
 //   KVDECODE_FAST_PLANES_512   ... and 512-bit byte planes (AVX512-VNNI+BW)
@@ -36,6 +38,10 @@
 #endif
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define KVDECODE_VEC_NEON 1
+#define KVDECODE_QUANT_NEON 1
+#if !defined(KVDECODE_NO_FUSED_QUANT)
+#define KVDECODE_QUANT_FUSED_NEON 1
+#endif
 #endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)

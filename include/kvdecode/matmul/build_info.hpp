@@ -67,7 +67,7 @@ inline BuildInfo build_info() {
 #if defined(KVDECODE_QUANT_AVX2)
   b.avx2_quant = true;
 #endif
-#if defined(KVDECODE_QUANT_FUSED) || defined(KVDECODE_QUANT_FUSED_AVX2)
+#if defined(KVDECODE_QUANT_FUSED) || defined(KVDECODE_QUANT_FUSED_AVX2) || defined(KVDECODE_QUANT_FUSED_NEON)
   b.fused_quant = true;
 #endif
 #if defined(KVDECODE_FAST_AVX2)

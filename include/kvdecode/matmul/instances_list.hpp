@@ -49,10 +49,13 @@
   prefix template void matmul_quant_small<float, Vec16<float>>(const float*, long, long, const float*, long, const QuantPanels&, float*, long, bool, QuantDequant); \
   prefix template void matmul_quant_large<float, Vec16<float>>(const float*, long, long, const float*, long, const QuantPanels&, float*, long, bool, QuantDequant);
 // The AVX2 fused tiles (instance 9) are compiled on AVX-512 builds too, where the
-// tests compare them with the other paths.
+// tests compare them with the other paths; on aarch64 instance 9 is the NEON fused tiles.
 #if defined(KVDECODE_QUANT_FUSED_AVX2)
 #define KVDECODE_KERNEL_INSTANCE_9(prefix) \
   prefix template void matmul_quant_fused_avx2<float>(const float*, long, long, const float*, long, const QuantPanels&, float*, long, bool);
+#elif defined(KVDECODE_QUANT_FUSED_NEON)
+#define KVDECODE_KERNEL_INSTANCE_9(prefix) \
+  prefix template void matmul_quant_fused_neon<float>(const float*, long, long, const float*, long, const QuantPanels&, float*, long, bool);
 #else
 #define KVDECODE_KERNEL_INSTANCE_9(prefix)
 #endif

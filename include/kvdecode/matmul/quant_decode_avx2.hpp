@@ -392,7 +392,7 @@ struct Avx2DecoderOf<BlockTypeIQ4_XS> {
 /// call it outside the tiles). Asserts that t is a block type.
 template <class F>
 inline void with_decoder_avx2(WeightType t, F&& f) {
-  if (!visit_block_type(t, [&](auto row) { f(typename Avx2DecoderOf<decltype(row)>::type{}); })) KVD_ASSERT(false);
+  visit_block_column<Avx2DecoderOf>(t, f);
 }
 
 /// Panel block pb in the factored form, as factor_panel_block_portable() gives it.

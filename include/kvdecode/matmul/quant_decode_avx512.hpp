@@ -377,7 +377,7 @@ KVDECODE_GCC_NOIPA inline void factor_panel_block_avx512(const unsigned char* pb
 /// call it outside the tiles). Asserts that t is a block type.
 template <class F>
 inline void with_decoder(WeightType t, F&& f) {
-  if (!visit_block_type(t, [&](auto row) { f(typename Avx512DecoderOf<decltype(row)>::type{}); })) KVD_ASSERT(false);
+  visit_block_column<Avx512DecoderOf>(t, f);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

@@ -1,7 +1,7 @@
 // The fused small-M paths of quantized products (decode, M <= kQuantFusedMaxM):
 // register tiles that decode each k's codes in registers from the streamed panel
 // blocks (AVX-512: up to 8 rows x 4 panels; AVX2: up to 8 rows x 4 half panels,
-// shapes per decoder) and run the factored order of quant_kernels.hpp. They give
+// shapes per decoder; NEON: up to 8 rows x 8 quarter panels) and run the factored order of quant_kernels.hpp. They give
 // the same bits as the buffered paths (tests/quant_matrix_test.cpp compares every
 // path). matmul_quant_with() (quant_kernels.hpp) picks them; the block type is
 // looked up once per product, outside the tiles.
@@ -18,6 +18,7 @@
 #include "kvdecode/matmul/panel_layout.hpp"
 #include "kvdecode/matmul/quant_decode_avx2.hpp"
 #include "kvdecode/matmul/quant_decode_avx512.hpp"
+#include "kvdecode/matmul/quant_decode_neon.hpp"
 #include "kvdecode/matmul/static_for.hpp"
 
 namespace kvd::detail {
@@ -313,5 +314,106 @@ void matmul_quant_fused_avx2(const T* x, long ldx, long M, const T* xs, long ldx
 #pragma GCC diagnostic pop
 #endif
 #endif  // AVX2
+
+#if defined(KVDECODE_QUANT_FUSED_NEON)
+/// Small-M register tile (NEON, float): MR rows x NQ quarter panels (4 outputs each,
+/// quarter i = lanes 4 (i % 4) .. of panel i / 4) over all of k, the codes decoded
+/// in registers, in the factored order (top of quant_kernels.hpp): the AVX2 tile's
+/// loop with 4-lane vectors. The running sums live in y (read and written once per
+/// sub-block), the sub-block's partial sums in registers.
+/// xp = the MR rows interleaved, xp[k * MR + r] = x[r][k] (interleave_tile_rows()).
+/// xs (MR x K / kSub, row stride ldxs) = the rows' sub-block sums (types with a min).
+template <class Dec, int MR, int NQ>
+inline void quant_tile_fused_neon(const float* xp, const float* xs, long ldxs, const QuantPanels& w, long q0, float* y,
+                                  long ldy) {
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(8) for (int i = 0; i < NQ; ++i) vst1q_f32(y + r * ldy + (q0 + i) * 4, vdupq_n_f32(0.f));
+  const long nb = w.n_blocks();
+  const std::size_t pbb = w.panel_block_bytes();
+  constexpr int kSubs = Dec::kBlock / Dec::kSub;
+  for (long b = 0; b < nb; ++b) {
+    const unsigned char* pb[NQ];
+    KVD_UNROLL(8) for (int i = 0; i < NQ; ++i) pb[i] = w.panel_block((q0 + i) / 4, b);
+    for (int s = 0; s < kSubs; ++s) {
+      const float* xk = xp + (b * Dec::kBlock + s * Dec::kSub) * MR;
+      Dec dec[NQ];
+      KVD_UNROLL(8) for (int i = 0; i < NQ; ++i) {
+        dec[i].begin(pb[i], s, static_cast<int>((q0 + i) % 4));
+        prefetch_quarter_panel_share(pb[i], pbb, s, kSubs, (q0 + i) % 4);
+      }
+      float32x4_t t[MR][NQ];
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+        KVD_UNROLL(8) for (int i = 0; i < NQ; ++i) t[r][i] = vdupq_n_f32(0.f);
+      static_for<Dec::kSub>([&](auto kk) KVD_ALWAYS_INLINE {
+        // Keeps GCC from moving the loads of later steps up (they spilled the partial sums).
+        asm volatile("" ::: "memory");
+        float32x4_t cv[NQ];
+        KVD_UNROLL(8) for (int i = 0; i < NQ; ++i) cv[i] = dec[i].template code<kk>();
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+          const float32x4_t xb = vld1q_dup_f32(xk + kk * MR + r);
+          KVD_UNROLL(8) for (int i = 0; i < NQ; ++i) t[r][i] = vfmaq_f32(t[r][i], xb, cv[i]);
+        }
+      });
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+        KVD_UNROLL(8) for (int i = 0; i < NQ; ++i) {
+          float* yp = y + r * ldy + (q0 + i) * 4;
+          float32x4_t a = vfmaq_f32(vld1q_f32(yp), t[r][i], dec[i].D);
+          if constexpr (Dec::kMin) a = vfmaq_f32(a, vld1q_dup_f32(xs + r * ldxs + b * kSubs + s), dec[i].N);
+          vst1q_f32(yp, a);
+        }
+      }
+    }
+  }
+}
+
+/// The NEON fused tiles' shapes (32 q registers: MR NQ partial sums, NQ code
+/// vectors, the code words and constants of the decoders, a broadcast): all rows in
+/// one tile, a whole panel (4 quarters) for up to 4 rows, half a panel for more.
+/// Two panels for 1 or 2 rows spilled partial sums to the stack (GCC 12 interleaves
+/// the 32 unrolled steps): q4_K, one row, 1.39 against 0.98 instructions per weight
+/// in the unrolled sub-block. Not tuned on hardware (docs/cpus.md).
+template <class>
+constexpr int quant_fused_quarters_neon(int mr) { return mr <= 4 ? 4 : 2; }
+
+template <class Dec, int MR, int NQ = quant_fused_quarters_neon<Dec>(MR)>
+inline void quant_tile_fused_neon_nq(int nq, const float* xp, const float* xs, long ldxs, const QuantPanels& w, long q0,
+                                     float* y, long ldy) {
+  if constexpr (NQ >= 1) {
+    if (nq == NQ) return quant_tile_fused_neon<Dec, MR, NQ>(xp, xs, ldxs, w, q0, y, ldy);
+    return quant_tile_fused_neon_nq<Dec, MR, NQ - 1>(nq, xp, xs, ldxs, w, q0, y, ldy);
+  }
+}
+
+template <class Dec, int MR = static_cast<int>(kQuantFusedMaxM)>
+inline void quant_tile_fused_neon_any(int mr, int nq, const float* xp, const float* xs, long ldxs, const QuantPanels& w,
+                                      long q0, float* y, long ldy) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return quant_tile_fused_neon_nq<Dec, MR>(nq, xp, xs, ldxs, w, q0, y, ldy);
+    return quant_tile_fused_neon_any<Dec, MR - 1>(mr, nq, xp, xs, ldxs, w, q0, y, ldy);
+  }
+}
+
+/// Small M (<= kQuantFusedMaxM), NEON: one row tile; threads take contiguous ranges
+/// of column tiles (a template for the same reason as matmul_quant_fused).
+template <class T>
+void matmul_quant_fused_neon(const T* x, long ldx, long M, const T* xs, long ldxs, const QuantPanels& w, T* y, long ldy,
+                             bool parallel) {
+  static_assert(std::is_same_v<T, float>, "the fused tiles are float-only");
+  with_decoder_neon(w.type(), [&](auto dec) {
+    using Dec = decltype(dec);
+    const int mr = static_cast<int>(M);
+    const int nq_max = quant_fused_quarters_neon<Dec>(mr);
+    const float* xp = interleave_tile_rows(x, ldx, M, w.n_in(), M);
+    const long Q = 4 * w.n_panels(), n_ctiles = (Q + nq_max - 1) / nq_max;
+    parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
+      for (long c = c0; c < c1; ++c) {
+        const long q0 = c * nq_max;
+        const int nq = static_cast<int>(std::min<long>(nq_max, Q - q0));
+        quant_tile_fused_neon_any<Dec>(mr, nq, xp, xs, ldxs, w, q0, y, ldy);
+      }
+    });
+  });
+}
+#endif  // NEON fused tiles
 
 }  // namespace kvd::detail

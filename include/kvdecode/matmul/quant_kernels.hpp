@@ -1,9 +1,10 @@
 // The matrix product with weights in one of ggml's block types (q8_0, q4_0,
 // q4_1, q5_0, q5_1, q2_K .. q6_K), repacked into panel blocks (panel_layout.hpp):
 // the numerics, the buffered paths and the dispatcher matmul_quant_with(). The
-// decoders are in quant_decode_avx512.hpp and quant_decode_avx2.hpp, the fused
-// small-M tiles in quant_fused.hpp, and QuantMatrix, a stand-alone repacked
-// matrix for tests and benchmarks, in quant_matrix.hpp.
+// decoders are in quant_decode_avx512.hpp, quant_decode_avx2.hpp and
+// quant_decode_neon.hpp, the fused small-M tiles in quant_fused.hpp, and
+// QuantMatrix, a stand-alone repacked matrix for tests and benchmarks, in
+// quant_matrix.hpp.
 //
 // NUMERICS. Within a sub-block of S values (32 for q8_0..q5_1, q4_K and q5_K;
 // 16 for q2_K, q3_K and q6_K) every weight is w = c * D + N: c a small integer
@@ -39,14 +40,16 @@
 //    streamed panel blocks and runs the sub-block chains.
 //  * small M on AVX2 (no AVX-512): the same with 8-lane decoders on half
 //    panels, tiles of up to 8 rows x 4 half panels (shapes per decoder).
-//    With more than one row, both read the rows interleaved (x'[k][r], copied
+//  * small M on aarch64: the same with 4-lane NEON decoders on quarter panels
+//    (quant_decode_neon.hpp), tiles of up to 8 rows x 8 quarter panels.
+//    With more than one row, all read the rows interleaved (x'[k][r], copied
 //    once per product by interleave_tile_rows()).
 //  * otherwise: a k block of a tile of panels is factored into per-thread
 //    buffers (codes, scales, offsets) and a micro-kernel with dense_kernels.hpp's
 //    tile shapes runs over them (large M: with dense_kernels.hpp's GotoBLAS
 //    blocking; the buffers are reused by every row of a row block, so their
-//    cost vanishes as M grows). The factoring runs through the AVX-512 or AVX2
-//    decoders, or the scalar code where the build has neither.
+//    cost vanishes as M grows). The factoring runs through the AVX-512, AVX2 or
+//    NEON decoders, or the scalar code where the build has none.
 // The rows' sub-block sums xs are computed once per product into a per-thread
 // buffer (allocated at its first use on each thread).
 #pragma once
@@ -64,6 +67,7 @@
 #include "kvdecode/matmul/panel_layout.hpp"
 #include "kvdecode/matmul/quant_decode_avx2.hpp"
 #include "kvdecode/matmul/quant_decode_avx512.hpp"
+#include "kvdecode/matmul/quant_decode_neon.hpp"
 #include "kvdecode/matmul/quant_fused.hpp"
 #include "kvdecode/weights/block_types.hpp"
 #include "kvdecode/weights/blocks.hpp"
@@ -72,14 +76,18 @@
 namespace kvd::detail {
 
 /// How a panel block becomes floats: kPortable (scalar, weights/blocks.hpp),
-/// kAvx2 or kAvx512 (quant_decode_avx2.hpp, quant_decode_avx512.hpp). All give the same bits. A request for
-/// decoders the build lacks takes the next one it has (AVX-512, then AVX2, then
-/// the scalar code); kQuantDequantBest is the fastest the build has.
-enum class QuantDequant { kPortable, kAvx2, kAvx512 };
+/// kAvx2, kAvx512 or kNeon (quant_decode_avx2.hpp, quant_decode_avx512.hpp,
+/// quant_decode_neon.hpp). All give the same bits. A request for decoders the
+/// build lacks takes the next one it has (AVX-512, then AVX2, then the scalar code
+/// on x86; on aarch64 every request but kPortable takes NEON);
+/// kQuantDequantBest is the fastest the build has.
+enum class QuantDequant { kPortable, kAvx2, kAvx512, kNeon };
 #if defined(KVDECODE_QUANT_AVX512)
 inline constexpr QuantDequant kQuantDequantBest = QuantDequant::kAvx512;
 #elif defined(KVDECODE_QUANT_AVX2)
 inline constexpr QuantDequant kQuantDequantBest = QuantDequant::kAvx2;
+#elif defined(KVDECODE_QUANT_NEON)
+inline constexpr QuantDequant kQuantDequantBest = QuantDequant::kNeon;
 #else
 inline constexpr QuantDequant kQuantDequantBest = QuantDequant::kPortable;
 #endif
@@ -112,6 +120,14 @@ inline void factor_panels(const QuantPanels& w, long p0, int np, long k0, long k
       if constexpr (std::is_same_v<T, float>) {
         if (how != QuantDequant::kPortable) {
           with_decoder_avx2(w.type(), [&](auto dec) { factor_panel_block_avx2<decltype(dec)>(pb, co, Do, No); });
+          continue;
+        }
+      }
+#endif
+#if defined(KVDECODE_QUANT_NEON)
+      if constexpr (std::is_same_v<T, float>) {
+        if (how != QuantDequant::kPortable) {
+          with_decoder_neon(w.type(), [&](auto dec) { factor_panel_block_neon<decltype(dec)>(pb, co, Do, No); });
           continue;
         }
       }
@@ -349,7 +365,7 @@ void matmul_quant_large(const T* x, long ldx, long M, const T* xs, long ldxs, co
 enum class QuantPath { kAuto, kFused, kSmall, kLarge };
 
 /// matmul_quant() with an explicit float vector V, dequantizer and path.
-/// kFused needs AVX-512 or AVX2 (`how` picks which, as for the decoders), T =
+/// kFused needs AVX-512, AVX2 or NEON (`how` picks which, as for the decoders), T =
 /// float and M <= kQuantFusedMaxM (else it falls back to kAuto).
 template <class T, class V>
 void matmul_quant_with(const T* x, long ldx, long M, const QuantPanels& w, T* y, long ldy,
@@ -375,6 +391,9 @@ void matmul_quant_with(const T* x, long ldx, long M, const QuantPanels& w, T* y,
 #endif
 #if defined(KVDECODE_QUANT_FUSED_AVX2)
       if (how != QuantDequant::kPortable) return matmul_quant_fused_avx2<T>(x, ldx, M, xs, ldxs, w, y, ldy, parallel);
+#endif
+#if defined(KVDECODE_QUANT_FUSED_NEON)
+      if (how != QuantDequant::kPortable) return matmul_quant_fused_neon<T>(x, ldx, M, xs, ldxs, w, y, ldy, parallel);
 #endif
     }
   }

@@ -8,11 +8,13 @@
 // them, the fast mode's row order and the type the quantizer falls back to.
 // Every other switch over block types is a call through visit_block_type() and a
 // look-up in the row; the matrix kernels key their per-ISA decoders by the row
-// (matmul/quant_decode_avx512.hpp, matmul/quant_decode_avx2.hpp).
+// (matmul/quant_decode_avx512.hpp, matmul/quant_decode_avx2.hpp,
+// matmul/quant_decode_neon.hpp) through visit_block_column().
 #pragma once
 
 #include <cstdint>
 
+#include "kvdecode/error.hpp"
 #include "kvdecode/weights/block_formats.hpp"
 #include "kvdecode/weights/weight_type.hpp"
 
@@ -243,6 +245,14 @@ inline bool visit_block_type(WeightType t, F&& f) {
     case WeightType::kMXFP4: return visit_row<BlockTypeMXFP4>(f);
     default: return false;
   }
+}
+
+/// Calls f(Of<Row>::type{}) with column Of of block type t's row (a per-ISA decoder,
+/// matmul/quant_decode_*.hpp: Avx512DecoderOf, Avx2DecoderOf, NeonDecoderOf). One
+/// look-up per call: call it outside the tiles. Asserts that t is a block type.
+template <template <class> class Of, class F>
+inline void visit_block_column(WeightType t, F&& f) {
+  if (!visit_block_type(t, [&](auto row) { f(typename Of<decltype(row)>::type{}); })) KVD_ASSERT(false);
 }
 
 /// True if t is a block type kvdecode computes with (it has a row). Never throws.
