@@ -157,7 +157,7 @@ class RoPE {
       auto corr_dim = [&](double b) { return rot_ * std::log(scaling.orig_ctx / (b * 2 * kPi)) / (2 * std::log(theta)); };
       lo = std::max(0.0, std::floor(corr_dim(scaling.beta_fast)));
       hi = std::min(static_cast<double>(rot_ - 1), std::ceil(corr_dim(scaling.beta_slow)));
-      mscale = 1.0 + 0.1 * std::log(scaling.factor);
+      mscale = std::fma(0.1, std::log(scaling.factor), 1.0);  // explicit: -ffp-contract must not decide
     }
     table_.resize(static_cast<std::size_t>(max_seq_len) * half * 2);
     for (int i = 0; i < half; ++i) {
