@@ -99,10 +99,11 @@ TEST(MoeBytes, DecodeReadsKExpertsOfE) {
                 sizeof(float) * (c.d_model * (2ull * c.n_layers + 1)));
 }
 
-// Experts in q8_0 and q4_K (and an f32 router): prefill, decode, batched decode and
-// the reference give the same bits, with 1 and 2 threads.
+// Experts in q8_0 and q4_K (and an f32 router): the reference, one prefill, prefill
+// then decode, chunked prefill, batched decode and the paged cache give the same
+// bits, with 1 and 2 threads.
 TEST(MoeExactness, QuantizedExpertsSameBitsOnEveryPath) {
-  ModelConfig c = kvd_test::qwen3moe_like(kvd_test::small_config(4, 2, 16, 256, 2, 256, 50, 20), 6, 2);
+  ModelConfig c = kvd_test::qwen3moe_like(kvd_test::small_config(4, 2, 16, 256, 2, 256, 50, 40), 6, 2);
   ModelWeights<float> w = ModelWeights<float>::random(c, 9);
   auto quantize = [](WeightMatrix& m, WeightType t) {
     WeightMatrix q = WeightMatrix::zeros(t, m.rows(), m.cols());
@@ -118,30 +119,7 @@ TEST(MoeExactness, QuantizedExpertsSameBitsOnEveryPath) {
     quantize(l.experts_up, WeightType::kQ8_0);
     quantize(l.experts_down, WeightType::kQ4_K);
   }
-  const auto tokens = kvd_test::make_tokens(c.max_seq_len, c.vocab_size, 5);
-  const int saved = num_threads();
-  std::vector<RowMatrix<float>> results;
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    Transformer<float> model(w);
-    const RowMatrix<float> ref = model.forward_reference(tokens);
-    KVCache<float> cache(c);
-    const RowMatrix<float> pre = model.prefill(tokens, cache, true);
-    ASSERT_TRUE(kvd_test::same_bits(ref.data(), pre.data(), ref.size())) << kvd_test::first_difference(ref.data(), pre.data(), ref.size());
-    KVCache<float> a(c), b(c);
-    model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 5), a);
-    model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 9), b);
-    RowMatrix<float> dec(1, c.vocab_size);
-    for (int t = 5; t < 9; ++t) dec = model.decode_step(tokens[t], a);
-    ASSERT_TRUE(kvd_test::same_bits(dec.data(), ref.row(8).data(), c.vocab_size));
-    std::vector<KVCache<float>*> caches{&a, &b};
-    const RowMatrix<float> batch = model.decode_batch({tokens[9], tokens[9]}, caches);
-    ASSERT_TRUE(kvd_test::same_bits(batch.row(0).data(), ref.row(9).data(), c.vocab_size));
-    ASSERT_TRUE(kvd_test::same_bits(batch.row(1).data(), ref.row(9).data(), c.vocab_size));
-    results.push_back(ref);
-  }
-  set_num_threads(saved);
-  EXPECT_TRUE(kvd_test::same_bits(results[0].data(), results[1].data(), results[0].size()));
+  kvd_test::expect_every_path_same_bits(w, kvd_test::make_tokens(c.max_seq_len, c.vocab_size, 5));
 }
 
 // A qwen3moe model through kvdecode's GGUF writer and loader: the same config, and

@@ -373,11 +373,14 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
 /// Every path on model w over `tokens` (at least 34 of them) gives the same bits as
 /// the cache-free reference: prefill of the whole prompt, prefill then decode steps,
 /// chunked prefill, batched decode and a paged cache, with 1 and 2 threads (and the
-/// two thread counts agree). The architecture tests run it on their tiny files.
+/// two thread counts agree). The architecture tests run it on their tiny files. The
+/// prompt needs at least 34 tokens (the splits go up to position 33).
 inline void expect_every_path_same_bits(const kvd::ModelWeights<float>& w, const std::vector<int>& tokens) {
   using namespace kvd;
   const ModelConfig c = w.config;
   const long n = static_cast<long>(tokens.size()), V = c.vocab_size;
+  ASSERT_GE(n, 34) << "the paths below split the prompt at positions up to 33";
+  ASSERT_GE(c.max_seq_len, n);
   auto row_eq = [&](const float* got, long t, const RowMatrix<float>& ref, const std::string& what) {
     ASSERT_TRUE(same_bits(got, ref.row(t).data(), V))
         << what << " position " << t << ": " << first_difference(got, ref.row(t).data(), V);
