@@ -72,7 +72,14 @@ case "$mode" in
     after=$(rss_kb)
     echo "server RSS: ${before} kB after start, ${after} kB after 96 requests"
     # Bounded: the cache pool is allocated at start; requests add only transient buffers.
-    [ $((after - before)) -lt 65536 ] || { echo "FAIL: RSS grew by $((after - before)) kB"; exit 1; } ;;
+    # Not in a sanitized build (KVDECODE_SANITIZED=1, tests/CMakeLists.txt): ASan's
+    # allocator keeps freed memory (its quarantine, its free lists), so its server
+    # grows by about 66 MB over these requests where the release one grows by 4 MB.
+    if [ "${KVDECODE_SANITIZED:-0}" = 1 ]; then
+      echo "RSS bound not checked: a sanitized build's allocator keeps freed memory"
+    else
+      [ $((after - before)) -lt 65536 ] || { echo "FAIL: RSS grew by $((after - before)) kB"; exit 1; }
+    fi ;;
   browser)
     (cd "$work" && node browser.mjs "$chromium" "$url") ;;
   *) echo "unknown mode $mode"; exit 2 ;;
