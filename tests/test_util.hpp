@@ -373,8 +373,7 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
 /// Every path on model w over `tokens` (at least 34 of them) gives the same bits as
 /// the cache-free reference: prefill of the whole prompt, prefill then decode steps,
 /// chunked prefill, batched decode and a paged cache, with 1 and 2 threads (and the
-/// two thread counts agree). The architecture tests run it on their tiny files. The
-/// prompt needs at least 34 tokens (the splits go up to position 33).
+/// two thread counts agree). The architecture tests run it on their tiny files.
 inline void expect_every_path_same_bits(const kvd::ModelWeights<float>& w, const std::vector<int>& tokens) {
   using namespace kvd;
   const ModelConfig c = w.config;
