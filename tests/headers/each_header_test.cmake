@@ -41,7 +41,8 @@ endif()
 foreach(_h kvdecode/matmul/matmul.hpp kvdecode/matmul/dense_kernels.hpp kvdecode/matmul/quant_kernels.hpp
            kvdecode/matmul/quant_decode_avx512.hpp kvdecode/matmul/quant_decode_avx2.hpp kvdecode/matmul/quant_fused.hpp
            kvdecode/matmul/quant_matrix.hpp kvdecode/matmul/fast_int8.hpp kvdecode/matmul/fast_rows.hpp
-           kvdecode/matmul/fast_tiles.hpp kvdecode/matmul/fast_planes.hpp kvdecode/matmul/fast_bf16.hpp
+           kvdecode/matmul/fast_tiles.hpp kvdecode/matmul/fast_tiles_512.hpp kvdecode/matmul/fast_planes.hpp
+           kvdecode/matmul/fast_bf16.hpp
            kvdecode/matmul/instances_list.hpp)
   list(APPEND _cases "${_h}|-DKVDECODE_EXTERN_KERNELS")
 endforeach()

@@ -20,6 +20,9 @@
 //   KVDECODE_FAST_AVX2         the int8 fast mode's AVX2 tiles (fast_int8.hpp)
 //   KVDECODE_FAST_VNNI         ... with vpdpbusd (AVX512-VNNI+VL or AVX-VNNI)
 //   KVDECODE_FAST_PLANES_512   ... and 512-bit byte planes (AVX512-VNNI+BW)
+//   KVDECODE_FAST_TILES_512    ... and 512-bit small-M tiles over whole panels
+//                              (AVX512-VNNI+F+BW+VL)
+//   KVDECODE_FAST_BYTES_512    ... q8_0's among them (AVX512-VBMI's vpermb)
 //   KVDECODE_FAST_BF16         the bf16 fast mode for 16-bit weights (AVX512-BF16+BW+F)
 //   KVDECODE_HAS_CPUID         cpuid is available to detect the running CPU
 //
@@ -61,6 +64,12 @@
 #define KVDECODE_FAST_VNNI 1
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define KVDECODE_FAST_PLANES_512 1
+#if defined(KVDECODE_QUANT_AVX512)
+#define KVDECODE_FAST_TILES_512 1
+#if defined(__AVX512VBMI__)
+#define KVDECODE_FAST_BYTES_512 1
+#endif
+#endif
 #endif
 #endif
 #endif

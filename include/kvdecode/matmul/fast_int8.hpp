@@ -63,7 +63,8 @@
 // With VNNI (AVX512-VNNI + VL, or AVX-VNNI) the same tiles take vpdpbusd for each
 // pair of vpmaddubsw and 16-bit adds: 32-bit sums throughout, the same integers.
 // With AVX512-VNNI and BW, large M of the byte-plane types (fast_planes.hpp) runs 512-bit
-// tiles over both halves of a panel at once: 16 outputs per vpdpbusd.
+// tiles over both halves of a panel at once: 16 outputs per vpdpbusd. With VL too,
+// so does small M (fast_tiles_512.hpp) for the nibble types, q6_K and (with VBMI) q8_0.
 #pragma once
 
 #include <algorithm>
@@ -76,6 +77,7 @@
 #include "kvdecode/matmul/fast_planes.hpp"
 #include "kvdecode/matmul/fast_rows.hpp"
 #include "kvdecode/matmul/fast_tiles.hpp"
+#include "kvdecode/matmul/fast_tiles_512.hpp"
 #include "kvdecode/matmul/packed_matrix.hpp"
 #include "kvdecode/matmul/quant_kernels.hpp"
 
@@ -114,11 +116,11 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
 }
 
 #if defined(KVDECODE_FAST_AVX2)
-/// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles;
-/// rows go in blocks that keep their rounded values in L2, and tiles of up to 4
-/// rows. M >= kFastPlanesMinM for the heavy decoders: the byte planes (fast_planes.hpp).
+/// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles
+/// (half panels, or with the 512-bit tiles whole panels); rows go in blocks that
+/// keep their rounded values in L2, and tiles of up to 4 rows (7 for M = 5 to 7). M >= kFastPlanesMinM for the heavy decoders: the byte planes (fast_planes.hpp).
 inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
-  auto run = [&](auto dec) {
+  auto run = [&](auto dec, [[maybe_unused]] auto row) {
     using Dec = decltype(dec);
     if constexpr (kFastPlanes<Dec>) {
       if (M >= kFastPlanesMinM) {
@@ -131,9 +133,27 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
     }
     constexpr long kRows = fast_max_rows<Dec>();
     const int mr_max = static_cast<int>(M <= kRows ? M : kFastTileRows);
+    const long mb = std::max<long>(mr_max, (128L << 10) / rows.K / kFastTileRows * kFastTileRows);  // rows per block: their rounded values stay in L2
+#if defined(KVDECODE_FAST_TILES_512)
+    if constexpr (kFastTiles512<Dec>) {
+      using Dec5 = typename Avx512DecoderOf<decltype(row)>::type;
+      const int np_max = fast_panels_of<Dec>(mr_max);
+      const long P = w.n_panels(), n_ptiles = (P + np_max - 1) / np_max;
+      return parallel_parts(n_ptiles, parallel, [&](long c0, long c1) {
+        for (long b0 = 0; b0 < M; b0 += mb)
+          for (long c = c0; c < c1; ++c) {
+            const long p0 = c * np_max;
+            const int np = static_cast<int>(std::min<long>(np_max, P - p0));
+            for (long m0 = b0; m0 < std::min(M, b0 + mb); m0 += mr_max) {
+              const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
+              fast_tile_512_any<Dec, Dec5>(mr, np, rows, m0, w, p0, y + m0 * ldy, ldy);
+            }
+          }
+      });
+    }
+#endif
     const int nh_max = fast_halves_of<Dec>(mr_max);
     const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
-    const long mb = std::max<long>(mr_max, (128L << 10) / rows.K / kFastTileRows * kFastTileRows);  // rows per block: their rounded values stay in L2
     parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
       for (long b0 = 0; b0 < M; b0 += mb)
         for (long c = c0; c < c1; ++c) {
@@ -153,7 +173,7 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
                       (Row::kFastOrder == 16) == (Dec::kFastCodes == FastCodes::kCrumbs || Dec::kFastCodes == FastCodes::kCrumbs3) &&
                       (Row::kFastOrder == 4) == (Dec::kFastCodes == FastCodes::kBytes),
                   "a block type's fast-mode row order disagrees with its AVX2 decoder's codes");
-    if constexpr (Row::kFastOrder != 0) run(Dec{});
+    if constexpr (Row::kFastOrder != 0) run(Dec{}, row);
     else KVD_ASSERT(false);
   });
   if (!fast) KVD_ASSERT(false);

@@ -115,22 +115,40 @@ inline __m256i fast_high_word(const Dec& d) {
     return d.qh;
 }
 
+// The lane-wise integer steps that rebuild codes from their bit fields, written
+// once over a width trait B (FastBits256 here; FastBits512 in fast_tiles_512.hpp,
+// where a panel's two halves sit side by side): B::I and the few operations below.
+/// 256 bits: one half panel's codes.
+struct FastBits256 {
+  using I = __m256i;
+  KVD_ALWAYS_INLINE static I and_(I a, I b) { return _mm256_and_si256(a, b); }
+  KVD_ALWAYS_INLINE static I or_(I a, I b) { return _mm256_or_si256(a, b); }
+  KVD_ALWAYS_INLINE static I set8(char v) { return _mm256_set1_epi8(v); }
+  KVD_ALWAYS_INLINE static I set32(int v) { return _mm256_set1_epi32(v); }
+  KVD_ALWAYS_INLINE static I shl32(I a, int n) { return _mm256_slli_epi32(a, n); }
+  KVD_ALWAYS_INLINE static I shr32(I a, int n) { return _mm256_srli_epi32(a, n); }
+  KVD_ALWAYS_INLINE static I shr16(I a, int n) { return _mm256_srli_epi16(a, n); }
+  KVD_ALWAYS_INLINE static I shr32_var(I a, int n) { return _mm256_srl_epi32(a, _mm_cvtsi32_si128(n)); }
+};
+
 /// q5: ors group g's 8 high bits (bits 8 g .. 8 g + 7 of the high word) into bit 4
 /// of the nibble planes' bytes: lo holds values 8 g + 2 b, hi values 8 g + 2 b + 1.
-KVD_ALWAYS_INLINE inline void fast_or_high_bits(__m256i hword, int g, __m256i& lo, __m256i& hi) {
+template <class B = FastBits256>
+KVD_ALWAYS_INLINE inline void fast_or_high_bits(typename B::I hword, int g, typename B::I& lo, typename B::I& hi) {
   // bits 2 b and 2 b + 1 of the group to byte b, then to bit 4 of lo and hi
-  __m256i x = _mm256_and_si256(_mm256_srl_epi32(hword, _mm_cvtsi32_si128(8 * g)), _mm256_set1_epi32(0xFF));
-  x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 12)), _mm256_set1_epi32(0x000F000F));
-  x = _mm256_and_si256(_mm256_or_si256(x, _mm256_slli_epi32(x, 6)), _mm256_set1_epi32(0x03030303));
-  const __m256i b4 = _mm256_set1_epi8(16);
-  lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi32(x, 4), b4));
-  hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi32(x, 3), b4));
+  typename B::I x = B::and_(B::shr32_var(hword, 8 * g), B::set32(0xFF));
+  x = B::and_(B::or_(x, B::shl32(x, 12)), B::set32(0x000F000F));
+  x = B::and_(B::or_(x, B::shl32(x, 6)), B::set32(0x03030303));
+  const typename B::I b4 = B::set8(16);
+  lo = B::or_(lo, B::and_(B::shl32(x, 4), b4));
+  hi = B::or_(hi, B::and_(B::shl32(x, 3), b4));
 }
 
 /// The low 16 bits of each lane of v, nibble n -> byte n (bits 0..3).
-KVD_ALWAYS_INLINE inline __m256i fast_nibbles_to_bytes(__m256i v16) {
-  __m256i v = _mm256_and_si256(_mm256_or_si256(v16, _mm256_slli_epi32(v16, 8)), _mm256_set1_epi32(0x00FF00FF));
-  return _mm256_and_si256(_mm256_or_si256(v, _mm256_slli_epi32(v, 4)), _mm256_set1_epi8(15));
+template <class B = FastBits256>
+KVD_ALWAYS_INLINE inline typename B::I fast_nibbles_to_bytes(typename B::I v16) {
+  const typename B::I v = B::and_(B::or_(v16, B::shl32(v16, 8)), B::set32(0x00FF00FF));
+  return B::and_(B::or_(v, B::shl32(v, 4)), B::set8(15));
 }
 
 /// q2_K / q3_K: the code word of sub-block s, half h (value v at bits 2 v), and for
@@ -162,14 +180,15 @@ KVD_ALWAYS_INLINE inline __m256i fast_k2_codes(__m256i wv, [[maybe_unused]] __m2
 /// q6_K: group g (0, 1) of a sub-block as two byte planes, lo (values 8 g + 2 b) and
 /// hi (8 g + 2 b + 1), 6-bit unsigned codes (code + 32), from the low word wv and
 /// the sub-block's high word hw.
-KVD_ALWAYS_INLINE inline void fast_q6_planes(__m256i wv, __m256i hw, int g, __m256i& lo, __m256i& hi) {
+template <class B = FastBits256>
+KVD_ALWAYS_INLINE inline void fast_q6_planes(typename B::I wv, typename B::I hw, int g, typename B::I& lo,
+                                             typename B::I& hi) {
   // the group's 8 pairs of high bits (16 bits), nibble n -> byte n: byte n then
   // holds the high bits of values 2n (bits 0..1) and 2n + 1 (bits 2..3)
-  const __m256i v = fast_nibbles_to_bytes(g == 0 ? _mm256_and_si256(hw, _mm256_set1_epi32(0xFFFF)) : _mm256_srli_epi32(hw, 16));
-  const __m256i m4 = _mm256_set1_epi8(15);
-  lo = _mm256_or_si256(_mm256_and_si256(wv, m4), _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi8(3)), 4));
-  hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(wv, 4), m4),
-                       _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi8(12)), 2));
+  const typename B::I v = fast_nibbles_to_bytes<B>(g == 0 ? B::and_(hw, B::set32(0xFFFF)) : B::shr32(hw, 16));
+  const typename B::I m4 = B::set8(15);
+  lo = B::or_(B::and_(wv, m4), B::shl32(B::and_(v, B::set8(3)), 4));
+  hi = B::or_(B::and_(B::shr16(wv, 4), m4), B::shl32(B::and_(v, B::set8(12)), 2));
 }
 
 /// The tiles' running sums in y (MR rows x NH half panels from h0) set to +0.

@@ -1,0 +1,195 @@
+// The fast mode's 512-bit register tiles for small M (fast_int8.hpp): MR rows x NP
+// whole panels (16 outputs each) over all of k, for the nibble-plane block types
+// (q4_0, q4_1, q4_K; q5_0, q5_1, q5_K with their high bits; iq4_nl, iq4_xs, mxfp4
+// through their level table), q6_K, and with AVX512-VBMI q8_0. A panel block holds the codes of its two halves side
+// by side, 32 bytes each per group of 8 values, so one 64-byte load gives the code
+// vectors of both halves that the AVX2 tile (fast_tiles.hpp) loads in two, and one
+// zmm vpdpbusd does the work of two ymm ones. The scales and offsets come from the
+// AVX-512 decoders (quant_decode_avx512.hpp), the same floats per output as the
+// AVX2 decoders'. The same integer sums and the same float steps per output as the
+// AVX2 tile and the scalar definition, so the same bits. Empty unless
+// KVDECODE_FAST_TILES_512.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kvdecode/core/isa.hpp"
+#include "kvdecode/core/simd.hpp"
+#include "kvdecode/matmul/fast_rows.hpp"
+#include "kvdecode/matmul/fast_tiles.hpp"
+#include "kvdecode/matmul/panel_layout.hpp"
+#include "kvdecode/matmul/quant_decode_avx2.hpp"
+#include "kvdecode/matmul/quant_decode_avx512.hpp"
+
+namespace kvd::detail {
+
+#if defined(KVDECODE_FAST_TILES_512)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own 512-bit intrinsics
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+
+/// 512 bits: a whole panel's codes (half 0 in the low 256 bits, half 1 in the high).
+struct FastBits512 {
+  using I = __m512i;
+  KVD_ALWAYS_INLINE static I and_(I a, I b) { return _mm512_and_si512(a, b); }
+  KVD_ALWAYS_INLINE static I or_(I a, I b) { return _mm512_or_si512(a, b); }
+  KVD_ALWAYS_INLINE static I set8(char v) { return _mm512_set1_epi8(v); }
+  KVD_ALWAYS_INLINE static I set32(int v) { return _mm512_set1_epi32(v); }
+  KVD_ALWAYS_INLINE static I shl32(I a, int n) { return _mm512_slli_epi32(a, static_cast<unsigned>(n)); }
+  KVD_ALWAYS_INLINE static I shr32(I a, int n) { return _mm512_srli_epi32(a, static_cast<unsigned>(n)); }
+  KVD_ALWAYS_INLINE static I shr16(I a, int n) { return _mm512_srli_epi16(a, static_cast<unsigned>(n)); }
+  KVD_ALWAYS_INLINE static I shr32_var(I a, int n) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n)); }
+};
+
+/// Whether Dec's fast codes take the 512-bit small-M tiles: the nibble planes, q6_K,
+/// and q8_0's bytes where vpermb (AVX512-VBMI) turns them into lanes.
+template <class Dec>
+inline constexpr bool kFastTiles512 =
+    Dec::kFastCodes == FastCodes::kNibbles || Dec::kFastCodes == FastCodes::kFive ||
+    Dec::kFastCodes == FastCodes::kLevels || Dec::kFastCodes == FastCodes::kSix ||
+#if defined(KVDECODE_FAST_BYTES_512)
+    Dec::kFastCodes == FastCodes::kBytes;
+#else
+    false;
+#endif
+
+/// Panels per 512-bit tile: 4 for 1 row, 2 beyond (4 to 14 accumulators of 32); the
+/// 5- and 6-bit types hold a word of high bits per panel besides.
+template <class Dec>
+constexpr int fast_panels_of(int mr) {
+  if constexpr (Dec::kFastCodes == FastCodes::kFive || Dec::kFastCodes == FastCodes::kSix) return mr <= 1 ? 3 : 2;
+  return mr <= 1 ? 4 : 2;
+}
+
+/// The 512-bit decoder's word of high bits of a 5-bit type (both halves of the panel).
+template <class Dec5>
+KVD_ALWAYS_INLINE inline __m512i fast_high_word512(const Dec5& d) {
+  if constexpr (std::is_same_v<Dec5, DecodeQK4<true>>)
+    return d.hw;
+  else
+    return d.qh;
+}
+
+/// Code vectors lo and hi of group g (8 values) of sub-block s of panel block pb, both
+/// halves: with VNNI's unsigned codes, the AVX2 tile's two half-panel vectors side by side.
+template <class Dec, class Dec5>
+KVD_ALWAYS_INLINE inline void fast_codes512(const Dec5& dec, const unsigned char* pb, int s, int g, __m512i table,
+                                            __m512i& lo, __m512i& hi) {
+  if constexpr (Dec::kFastCodes == FastCodes::kSix) {
+    const unsigned char* ql = pb + 288 + 128 * s;  // Avx2DecodeQ6_K's fields, both halves
+    fast_q6_planes<FastBits512>(_mm512_loadu_si512(ql + 64 * g), _mm512_loadu_si512(pb + 2336 + 64 * s), g, lo, hi);
+  } else if constexpr (Dec::kFastCodes == FastCodes::kBytes) {
+#if defined(KVDECODE_FAST_BYTES_512)
+    // 4 values of 16 outputs, value-major (16 bytes each), to 16 lanes of 4 values each, + 128
+    const __m512i order = _mm512_set_epi8(63, 47, 31, 15, 62, 46, 30, 14, 61, 45, 29, 13, 60, 44, 28, 12,  //
+                                          59, 43, 27, 11, 58, 42, 26, 10, 57, 41, 25, 9, 56, 40, 24, 8,    //
+                                          55, 39, 23, 7, 54, 38, 22, 6, 53, 37, 21, 5, 52, 36, 20, 4,      //
+                                          51, 35, 19, 3, 50, 34, 18, 2, 49, 33, 17, 1, 48, 32, 16, 0);
+    const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+    const unsigned char* q = dec.q + 128 * g;
+    lo = _mm512_xor_si512(_mm512_permutexvar_epi8(order, _mm512_loadu_si512(q)), bias);
+    hi = _mm512_xor_si512(_mm512_permutexvar_epi8(order, _mm512_loadu_si512(q + 64)), bias);
+#endif
+  } else {
+    const __m512i m4 = _mm512_set1_epi8(15), wv = _mm512_loadu_si512(dec.q + 64 * g);
+    lo = _mm512_and_si512(wv, m4);
+    hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
+    if constexpr (kFastFive<Dec>) fast_or_high_bits<FastBits512>(fast_high_word512(dec), g, lo, hi);
+    if constexpr (kFastLevels<Dec>) {
+      lo = _mm512_shuffle_epi8(table, lo);
+      hi = _mm512_shuffle_epi8(table, hi);
+    }
+  }
+}
+
+/// MR rows x NP panels from p0 over all of k: y's columns [16 p0, 16 (p0 + NP)) of
+/// rows m0 .. m0 + MR - 1 (y points at row m0). Dec: the type's AVX2 decoder (its
+/// fast codes and offset), Dec5: its AVX-512 decoder (the panel's scales). Sub-blocks
+/// of 32 values, or 16 for q6_K (its offsets and sums per 16).
+template <class Dec, class Dec5, int MR, int NP>
+inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, long p0, float* y, long ldy) {
+  constexpr bool kSix = Dec::kFastCodes == FastCodes::kSix;
+  constexpr int kOffset = fast_code_offset<Dec>(), S = kSix ? 16 : kFastBlock;
+  constexpr int kSubs = Dec::kBlock / S;
+  static_assert(Dec5::kBlock == Dec::kBlock && Dec5::kSub == S && Dec5::kMin == Dec::kMin,
+                "a block type's AVX2 and AVX-512 decoders disagree on its sub-blocks");
+  const long K = rows.K, nbq = K / kFastBlock;
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(4) for (int i = 0; i < NP; ++i) _mm512_storeu_ps(y + r * ldy + (p0 + i) * 16, _mm512_setzero_ps());
+  [[maybe_unused]] __m512i table = _mm512_setzero_si512();
+  if constexpr (kFastLevels<Dec>) table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fast_level_table<Dec>()));
+  const std::size_t pbb = w.panel_block_bytes();
+  const long nblk = w.n_blocks();
+  const std::int8_t* q0 = rows.q.data() + m0 * K;
+  for (long b = 0; b < nblk; ++b) {
+    const unsigned char* pb[NP];
+    KVD_UNROLL(4) for (int i = 0; i < NP; ++i) pb[i] = w.data + (static_cast<std::size_t>(p0 + i) * nblk + b) * pbb;
+    for (int s = 0; s < kSubs; ++s) {
+      const long k0 = b * Dec::kBlock + S * s;
+      Dec5 dec[NP];
+      KVD_UNROLL(4) for (int i = 0; i < NP; ++i) {
+        dec[i].begin(pb[i], s);
+        prefetch_half_panel_share(pb[i], pbb, s, kSubs, 0);
+        prefetch_half_panel_share(pb[i], pbb, s, kSubs, 1);
+      }
+      __m512i t[MR][NP];
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+        KVD_UNROLL(4) for (int i = 0; i < NP; ++i) t[r][i] = _mm512_setzero_si512();
+      KVD_UNROLL(4) for (int g = 0; g < S / 8; ++g) {
+        __m512i lo[NP], hi[NP];
+        KVD_UNROLL(4) for (int i = 0; i < NP; ++i) fast_codes512<Dec>(dec[i], pb[i], s, g, table, lo[i], hi[i]);
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+          const std::int8_t* qa = q0 + r * K + k0 + 8 * g;
+          std::int32_t a0, a1;
+          std::memcpy(&a0, qa, 4);
+          std::memcpy(&a1, qa + 4, 4);
+          const __m512i b0 = _mm512_set1_epi32(a0), b1 = _mm512_set1_epi32(a1);
+          KVD_UNROLL(4) for (int i = 0; i < NP; ++i)
+            t[r][i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(t[r][i], lo[i], b0), hi[i], b1);
+        }
+      }
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+        const long row = m0 + r, e = row * nbq + k0 / kFastBlock, e16 = row * (K / 16) + k0 / 16;
+        const __m512 d = _mm512_set1_ps(rows.d.data()[e]);
+        KVD_UNROLL(4) for (int i = 0; i < NP; ++i) {
+          __m512i I = t[r][i];
+          if constexpr (kOffset != 0)
+            I = _mm512_sub_epi32(I, _mm512_set1_epi32(kOffset * (kSix ? rows.qsum16.data()[e16] : rows.qsum.data()[e])));
+          float* yp = y + r * ldy + (p0 + i) * 16;
+          __m512 a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d), dec[i].D, _mm512_loadu_ps(yp));
+          if constexpr (Dec::kMin) a = _mm512_fmadd_ps(_mm512_set1_ps(rows.xq.data()[e]), dec[i].N, a);
+          _mm512_storeu_ps(yp, a);
+        }
+      }
+    }
+  }
+}
+
+template <class Dec, class Dec5, int MR, int NP = fast_panels_of<Dec>(MR)>
+inline void fast_tile_512_np(int np, const FastRows& rows, long m0, const QuantPanels& w, long p0, float* y, long ldy) {
+  if constexpr (NP >= 1) {
+    if (np == NP) return fast_tile_512<Dec, Dec5, MR, NP>(rows, m0, w, p0, y, ldy);
+    return fast_tile_512_np<Dec, Dec5, MR, NP - 1>(np, rows, m0, w, p0, y, ldy);
+  }
+}
+/// The tile of mr rows (1 .. fast_max_rows<Dec>()) and np panels (1 .. fast_panels_of<Dec>(mr)).
+/// (8-row tiles for a batch of 8 gained nothing measurable on Zen 5 over two of 4.)
+template <class Dec, class Dec5, int MR = fast_max_rows<Dec>()>
+inline void fast_tile_512_any(int mr, int np, const FastRows& rows, long m0, const QuantPanels& w, long p0, float* y,
+                              long ldy) {
+  if constexpr (MR >= 1) {
+    if (mr == MR) return fast_tile_512_np<Dec, Dec5, MR>(np, rows, m0, w, p0, y, ldy);
+    return fast_tile_512_any<Dec, Dec5, MR - 1>(mr, np, rows, m0, w, p0, y, ldy);
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // KVDECODE_FAST_TILES_512
+
+}  // namespace kvd::detail
