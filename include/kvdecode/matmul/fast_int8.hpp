@@ -64,6 +64,10 @@
 // pair of vpmaddubsw and 16-bit adds: 32-bit sums throughout, the same integers.
 // With AVX512-VNNI and BW, large M of the byte-plane types (fast_planes.hpp) runs 512-bit
 // tiles over both halves of a panel at once: 16 outputs per vpdpbusd.
+// On aarch64 (KVDECODE_FAST_NEON) the tiles of fast_tiles_neon.hpp read the same
+// rounded rows for every M: the same code bytes per quarter panel, multiplied by sdot
+// (KVDECODE_FAST_DOTPROD) or smull / smlal and sadalp, signed (q8_0 and the levels
+// without an offset).
 #pragma once
 
 #include <algorithm>
