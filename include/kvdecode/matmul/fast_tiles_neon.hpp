@@ -22,7 +22,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "kvdecode/core/isa.hpp"
@@ -133,16 +132,18 @@ struct FastHalfNeon {
   KVD_ALWAYS_INLINE void group(int8x16_t (&lo)[2], int8x16_t (&hi)[2]) const {
     if constexpr (kCodes == FastCodes::kBytes) {
       // values 8 g + 4 v .. 8 g + 4 v + 3 of the half's outputs, one lane per output
-      // (the half's 8 bytes of a value loaded into both halves of a register: ld1r)
+      // (zip1 of two values' 16 bytes interleaves outputs 0..7, zip2 outputs 8..15)
       for (int v = 0; v < 2; ++v) {
         uint8x16_t c[4];
-        for (int k = 0; k < 4; ++k) {
-          std::uint64_t b8;
-          std::memcpy(&b8, q + 16 * (8 * g + 4 * v + k) + 8 * h, 8);
-          c[k] = vreinterpretq_u8_u64(vdupq_n_u64(b8));
+        for (int k = 0; k < 4; ++k) c[k] = vld1q_u8(q + 16 * (8 * g + 4 * v + k));
+        uint16x8_t x01, x23;
+        if (h == 0) {
+          x01 = vreinterpretq_u16_u8(vzip1q_u8(c[0], c[1]));
+          x23 = vreinterpretq_u16_u8(vzip1q_u8(c[2], c[3]));
+        } else {
+          x01 = vreinterpretq_u16_u8(vzip2q_u8(c[0], c[1]));
+          x23 = vreinterpretq_u16_u8(vzip2q_u8(c[2], c[3]));
         }
-        const uint16x8_t x01 = vreinterpretq_u16_u8(vzip1q_u8(c[0], c[1]));
-        const uint16x8_t x23 = vreinterpretq_u16_u8(vzip1q_u8(c[2], c[3]));
         int8x16_t(&out)[2] = v == 0 ? lo : hi;
         out[0] = vreinterpretq_s8_u16(vzip1q_u16(x01, x23));
         out[1] = vreinterpretq_s8_u16(vzip2q_u16(x01, x23));
@@ -277,21 +278,18 @@ inline void fast_tile_neon(const FastRows& rows, long m0, const QuantPanels& w, 
   }
 }
 
-template <class Dec, int MR, int NH = fast_halves_neon(MR)>
-inline void fast_tile_neon_nh(int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
-  if constexpr (NH >= 1) {
-    if (nh == NH) return fast_tile_neon<Dec, MR, NH>(rows, m0, w, h0, y, ldy);
-    return fast_tile_neon_nh<Dec, MR, NH - 1>(nh, rows, m0, w, h0, y, ldy);
-  }
-}
-/// The tile of mr rows (1 .. kFastNeonRows) and nh half panels (1 .. fast_halves_neon(mr)).
-template <class Dec, int MR = kFastNeonRows>
+/// The tile shapes: up to kFastNeonRows rows, fast_halves_neon(mr) half panels.
+struct FastShapeNeon {
+  static constexpr int kMaxRows = kFastNeonRows;
+  static constexpr int halves(int mr) { return fast_halves_neon(mr); }
+};
+/// The tile of mr rows and nh half panels (FastShapeNeon).
+template <class Dec>
 inline void fast_tile_neon_any(int mr, int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y,
                                long ldy) {
-  if constexpr (MR >= 1) {
-    if (mr == MR) return fast_tile_neon_nh<Dec, MR>(nh, rows, m0, w, h0, y, ldy);
-    return fast_tile_neon_any<Dec, MR - 1>(mr, nh, rows, m0, w, h0, y, ldy);
-  }
+  with_tile_shape<FastShapeNeon>(mr, nh, [&](auto r, auto h) {
+    fast_tile_neon<Dec, decltype(r)::value, decltype(h)::value>(rows, m0, w, h0, y, ldy);
+  });
 }
 #endif  // KVDECODE_FAST_NEON
 
