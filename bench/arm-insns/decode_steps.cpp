@@ -1,7 +1,8 @@
 // Decode steps of a GGUF model for instruction counting (count.sh): loads the
 // model, prefills 8 ids, runs argv[2] decode steps on one thread and prints the
-// kernels' name (build_info) and a checksum of the logits.
-//   decode_steps MODEL.gguf STEPS
+// kernels' name (build_info) and a checksum of the logits. "fast": the fast mode
+// (--fast-matmul, Transformer::set_fast_matmul) instead of the default numerics.
+//   decode_steps MODEL.gguf STEPS [fast]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,8 +14,8 @@
 #include "kvdecode/model/transformer.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf STEPS\n", argv[0]);
+  if (argc < 3 || argc > 4 || (argc == 4 && std::string(argv[3]) != "fast")) {
+    std::fprintf(stderr, "usage: %s MODEL.gguf STEPS [fast]\n", argv[0]);
     return 2;
   }
   const int steps = std::atoi(argv[2]);
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   }
   kvd::set_num_threads(1);
   kvd::Transformer<float> model(kvd::load_gguf_model<float>(argv[1]));
+  model.set_fast_matmul(argc == 4);
   const int V = model.config().vocab_size;
   kvd::KVCache<float> cache(model.config(), 64);
   std::vector<int> head;

@@ -1,15 +1,18 @@
 // One block-type product y = x W^T (M rows, N = 512, K = 1024, one thread) run
 // `reps` times, for the instruction-count plugin (per_weight.sh): the count of 3
 // runs minus the count of 1, divided by 2 N K, is the instructions per weight.
-//   per_weight TYPE portable|best M REPS
+//   per_weight TYPE portable|best|fast-portable|fast M REPS
 // "portable": the scalar decoders (weights/blocks.hpp) with the build's Vec16 tiles;
-// "best": the build's own decoders and fused tiles (NEON on aarch64).
+// "best": the build's own decoders and fused tiles (NEON on aarch64); "fast-portable"
+// and "fast": the int8 fast mode (--fast-matmul, fast_int8.hpp), its scalar loop or
+// the build's tiles (NEON on aarch64).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "kvdecode/matmul/fast_int8.hpp"
 #include "kvdecode/matmul/quant_kernels.hpp"
 #include "kvdecode/matmul/quant_matrix.hpp"
 #include "kvdecode/weights/blocks.hpp"
@@ -32,8 +35,12 @@ int main(int argc, char** argv) {
   const QuantMatrix qm(t, N, K, bytes.data());
   std::vector<float> y(M * N);
   const auto how = how_s == "portable" ? detail::QuantDequant::kPortable : detail::kQuantDequantBest;
-  for (int r = 0; r < reps; ++r)
-    detail::matmul_quant_with<float, detail::Vec16<float>>(x.data(), K, M, qm, y.data(), N, detail::QuantPath::kAuto, how);
+  const bool fast = how_s.rfind("fast", 0) == 0;
+  const auto fast_path = how_s == "fast-portable" ? detail::FastPath::kPortable : detail::FastPath::kAuto;
+  for (int r = 0; r < reps; ++r) {
+    if (fast) detail::matmul_fast_with(x.data(), K, M, qm.panels(), y.data(), N, fast_path);
+    else detail::matmul_quant_with<float, detail::Vec16<float>>(x.data(), K, M, qm, y.data(), N, detail::QuantPath::kAuto, how);
+  }
   double sum = 0;
   for (float v : y) sum += v;
   std::printf("%s %s M %ld sum %.9g\n", argv[1], how_s.c_str(), M, sum);

@@ -23,6 +23,9 @@
 //   KVDECODE_FAST_TILES_512    ... and 512-bit small-M tiles over whole panels
 //                              (AVX512-VNNI+F+BW+VL)
 //   KVDECODE_FAST_BYTES_512    ... q8_0's among them (AVX512-VBMI's vpermb)
+//   KVDECODE_FAST_NEON         the int8 fast mode's NEON tiles (aarch64; fast_tiles_neon.hpp)
+//   KVDECODE_FAST_DOTPROD      ... with sdot (__ARM_FEATURE_DOTPROD: armv8.2-a+dotprod and later);
+//                              without, smull / smlal and sadalp (armv8-a)
 //   KVDECODE_FAST_BF16         the bf16 fast mode for 16-bit weights (AVX512-BF16+BW+F)
 //   KVDECODE_HAS_CPUID         cpuid is available to detect the running CPU
 //
@@ -42,6 +45,10 @@
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define KVDECODE_VEC_NEON 1
 #define KVDECODE_QUANT_NEON 1
+#define KVDECODE_FAST_NEON 1
+#if defined(__ARM_FEATURE_DOTPROD)
+#define KVDECODE_FAST_DOTPROD 1
+#endif
 #if !defined(KVDECODE_NO_FUSED_QUANT)
 #define KVDECODE_QUANT_FUSED_NEON 1
 #endif

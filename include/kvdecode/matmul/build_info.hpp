@@ -21,22 +21,25 @@ struct BuildInfo {
   bool fused_quant = false;    ///< the fused small-M quantized tiles (left out of sanitized builds)
   bool fast_int8_avx2 = false; ///< the int8 fast mode (--fast-matmul) of block types runs AVX2 tiles (else a portable loop, same bits)
   bool vnni = false;           ///< its dot products use VNNI (vpdpbusd)
+  bool fast_int8_neon = false; ///< the int8 fast mode of block types runs NEON tiles (aarch64)
+  bool dotprod = false;        ///< their dot products use sdot (armv8.2-a+dotprod), else smull / sadalp
   bool fast_bf16 = false;      ///< the bf16 fast mode for f16/bf16 weights (AVX512-BF16)
   /// With KVDECODE_DISPATCH (dispatch.hpp): the level picked for this CPU, then every
   /// level and why one was passed over; the fields above are the picked level's.
   /// Empty in a build without dispatch.
   std::string dispatch;
 
-  /// One line, e.g. "avx512 (vnni, bf16, fused)" or "scalar (fused, portable fast mode)".
+  /// One line, e.g. "avx512 (vnni, bf16, fused)", "neon (dotprod, fused)" or "scalar (fused, portable fast mode)".
   std::string summary() const {
     std::string s = isa, extra;
     auto add = [&](bool on, const char* name) {
       if (on) extra += (extra.empty() ? "" : ", ") + std::string(name);
     };
     add(vnni, "vnni");
+    add(dotprod, "dotprod");
     add(fast_bf16, "bf16");
     add(fused_quant, "fused");
-    if (!fast_int8_avx2) add(true, "portable fast mode");
+    if (!fast_int8_avx2 && !fast_int8_neon) add(true, "portable fast mode");
     if (!extra.empty()) s += " (" + extra + ")";
     return dispatch.empty() ? s : s + ", dispatch " + dispatch;
   }
@@ -75,6 +78,12 @@ inline BuildInfo build_info() {
 #endif
 #if defined(KVDECODE_FAST_VNNI)
   b.vnni = true;
+#endif
+#if defined(KVDECODE_FAST_NEON)
+  b.fast_int8_neon = true;
+#endif
+#if defined(KVDECODE_FAST_DOTPROD)
+  b.dotprod = true;
 #endif
 #if defined(KVDECODE_FAST_BF16)
   b.fast_bf16 = true;

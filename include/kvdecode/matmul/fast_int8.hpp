@@ -65,6 +65,10 @@
 // With AVX512-VNNI and BW, large M of the byte-plane types (fast_planes.hpp) runs 512-bit
 // tiles over both halves of a panel at once: 16 outputs per vpdpbusd. With VL too,
 // so does small M (fast_tiles_512.hpp) for the nibble types, q6_K and (with VBMI) q8_0.
+// On aarch64 (KVDECODE_FAST_NEON) the tiles of fast_tiles_neon.hpp read the same
+// rounded rows for every M: the same code bytes per quarter panel, multiplied by sdot
+// (KVDECODE_FAST_DOTPROD) or smull / smlal and sadalp, signed (q8_0 and the levels
+// without an offset).
 #pragma once
 
 #include <algorithm>
@@ -78,6 +82,7 @@
 #include "kvdecode/matmul/fast_rows.hpp"
 #include "kvdecode/matmul/fast_tiles.hpp"
 #include "kvdecode/matmul/fast_tiles_512.hpp"
+#include "kvdecode/matmul/fast_tiles_neon.hpp"
 #include "kvdecode/matmul/packed_matrix.hpp"
 #include "kvdecode/matmul/quant_kernels.hpp"
 
@@ -115,6 +120,27 @@ inline void matmul_fast_portable(const FastRows& rows, long M, const QuantPanels
   });
 }
 
+/// The small-M tiles' schedule (the AVX2 and NEON fast products): threads take
+/// contiguous ranges of column tiles of nh_max half panels; rows go in blocks that
+/// keep their rounded values in L2, and tiles of mr_max rows. tile(mr, nh, m0, h0,
+/// y + m0 ldy) computes one.
+template <class Tile>
+inline void fast_run_tiles(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel, int mr_max,
+                           int nh_max, Tile&& tile) {
+  const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
+  // rows per block (a multiple of 4, both ISAs' full tiles): their rounded values stay in L2
+  const long mb = std::max<long>(mr_max, (128L << 10) / rows.K / 4 * 4);
+  parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
+    for (long b0 = 0; b0 < M; b0 += mb)
+      for (long c = c0; c < c1; ++c) {
+        const long h0 = c * nh_max;
+        const int nh = static_cast<int>(std::min<long>(nh_max, H - h0));
+        for (long m0 = b0; m0 < std::min(M, b0 + mb); m0 += mr_max)
+          tile(static_cast<int>(std::min<long>(mr_max, M - m0)), nh, m0, h0, y + m0 * ldy);
+      }
+  });
+}
+
 #if defined(KVDECODE_FAST_AVX2)
 /// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles
 /// (half panels, or with the 512-bit tiles whole panels); rows go in blocks that
@@ -131,54 +157,50 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
 #endif
       }
     }
-    constexpr long kRows = fast_max_rows<Dec>();
-    const int mr_max = static_cast<int>(M <= kRows ? M : kFastTileRows);
-    const long mb = std::max<long>(mr_max, (128L << 10) / rows.K / kFastTileRows * kFastTileRows);  // rows per block: their rounded values stay in L2
+    const int mr_max = static_cast<int>(M <= fast_max_rows<Dec>() ? M : kFastTileRows);
 #if defined(KVDECODE_FAST_TILES_512)
     if constexpr (kFastTiles512<Dec>) {
+      // whole panels: column tiles of 2 np half panels, from an even h0
       using Dec5 = typename Avx512DecoderOf<decltype(row)>::type;
-      const int np_max = fast_panels_of<Dec>(mr_max);
-      const long P = w.n_panels(), n_ptiles = (P + np_max - 1) / np_max;
-      return parallel_parts(n_ptiles, parallel, [&](long c0, long c1) {
-        for (long b0 = 0; b0 < M; b0 += mb)
-          for (long c = c0; c < c1; ++c) {
-            const long p0 = c * np_max;
-            const int np = static_cast<int>(std::min<long>(np_max, P - p0));
-            for (long m0 = b0; m0 < std::min(M, b0 + mb); m0 += mr_max) {
-              const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
-              fast_tile_512_any<Dec, Dec5>(mr, np, rows, m0, w, p0, y + m0 * ldy, ldy);
-            }
-          }
-      });
+      return fast_run_tiles(rows, M, w, y, ldy, parallel, mr_max, 2 * fast_panels_of<Dec>(mr_max),
+                            [&](int mr, int nh, long m0, long h0, float* ym) {
+                              fast_tile_512_any<Dec, Dec5>(mr, nh / 2, rows, m0, w, h0 / 2, ym, ldy);
+                            });
     }
 #endif
-    const int nh_max = fast_halves_of<Dec>(mr_max);
-    const long H = 2 * w.n_panels(), n_ctiles = (H + nh_max - 1) / nh_max;
-    parallel_parts(n_ctiles, parallel, [&](long c0, long c1) {
-      for (long b0 = 0; b0 < M; b0 += mb)
-        for (long c = c0; c < c1; ++c) {
-          const long h0 = c * nh_max;
-          const int nh = static_cast<int>(std::min<long>(nh_max, H - h0));
-          for (long m0 = b0; m0 < std::min(M, b0 + mb); m0 += mr_max) {
-            const int mr = static_cast<int>(std::min<long>(mr_max, M - m0));
-            fast_tile_avx2_any<Dec>(mr, nh, rows, m0, w, h0, y + m0 * ldy, ldy);
-          }
-        }
-    });
+    fast_run_tiles(rows, M, w, y, ldy, parallel, mr_max, fast_halves_of<Dec>(mr_max),
+                   [&](int mr, int nh, long m0, long h0, float* ym) { fast_tile_avx2_any<Dec>(mr, nh, rows, m0, w, h0, ym, ldy); });
   };
   const bool fast = visit_block_type(w.type(), [&](auto row) {
     using Row = decltype(row);
     using Dec = typename Avx2DecoderOf<Row>::type;
-    static_assert((Row::kFastOrder != 0) == (Dec::kFastCodes != FastCodes::kNone) &&
-                      (Row::kFastOrder == 16) == (Dec::kFastCodes == FastCodes::kCrumbs || Dec::kFastCodes == FastCodes::kCrumbs3) &&
-                      (Row::kFastOrder == 4) == (Dec::kFastCodes == FastCodes::kBytes),
-                  "a block type's fast-mode row order disagrees with its AVX2 decoder's codes");
+    static_assert(fast_codes_fit_row<Row, Dec>(), "a block type's fast-mode row order disagrees with its AVX2 decoder's codes");
     if constexpr (Row::kFastOrder != 0) run(Dec{}, row);
     else KVD_ASSERT(false);
   });
   if (!fast) KVD_ASSERT(false);
 }
 #endif  // KVDECODE_FAST_AVX2
+
+#if defined(KVDECODE_FAST_NEON)
+/// The NEON fast product: the tiles of fast_tiles_neon.hpp for every M, on the
+/// schedule of fast_run_tiles().
+inline void matmul_fast_neon(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
+  const bool fast = visit_block_type(w.type(), [&](auto row) {
+    using Row = decltype(row);
+    using Dec = typename NeonDecoderOf<Row>::type;
+    static_assert(fast_codes_fit_row<Row, Dec>(), "a block type's fast-mode row order disagrees with its NEON decoder's codes");
+    if constexpr (Row::kFastOrder != 0) {
+      const int mr_max = static_cast<int>(std::min<long>(M, kFastNeonRows));
+      fast_run_tiles(rows, M, w, y, ldy, parallel, mr_max, fast_halves_neon(mr_max),
+                     [&](int mr, int nh, long m0, long h0, float* ym) { fast_tile_neon_any<Dec>(mr, nh, rows, m0, w, h0, ym, ldy); });
+    } else {
+      KVD_ASSERT(false);
+    }
+  });
+  if (!fast) KVD_ASSERT(false);
+}
+#endif  // KVDECODE_FAST_NEON
 
 /// y (M x Npad) = the fast product (top of this file) of x (M x K) and w.
 /// Precondition (asserted): fast_matmul_type(w.type()).
@@ -194,6 +216,8 @@ inline void matmul_fast_with(const float* x, long ldx, long M, const QuantPanels
   parallel_parts(M, parallel && M > 1, [&](long m0, long m1) { fast_round_rows(x, ldx, m0, m1, rows, portable); });
 #if defined(KVDECODE_FAST_AVX2)
   if (!portable) return matmul_fast_avx2(rows, M, w, y, ldy, parallel);
+#elif defined(KVDECODE_FAST_NEON)
+  if (!portable) return matmul_fast_neon(rows, M, w, y, ldy, parallel);
 #endif
   matmul_fast_portable(rows, M, w, y, ldy, parallel);
 }

@@ -498,25 +498,23 @@ constexpr int fast_halves_of(int mr) {
   return fast_halves(mr);
 }
 
-template <class Dec, int MR, int NH = fast_halves_of<Dec>(MR)>
-inline void fast_tile_avx2_nh(int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
-  if constexpr (NH >= 1) {
-    if (nh == NH) {
-      if constexpr (Dec::kFastCodes == FastCodes::kSix) return fast_tile_q6k_avx2<MR, NH>(rows, m0, w, h0, y, ldy);
-      else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs) return fast_tile_k2_avx2<false, MR, NH>(rows, m0, w, h0, y, ldy);
-      else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs3) return fast_tile_k2_avx2<true, MR, NH>(rows, m0, w, h0, y, ldy);
-      else return fast_tile_avx2<Dec, MR, NH>(rows, m0, w, h0, y, ldy);
-    }
-    return fast_tile_avx2_nh<Dec, MR, NH - 1>(nh, rows, m0, w, h0, y, ldy);
-  }
-}
-template <class Dec, int MR = fast_max_rows<Dec>()>
+/// The tile shapes of Dec: up to fast_max_rows<Dec>() rows, fast_halves_of<Dec>(mr) half panels.
+template <class Dec>
+struct FastShapeAvx2 {
+  static constexpr int kMaxRows = fast_max_rows<Dec>();
+  static constexpr int halves(int mr) { return fast_halves_of<Dec>(mr); }
+};
+/// The tile of mr rows and nh half panels (FastShapeAvx2<Dec>).
+template <class Dec>
 inline void fast_tile_avx2_any(int mr, int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y,
                                long ldy) {
-  if constexpr (MR >= 1) {
-    if (mr == MR) return fast_tile_avx2_nh<Dec, MR>(nh, rows, m0, w, h0, y, ldy);
-    return fast_tile_avx2_any<Dec, MR - 1>(mr, nh, rows, m0, w, h0, y, ldy);
-  }
+  with_tile_shape<FastShapeAvx2<Dec>>(mr, nh, [&](auto r, auto h) {
+    constexpr int MR = decltype(r)::value, NH = decltype(h)::value;
+    if constexpr (Dec::kFastCodes == FastCodes::kSix) fast_tile_q6k_avx2<MR, NH>(rows, m0, w, h0, y, ldy);
+    else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs) fast_tile_k2_avx2<false, MR, NH>(rows, m0, w, h0, y, ldy);
+    else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs3) fast_tile_k2_avx2<true, MR, NH>(rows, m0, w, h0, y, ldy);
+    else fast_tile_avx2<Dec, MR, NH>(rows, m0, w, h0, y, ldy);
+  });
 }
 #endif  // KVDECODE_FAST_AVX2
 

@@ -22,6 +22,7 @@
 #include "kvdecode/matmul/panel_layout.hpp"
 #include "kvdecode/matmul/quant_decode_avx2.hpp"
 #include "kvdecode/matmul/quant_decode_avx512.hpp"
+#include "kvdecode/matmul/static_for.hpp"
 
 namespace kvd::detail {
 
@@ -169,22 +170,20 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
   }
 }
 
-template <class Dec, class Dec5, int MR, int NP = fast_panels_of<Dec>(MR)>
-inline void fast_tile_512_np(int np, const FastRows& rows, long m0, const QuantPanels& w, long p0, float* y, long ldy) {
-  if constexpr (NP >= 1) {
-    if (np == NP) return fast_tile_512<Dec, Dec5, MR, NP>(rows, m0, w, p0, y, ldy);
-    return fast_tile_512_np<Dec, Dec5, MR, NP - 1>(np, rows, m0, w, p0, y, ldy);
-  }
-}
-/// The tile of mr rows (1 .. fast_max_rows<Dec>()) and np panels (1 .. fast_panels_of<Dec>(mr)).
+/// The 512-bit tile shapes of Dec: up to fast_max_rows<Dec>() rows, fast_panels_of<Dec>(mr) panels.
 /// (8-row tiles for a batch of 8 gained nothing measurable on Zen 5 over two of 4.)
-template <class Dec, class Dec5, int MR = fast_max_rows<Dec>()>
+template <class Dec>
+struct FastShape512 {
+  static constexpr int kMaxRows = fast_max_rows<Dec>();
+  static constexpr int halves(int mr) { return fast_panels_of<Dec>(mr); }
+};
+/// The tile of mr rows and np panels (FastShape512<Dec>).
+template <class Dec, class Dec5>
 inline void fast_tile_512_any(int mr, int np, const FastRows& rows, long m0, const QuantPanels& w, long p0, float* y,
                               long ldy) {
-  if constexpr (MR >= 1) {
-    if (mr == MR) return fast_tile_512_np<Dec, Dec5, MR>(np, rows, m0, w, p0, y, ldy);
-    return fast_tile_512_any<Dec, Dec5, MR - 1>(mr, np, rows, m0, w, p0, y, ldy);
-  }
+  with_tile_shape<FastShape512<Dec>>(mr, np, [&](auto r, auto p) {
+    fast_tile_512<Dec, Dec5, decltype(r)::value, decltype(p)::value>(rows, m0, w, p0, y, ldy);
+  });
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -16,6 +16,31 @@
 
 namespace kvd::detail {
 
+/// How the fast mode's tiles (fast_tiles.hpp, fast_planes.hpp, fast_tiles_neon.hpp)
+/// read a decoder's codes as bytes: each AVX2 and NEON decoder's kFastCodes, with
+/// kFastOffset the offset its codes carry in that ISA's tiles (subtracted after the
+/// integer sums as offset * Q_s).
+enum class FastCodes {
+  kNone,     ///< not computed in fast mode
+  kBytes,    ///< signed 8-bit codes, one byte per value (q8_0); rows of order 4
+  kNibbles,  ///< 4-bit codes in nibble planes (q4_0, q4_1, q4_K)
+  kFive,     ///< nibble planes plus one high bit per value from a word of high bits (q5_0, q5_1, q5_K)
+  kCrumbs,   ///< 2-bit codes, 16 to a word (q2_K); rows of order 16
+  kCrumbs3,  ///< 2-bit codes plus one high bit per value (q3_K); rows of order 16
+  kSix,      ///< nibble planes plus two high bits per value (q6_K)
+  kLevels    ///< nibble planes whose codes index 16 int8 levels (iq4_nl, iq4_xs, mxfp4)
+};
+
+/// Whether a decoder's fast codes fit its row's rounded-row order (kFastOrder,
+/// weights/block_types.hpp): none for 0, bytes for 4, 2-bit codes for 16.
+template <class Row, class Dec>
+constexpr bool fast_codes_fit_row() {
+  constexpr FastCodes c = Dec::kFastCodes;
+  return (Row::kFastOrder != 0) == (c != FastCodes::kNone) &&
+         (Row::kFastOrder == 16) == (c == FastCodes::kCrumbs || c == FastCodes::kCrumbs3) &&
+         (Row::kFastOrder == 4) == (c == FastCodes::kBytes);
+}
+
 /// Panel-block field order of block type t: its row's kLayout
 /// (weights/block_types.hpp); no fields for a type that is not a block type.
 /// The kernels read the panel block at the offsets this order implies. Never throws.

@@ -67,20 +67,6 @@ inline __m256 q2_neg(__m256 v) { return _mm256_sub_ps(_mm256_set1_ps(-0.f), v); 
 template <class Row>
 struct Avx2DecoderOf;
 
-/// How the fast mode's AVX2 tiles (fast_tiles.hpp, fast_planes.hpp) read a
-/// decoder's codes as bytes: each decoder's kFastCodes, with kFastOffset the offset
-/// its unsigned codes carry (subtracted after the integer sums as offset * Q_s).
-enum class FastCodes {
-  kNone,     ///< not computed in fast mode
-  kBytes,    ///< signed 8-bit codes, one byte per value (q8_0); rows of order 4
-  kNibbles,  ///< 4-bit codes in nibble planes (q4_0, q4_1, q4_K)
-  kFive,     ///< nibble planes plus one high bit per value from a word of high bits (q5_0, q5_1, q5_K)
-  kCrumbs,   ///< 2-bit codes, 16 to a word (q2_K); rows of order 16
-  kCrumbs3,  ///< 2-bit codes plus one high bit per value (q3_K); rows of order 16
-  kSix,      ///< nibble planes plus two high bits per value (q6_K)
-  kLevels    ///< nibble planes whose codes index 16 int8 levels (iq4_nl, iq4_xs, mxfp4): Dec::levels()
-};
-
 struct Avx2DecodeQ8_0 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = false;

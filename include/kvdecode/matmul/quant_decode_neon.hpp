@@ -30,7 +30,8 @@ namespace kvd::detail {
 // fixed-point shift only where the shifted value is the code times a power of two);
 // D and N are the same float operations as the scalar factoring (weights/blocks.hpp:
 // a product of two floats, a negation), so the same bits as the scalar and x86
-// builds. Quarter g of a field sits at +8 g bytes in an f16 field (16 x 2 bytes),
+// builds. kFastCodes and kFastOffset: how the fast mode's tiles read the codes
+// as bytes (panel_layout.hpp's FastCodes; fast_tiles_neon.hpp). Quarter g of a field sits at +8 g bytes in an f16 field (16 x 2 bytes),
 // +4 g in a byte field (16 x 1) and +16 g in a code-word field (16 x 4).
 
 inline float32x4_t q4_f16x4(const unsigned char* p) { return vcvt_f32_f16(vreinterpret_f16_u8(vld1_u8(p))); }
@@ -111,6 +112,8 @@ struct NeonDecodeQ8_0 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = false;
   static constexpr bool kHeavy = false;
+  static constexpr FastCodes kFastCodes = FastCodes::kBytes;
+  static constexpr int kFastOffset = 0;  // signed codes, as sdot / smull take them
   const unsigned char* q;
   float32x4_t D, N;
   uint8x16_t top;
@@ -135,6 +138,8 @@ struct NeonDecodeQ4 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = kHasMin;
   static constexpr bool kHeavy = false;
+  static constexpr FastCodes kFastCodes = FastCodes::kNibbles;
+  static constexpr int kFastOffset = kHasMin ? 0 : 8;
   const unsigned char* q;
   float32x4_t D, N;
   void begin(const unsigned char* pb, int, int g) {
@@ -163,6 +168,8 @@ struct NeonDecodeQ5 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = kHasMin;
   static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kFive;
+  static constexpr int kFastOffset = kHasMin ? 0 : 16;
   const unsigned char* q;
   float32x4_t D, N;
   uint32x4_t qh;
@@ -193,6 +200,8 @@ struct NeonDecodeQ2_K {
   static constexpr int kBlock = 256, kSub = 16;
   static constexpr bool kMin = true;
   static constexpr bool kHeavy = false;
+  static constexpr FastCodes kFastCodes = FastCodes::kCrumbs;
+  static constexpr int kFastOffset = 0;
   uint32x4_t words;
   float32x4_t D, N;
   void begin(const unsigned char* pb, int s, int g) {
@@ -214,6 +223,8 @@ struct NeonDecodeQ3_K {
   static constexpr int kBlock = 256, kSub = 16;
   static constexpr bool kMin = false;
   static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kCrumbs3;
+  static constexpr int kFastOffset = 4;
   uint32x4_t lw, hw;
   float32x4_t D, N;
   void begin(const unsigned char* pb, int s, int g) {
@@ -257,6 +268,8 @@ struct NeonDecodeQK4 {
   static constexpr int kBlock = 256, kSub = 32;
   static constexpr bool kMin = true;
   static constexpr bool kHeavy = kFive;
+  static constexpr FastCodes kFastCodes = kFive ? FastCodes::kFive : FastCodes::kNibbles;
+  static constexpr int kFastOffset = 0;
   const unsigned char* q;
   float32x4_t D, N;
   uint32x4_t hw;
@@ -292,6 +305,8 @@ struct NeonDecodeQ6_K {
   static constexpr int kBlock = 256, kSub = 16;
   static constexpr bool kMin = false;
   static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kSix;
+  static constexpr int kFastOffset = 32;
   const unsigned char* ql;
   uint32x4_t hw;
   float32x4_t D, N;
@@ -329,6 +344,8 @@ struct NeonDecodeTable32 {
   static constexpr int kBlock = 32, kSub = 32;
   static constexpr bool kMin = false;
   static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kLevels;
+  static constexpr int kFastOffset = 0;  // the signed levels
   const unsigned char* q;
   float32x4_t D, N;
   int8x16_t levels;
@@ -363,6 +380,8 @@ struct NeonDecodeIQ4_XS {
   static constexpr int kBlock = 256, kSub = 32;
   static constexpr bool kMin = false;
   static constexpr bool kHeavy = true;
+  static constexpr FastCodes kFastCodes = FastCodes::kLevels;
+  static constexpr int kFastOffset = 0;  // the signed levels
   const unsigned char* q;
   float32x4_t D, N;
   int8x16_t levels;
