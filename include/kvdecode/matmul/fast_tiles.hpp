@@ -191,6 +191,13 @@ KVD_ALWAYS_INLINE inline void fast_q6_planes(typename B::I wv, typename B::I hw,
   hi = B::or_(B::and_(B::shr16(wv, 4), m4), B::shl32(B::and_(v, B::set8(12)), 2));
 }
 
+/// The 4 rounded values at qa as one 32-bit word (a tile broadcasts it to every lane).
+KVD_ALWAYS_INLINE inline std::int32_t fast_row_word(const std::int8_t* qa) {
+  std::int32_t a;
+  std::memcpy(&a, qa, 4);
+  return a;
+}
+
 /// The tiles' running sums in y (MR rows x NH half panels from h0) set to +0.
 template <int MR, int NH>
 inline void fast_tile_zero(float* y, long ldy, long h0) {
@@ -274,10 +281,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
         }
         KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
           const std::int8_t* qa = q0 + r * K + j * kFastBlock + 8 * g;
-          std::int32_t a0, a1;
-          std::memcpy(&a0, qa, 4);
-          std::memcpy(&a1, qa + 4, 4);
-          const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);
+          const __m256i b0 = _mm256_set1_epi32(fast_row_word(qa)), b1 = _mm256_set1_epi32(fast_row_word(qa + 4));
           KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
 #if defined(KVDECODE_FAST_VNNI)
             t[r][i] = fast_dpbusd(fast_dpbusd(t[r][i], lo[i], b0), hi[i], b1);
@@ -420,10 +424,7 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
         }
         KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
           const std::int8_t* qa = q0 + r * K + k0 + 8 * g;
-          std::int32_t a0, a1;
-          std::memcpy(&a0, qa, 4);
-          std::memcpy(&a1, qa + 4, 4);
-          const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);
+          const __m256i b0 = _mm256_set1_epi32(fast_row_word(qa)), b1 = _mm256_set1_epi32(fast_row_word(qa + 4));
           KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
 #if defined(KVDECODE_FAST_VNNI)
             t[r][i] = fast_dpbusd(fast_dpbusd(t[r][i], lo[i], b0), hi[i], b1);

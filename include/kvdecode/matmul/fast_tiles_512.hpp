@@ -145,10 +145,7 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
         KVD_UNROLL(4) for (int i = 0; i < NP; ++i) fast_codes512<Dec>(dec[i], pb[i], s, g, table, lo[i], hi[i]);
         KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
           const std::int8_t* qa = q0 + r * K + k0 + 8 * g;
-          std::int32_t a0, a1;
-          std::memcpy(&a0, qa, 4);
-          std::memcpy(&a1, qa + 4, 4);
-          const __m512i b0 = _mm512_set1_epi32(a0), b1 = _mm512_set1_epi32(a1);
+          const __m512i b0 = _mm512_set1_epi32(fast_row_word(qa)), b1 = _mm512_set1_epi32(fast_row_word(qa + 4));
           KVD_UNROLL(4) for (int i = 0; i < NP; ++i)
             t[r][i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(t[r][i], lo[i], b0), hi[i], b1);
         }
@@ -158,8 +155,10 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
         const __m512 d = _mm512_set1_ps(rows.d.data()[e]);
         KVD_UNROLL(4) for (int i = 0; i < NP; ++i) {
           __m512i I = t[r][i];
-          if constexpr (kOffset != 0)
-            I = _mm512_sub_epi32(I, _mm512_set1_epi32(kOffset * (kSix ? rows.qsum16.data()[e16] : rows.qsum.data()[e])));
+          if constexpr (kOffset != 0) {
+            const std::int32_t Q = kSix ? rows.qsum16.data()[e16] : rows.qsum.data()[e];
+            I = _mm512_sub_epi32(I, _mm512_set1_epi32(kOffset * Q));
+          }
           float* yp = y + r * ldy + (p0 + i) * 16;
           __m512 a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d), dec[i].D, _mm512_loadu_ps(yp));
           if constexpr (Dec::kMin) a = _mm512_fmadd_ps(_mm512_set1_ps(rows.xq.data()[e]), dec[i].N, a);
