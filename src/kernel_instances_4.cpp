@@ -1,4 +1,4 @@
 // The project's programs compile the matmul kernels once (see
-// include/kvdecode/matmul/instances_list.hpp): instance 4 of 9.
+// include/kvdecode/matmul/instances_list.hpp): instance 4 of 10.
 #define KVDECODE_KERNEL_INSTANCES_PART 4
 #include "kvdecode/matmul/kernel_instances.hpp"

@@ -204,8 +204,12 @@ inline void matmul_fast_neon(const FastRows& rows, long M, const QuantPanels& w,
 
 /// y (M x Npad) = the fast product (top of this file) of x (M x K) and w.
 /// Precondition (asserted): fast_matmul_type(w.type()).
-inline void matmul_fast_with(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy,
-                             FastPath path = FastPath::kAuto) {
+/// A template only so that a program built with KVDECODE_EXTERN_KERNELS compiles its
+/// tiles once, as a kernel instance (matmul/instances_list.hpp), not in every file
+/// that runs a model.
+template <class Unused = void>
+void matmul_fast_with(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy,
+                      FastPath path = FastPath::kAuto) {
   KVD_ASSERT(fast_matmul_type(w.type()) && ldy >= w.n_out_padded() && ldx >= w.n_in());
   if (M <= 0) return;
   const bool parallel = M * w.n_out_padded() * w.n_in() >= kMatmulParallelThreshold;
@@ -220,11 +224,6 @@ inline void matmul_fast_with(const float* x, long ldx, long M, const QuantPanels
   if (!portable) return matmul_fast_neon(rows, M, w, y, ldy, parallel);
 #endif
   matmul_fast_portable(rows, M, w, y, ldy, parallel);
-}
-
-/// The fast product for kvd::matmul's dispatch (matmul.hpp).
-inline void matmul_fast_panels(const float* x, long ldx, long M, const QuantPanels& w, float* y, long ldy) {
-  matmul_fast_with(x, ldx, M, w, y, ldy);
 }
 
 }  // namespace kvd::detail

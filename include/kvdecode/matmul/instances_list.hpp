@@ -17,6 +17,7 @@
 #pragma once
 
 #include "kvdecode/matmul/dense_kernels.hpp"  // the templates declared below
+#include "kvdecode/matmul/fast_int8.hpp"
 #include "kvdecode/matmul/quant_kernels.hpp"
 
 // KVDECODE_KERNEL_INSTANCE_<n>(prefix), n = 1 .. KVDECODE_KERNEL_INSTANCE_COUNT,
@@ -26,7 +27,7 @@
 // The float quantized product is split in three (the dispatcher, the fused
 // small-M tiles, the buffered paths) because it was the longest file to compile
 // (131 s at -O3 with GCC 12, as long as the other five together).
-#define KVDECODE_KERNEL_INSTANCE_COUNT 9
+#define KVDECODE_KERNEL_INSTANCE_COUNT 10
 #define KVDECODE_KERNEL_INSTANCE_1(prefix) \
   prefix template void matmul_panels<float, Vec16<float>, float>(const float*, long, long, const PanelRange<float>&, float*, long, const RowPrologue&);
 #define KVDECODE_KERNEL_INSTANCE_2(prefix) \
@@ -59,10 +60,15 @@
 #else
 #define KVDECODE_KERNEL_INSTANCE_9(prefix)
 #endif
+// The int8 fast mode's product (fast_int8.hpp: its tiles for every block type):
+// about 17 s of GCC 12 at -O3 in every file that runs a model, before it was an instance.
+#define KVDECODE_KERNEL_INSTANCE_10(prefix) \
+  prefix template void matmul_fast_with<void>(const float*, long, long, const QuantPanels&, float*, long, FastPath);
 #define KVDECODE_KERNEL_INSTANCES(prefix) \
   KVDECODE_KERNEL_INSTANCE_1(prefix) KVDECODE_KERNEL_INSTANCE_2(prefix) KVDECODE_KERNEL_INSTANCE_3(prefix) \
   KVDECODE_KERNEL_INSTANCE_4(prefix) KVDECODE_KERNEL_INSTANCE_5(prefix) KVDECODE_KERNEL_INSTANCE_6(prefix) \
-  KVDECODE_KERNEL_INSTANCE_7(prefix) KVDECODE_KERNEL_INSTANCE_8(prefix) KVDECODE_KERNEL_INSTANCE_9(prefix)
+  KVDECODE_KERNEL_INSTANCE_7(prefix) KVDECODE_KERNEL_INSTANCE_8(prefix) KVDECODE_KERNEL_INSTANCE_9(prefix) \
+  KVDECODE_KERNEL_INSTANCE_10(prefix)
 
 #if defined(KVDECODE_EXTERN_KERNELS)
 namespace kvd {

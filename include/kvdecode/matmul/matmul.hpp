@@ -67,8 +67,8 @@ void matmul_with(const T* x, long ldx, long M, const PackedMatrix<T>& w, T* y, l
     if (is_quant_block_type(s.type)) {  // quant_kernels.hpp's kernels (fast_int8.hpp's in fast mode)
       if constexpr (std::is_same_v<T, float>) {
         if (fast_segment(w, s)) {
-          matmul_fast_panels(x, ldx, M, QuantPanels{s.type, w.template panel_as<unsigned char>(s.panel0), s.n_panels, K},
-                             ys, ldy);
+          matmul_fast_with(x, ldx, M, QuantPanels{s.type, w.template panel_as<unsigned char>(s.panel0), s.n_panels, K},
+                           ys, ldy);
           continue;
         }
       }
