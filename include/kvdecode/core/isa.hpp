@@ -26,6 +26,8 @@
 //   KVDECODE_FAST_NEON         the int8 fast mode's NEON tiles (aarch64; fast_tiles_neon.hpp)
 //   KVDECODE_FAST_DOTPROD      ... with sdot (__ARM_FEATURE_DOTPROD: armv8.2-a+dotprod and later);
 //                              without, smull / smlal and sadalp (armv8-a)
+//   KVDECODE_FAST_I8MM         ... and smmla for pairs of rows (__ARM_FEATURE_MATMUL_INT8:
+//                              +i8mm, armv8.6-a and later; with KVDECODE_FAST_DOTPROD)
 //   KVDECODE_FAST_BF16         the bf16 fast mode for 16-bit weights (AVX512-BF16+BW+F)
 //   KVDECODE_HAS_CPUID         cpuid is available to detect the running CPU
 //
@@ -48,6 +50,9 @@
 #define KVDECODE_FAST_NEON 1
 #if defined(__ARM_FEATURE_DOTPROD)
 #define KVDECODE_FAST_DOTPROD 1
+#if defined(__ARM_FEATURE_MATMUL_INT8)
+#define KVDECODE_FAST_I8MM 1
+#endif
 #endif
 #if !defined(KVDECODE_NO_FUSED_QUANT)
 #define KVDECODE_QUANT_FUSED_NEON 1

@@ -23,6 +23,7 @@ struct BuildInfo {
   bool vnni = false;           ///< its dot products use VNNI (vpdpbusd)
   bool fast_int8_neon = false; ///< the int8 fast mode of block types runs NEON tiles (aarch64)
   bool dotprod = false;        ///< their dot products use sdot (armv8.2-a+dotprod), else smull / sadalp
+  bool i8mm = false;           ///< ... and pairs of rows smmla (+i8mm)
   bool fast_bf16 = false;      ///< the bf16 fast mode for f16/bf16 weights (AVX512-BF16)
   /// With KVDECODE_DISPATCH (dispatch.hpp): the level picked for this CPU, then every
   /// level and why one was passed over; the fields above are the picked level's.
@@ -37,6 +38,7 @@ struct BuildInfo {
     };
     add(vnni, "vnni");
     add(dotprod, "dotprod");
+    add(i8mm, "i8mm");
     add(fast_bf16, "bf16");
     add(fused_quant, "fused");
     if (!fast_int8_avx2 && !fast_int8_neon) add(true, "portable fast mode");
@@ -84,6 +86,9 @@ inline BuildInfo build_info() {
 #endif
 #if defined(KVDECODE_FAST_DOTPROD)
   b.dotprod = true;
+#endif
+#if defined(KVDECODE_FAST_I8MM)
+  b.i8mm = true;
 #endif
 #if defined(KVDECODE_FAST_BF16)
   b.fast_bf16 = true;

@@ -67,8 +67,8 @@
 // so does small M (fast_tiles_512.hpp) for the nibble types, q6_K and (with VBMI) q8_0.
 // On aarch64 (KVDECODE_FAST_NEON) the tiles of fast_tiles_neon.hpp read the same
 // rounded rows for every M: the same code bytes per quarter panel, multiplied by sdot
-// (KVDECODE_FAST_DOTPROD) or smull / smlal and sadalp, signed (q8_0 and the levels
-// without an offset).
+// (KVDECODE_FAST_DOTPROD; pairs of rows by smmla with KVDECODE_FAST_I8MM) or smull /
+// smlal and sadalp, signed (q8_0 and the levels without an offset).
 #pragma once
 
 #include <algorithm>

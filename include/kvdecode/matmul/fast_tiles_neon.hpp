@@ -16,8 +16,13 @@
 // each lane's 4 products to a 32-bit sum; on armv8-a smull / smlal add two products
 // per 16-bit lane (at most 2 * 128 * 127 = 32512: codes in [-128, 127], activations
 // in [-127, 127]) and sadalp widens pairs of them into 32-bit sums, which one addp
-// per sub-block folds into one per output. The sums are the same integers either
-// way, and the float epilogue is the definition's, per output: the same bits.
+// per sub-block folds into one per output. With __ARM_FEATURE_MATMUL_INT8 too
+// (KVDECODE_FAST_I8MM), a tile of 2 or more rows takes them in pairs through smmla:
+// zip1 / zip2 of the 32-bit lanes of lo and hi put each output's 8 codes of a group
+// side by side (two outputs per vector), a zip of two rows' 16-byte loads their 8
+// rounded values, and one smmla adds the 2 x 2 block of sums (2 rows x 2 outputs);
+// an odd last row and M = 1 stay on sdot. The sums are the same integers every way,
+// and the float epilogue is the definition's, per output: the same bits.
 // Empty unless KVDECODE_FAST_NEON.
 #pragma once
 
@@ -74,6 +79,37 @@ KVD_ALWAYS_INLINE inline void fast_dot2_neon(FastSumNeon& s, int8x16_t lo, int8x
   s.b = vpadalq_s16(s.b, p1);
 #endif
 }
+
+#if defined(KVDECODE_FAST_I8MM)
+/// A pair of rows' integer sums for the 4 outputs of a quarter panel, as smmla's 2x2
+/// blocks: a = (row 0: outputs 0, 1; row 1: outputs 0, 1), b the same for outputs 2, 3.
+struct FastPairSumNeon {
+  int32x4_t a, b;
+  KVD_ALWAYS_INLINE void zero() { a = b = vdupq_n_s32(0); }
+  /// The sum of each output of row kR (0 or 1) of the pair.
+  template <int kR>
+  KVD_ALWAYS_INLINE int32x4_t total() const {
+    const int64x2_t a2 = vreinterpretq_s64_s32(a), b2 = vreinterpretq_s64_s32(b);
+    return vreinterpretq_s32_s64(kR == 0 ? vzip1q_s64(a2, b2) : vzip2q_s64(a2, b2));
+  }
+};
+
+/// The codes fast_dot2_neon() reads from lo and hi as smmla's 8 values per output:
+/// c[0] = outputs 0, 1 and c[1] = outputs 2, 3, each output's lane of lo then of hi.
+KVD_ALWAYS_INLINE inline void fast_pair_codes_neon(int8x16_t lo, int8x16_t hi, int8x16_t (&c)[2]) {
+  const int32x4_t l = vreinterpretq_s32_s8(lo), h = vreinterpretq_s32_s8(hi);
+  c[0] = vreinterpretq_s8_s32(vzip1q_s32(l, h));
+  c[1] = vreinterpretq_s8_s32(vzip2q_s32(l, h));
+}
+
+/// s + two rows' 8 rounded values (x2: row 0 in bytes 0..7, row 1 in 8..15) times
+/// each output's 8 codes (c from fast_pair_codes_neon): the sums fast_dot2_neon()
+/// adds for each row, as 2x2 blocks.
+KVD_ALWAYS_INLINE inline void fast_mmla_neon(FastPairSumNeon& s, const int8x16_t (&c)[2], int8x16_t x2) {
+  s.a = vmmlaq_s32(s.a, x2, c[0]);
+  s.b = vmmlaq_s32(s.b, x2, c[1]);
+}
+#endif
 
 /// The word of high bits a 5-bit decoder loaded in begin() (bit v = value v of the sub-block).
 template <class Dec>
@@ -220,6 +256,11 @@ template <class Dec, int MR, int NH>
 inline void fast_tile_neon(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   constexpr int kSub = Dec::kSub, kSubs = Dec::kBlock / kSub, kGroups = kSub / 8;
   constexpr int kOffset = Dec::kFastOffset;
+#if defined(KVDECODE_FAST_I8MM)
+  constexpr int kPairs = MR / 2;  // row pairs multiplied by smmla
+#else
+  constexpr int kPairs = 0;
+#endif
   const long K = rows.K, nbq = K / kFastBlock;
   const std::size_t pbb = w.panel_block_bytes();
   const long nblk = w.n_blocks();
@@ -242,16 +283,49 @@ inline void fast_tile_neon(const FastRows& rows, long m0, const QuantPanels& w, 
           t[r][i][0].zero();
           t[r][i][1].zero();
         }
+#if defined(KVDECODE_FAST_I8MM)
+      // rows 0 .. 2 kPairs - 1 in pairs through smmla, an odd last row through sdot
+      FastPairSumNeon u[kPairs > 0 ? kPairs : 1][NH][2];
+      KVD_UNROLL(2) for (int p = 0; p < kPairs; ++p)
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+          u[p][i][0].zero();
+          u[p][i][1].zero();
+        }
+#endif
       static_for<kGroups>([&](auto gg) KVD_ALWAYS_INLINE {
         constexpr int g = decltype(gg)::value;
         int8x16_t lo[NH][2], hi[NH][2];
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) half[i].template group<g>(lo[i], hi[i]);
-        KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
+#if defined(KVDECODE_FAST_I8MM)
+        if constexpr (kPairs > 0) {
+          int8x16_t c[NH][2][2];
+          KVD_UNROLL(4) for (int i = 0; i < NH; ++i)
+            KVD_UNROLL(2) for (int k = 0; k < 2; ++k) fast_pair_codes_neon(lo[i][k], hi[i][k], c[i][k]);
+          KVD_UNROLL(2) for (int p = 0; p < kPairs; ++p) {
+            // the group's 8 rounded values of rows 2 p and 2 p + 1 (half g % 2 of their 16-byte loads)
+            const int64x2_t x0 = vreinterpretq_s64_s8(vld1q_s8(q0 + 2 * p * K + k0 + 16 * (g / 2)));
+            const int64x2_t x1 = vreinterpretq_s64_s8(vld1q_s8(q0 + (2 * p + 1) * K + k0 + 16 * (g / 2)));
+            const int8x16_t x2 = vreinterpretq_s8_s64(g % 2 == 0 ? vzip1q_s64(x0, x1) : vzip2q_s64(x0, x1));
+            KVD_UNROLL(4) for (int i = 0; i < NH; ++i)
+              KVD_UNROLL(2) for (int k = 0; k < 2; ++k) fast_mmla_neon(u[p][i][k], c[i][k], x2);
+          }
+        }
+#endif
+        KVD_UNROLL(4) for (int r = 2 * kPairs; r < MR; ++r) {
           const int8x16_t x = vld1q_s8(q0 + r * K + k0 + 16 * (g / 2));
           KVD_UNROLL(4) for (int i = 0; i < NH; ++i)
             KVD_UNROLL(2) for (int k = 0; k < 2; ++k) fast_dot2_neon<2 * (g % 2)>(t[r][i][k], lo[i][k], hi[i][k], x);
         }
       });
+#if defined(KVDECODE_FAST_I8MM)
+      // each paired row's sums where the epilogue reads them (with sdot, total() is a)
+      KVD_UNROLL(2) for (int p = 0; p < kPairs; ++p)
+        KVD_UNROLL(4) for (int i = 0; i < NH; ++i)
+          KVD_UNROLL(2) for (int k = 0; k < 2; ++k) {
+            t[2 * p][i][k].a = u[p][i][k].template total<0>();
+            t[2 * p + 1][i][k].a = u[p][i][k].template total<1>();
+          }
+#endif
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i)
         KVD_UNROLL(2) for (int k = 0; k < 2; ++k) {
           Dec dec;
