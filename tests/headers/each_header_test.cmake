@@ -4,7 +4,8 @@
 # forwarding headers at the old flat paths too. The matmul headers that declare or
 # define kernel instances are also compiled with KVDECODE_EXTERN_KERNELS.
 # Variables: CXX, INCLUDES (|-separated; the first is the project's include/),
-# FLAGS (space-separated), WORK_DIR.
+# FLAGS (space-separated), WORK_DIR; SHARD and SHARDS (optional) compile only the
+# cases whose index is SHARD modulo SHARDS.
 file(MAKE_DIRECTORY "${WORK_DIR}")
 separate_arguments(FLAGS UNIX_COMMAND "${FLAGS}")
 string(REPLACE "|" ";" INCLUDES "${INCLUDES}")
@@ -50,9 +51,20 @@ list(LENGTH _cases _n)
 if(_n LESS 20)
   message(FATAL_ERROR "found only ${_n} headers under ${_root}/kvdecode")
 endif()
+if(NOT DEFINED SHARDS)
+  set(SHARDS 1)
+  set(SHARD 0)
+endif()
 set(_failed "")
 set(_i 0)
+set(_compiled 0)
 foreach(_case ${_cases})
+  math(EXPR _i "${_i} + 1")
+  math(EXPR _mine "(${_i} - 1) % ${SHARDS}")
+  if(NOT _mine EQUAL SHARD)
+    continue()
+  endif()
+  math(EXPR _compiled "${_compiled} + 1")
   string(REPLACE "|" ";" _parts "${_case}")
   list(GET _parts 0 _h)
   list(LENGTH _parts _np)
@@ -60,7 +72,6 @@ foreach(_case ${_cases})
   if(_np GREATER 1)
     list(GET _parts 1 _extra)
   endif()
-  math(EXPR _i "${_i} + 1")
   set(_src "${WORK_DIR}/header_${_i}.cpp")
   file(WRITE "${_src}" "#include \"${_h}\"\n")
   execute_process(COMMAND "${CXX}" -std=c++17 -fsyntax-only ${FLAGS} ${_extra} ${_inc} "${_src}"
@@ -73,4 +84,5 @@ endforeach()
 if(_failed)
   message(FATAL_ERROR "headers that do not compile on their own:\n${_failed}")
 endif()
-message(STATUS "${_n} header compilations, each header alone: all compile; ${_forwarders} forwarding headers point to them")
+message(STATUS "${_compiled} of ${_n} header compilations (part ${SHARD} of ${SHARDS}), each header alone: all compile; "
+               "${_forwarders} forwarding headers point to them")
