@@ -1,10 +1,10 @@
 // kvdecode-peers-chart: draws bench/peers.sh's figures as grouped bars (SVG), one
 // panel per metric (pp256, pp1024, tg32, tg32@2048, ...), one group per file type and
-// one bar per engine (ours by default, ours with --fast-matmul, llama.cpp,
+// one bar per engine (ours with --exact-activations, by default, with --fast-matmul, llama.cpp,
 // ik_llama.cpp):
 //   kvdecode-peers-chart BEST.csv OUT.svg [SUBTITLE]
 // BEST.csv is peers.sh's best-of-rounds file: a header line, then lines
-// `type,metric,engine,tokens_per_second` (engine: default, fast, llama, ik). Panels,
+// `type,metric,engine,tokens_per_second` (engine: exact, default, fast, llama, ik). Panels,
 // groups and bars keep the order in which the file first names them; a figure the
 // file lacks draws no bar ("n/a").
 // Exit status: 0 success, 1 a file could not be read or written, 2 bad argument or line.
@@ -32,7 +32,8 @@ struct Engine {
   const char* color;
 };
 constexpr Engine kEngines[] = {
-    {"default", "kvdecode (default)", "#1f77b4"},
+    {"exact", "kvdecode --exact-activations", "#1f77b4"},
+    {"default", "kvdecode (default)", "#17becf"},
     {"fast", "kvdecode --fast-matmul", "#2ca02c"},
     {"llama", "llama.cpp", "#ff7f0e"},
     {"ik", "ik_llama.cpp -rtr 1", "#d62728"},
@@ -102,7 +103,7 @@ int run(int argc, char** argv) {
     const auto e = std::find_if(std::begin(kEngines), std::end(kEngines),
                                 [&](const Engine& x) { return f.engine == x.key; });
     if (e == std::end(kEngines)) {
-      std::cerr << "kvdecode-peers-chart: unknown engine '" << f.engine << "' (default, fast, llama, ik)\n";
+      std::cerr << "kvdecode-peers-chart: unknown engine '" << f.engine << "' (exact, default, fast, llama, ik)\n";
       return 2;
     }
     panels[index_of(metrics, f.metric)].values[static_cast<std::size_t>(e - std::begin(kEngines))]

@@ -10,8 +10,10 @@
 # 2. Writes the files once into WORK_DIR: F16 from kvdecode-random-gguf (seed 1,
 #    decay 0.9, context 16384), Q8_0 from kvdecode-quantize, Q4_0, Q4_K_M, Q5_K_M and Q6_K from
 #    llama.cpp's llama-quantize (about 7 GB for all six).
-# 3. Runs ROUNDS alternated rounds; in each, for every type: kvdecode by default,
-#    kvdecode --fast-matmul, llama.cpp's llama-bench, ik_llama.cpp's llama-bench -rtr 1.
+# 3. Runs ROUNDS alternated rounds; in each, for every type: kvdecode --exact-activations
+#    (float activations), kvdecode --fast-matmul, llama.cpp's llama-bench, ik_llama.cpp's
+#    llama-bench -rtr 1. kvdecode's default is the fast mode's code for block types and the
+#    exact mode's for F16 (engine "default" measures it by itself).
 #    Metrics: ppN (prefill of N tokens into an empty cache), tgN (N decode steps from an
 #    empty cache), tgN@D (N decode steps after a D-token prompt: ik's llama-bench -gp D,N;
 #    llama.cpp of Feb 2025 has no depth option in llama-bench, so its figure comes from
@@ -27,7 +29,7 @@
 #    once after the rounds.
 # Environment (lists take spaces or commas):
 #   TYPES   (F16 Q8_0 Q4_0 Q4_K_M Q5_K_M Q6_K)    ROUNDS (2)    THREADS (2)
-#   METRICS (pp256 pp1024 tg32 tg32@2048; add b8)  ENGINES (default fast llama ik)
+#   METRICS (pp256 pp1024 tg32 tg32@2048; add b8)  ENGINES (exact fast llama ik; also default)
 #   B8_TYPES (Q4_K_M Q4_0 Q8_0)  OUT (WORK_DIR/results)  JOBS (2: build parallelism)
 #   SKIP_BUILD (0; 1: use BUILD_DIR's programs as they are)
 #   WAIT_POLICY (unset: libgomp's default, threads spin briefly between parallel regions as
@@ -49,7 +51,7 @@ WORK=${2:-/tmp/kvd-peers}
 list() { echo "$1" | tr ',' ' '; }
 TYPES=$(list "${TYPES:-F16 Q8_0 Q4_0 Q4_K_M Q5_K_M Q6_K}")
 METRICS=$(list "${METRICS:-pp256 pp1024 tg32 tg32@2048}")
-ENGINES=$(list "${ENGINES:-default fast llama ik}")
+ENGINES=$(list "${ENGINES:-exact fast llama ik}")
 B8_TYPES=$(list "${B8_TYPES:-Q4_K_M Q4_0 Q8_0}")
 ROUNDS=${ROUNDS:-2}
 THREADS=${THREADS:-2}
@@ -70,7 +72,7 @@ for t in $TYPES; do
   [[ $t =~ ^(F16|Q8_0|Q4_0|Q4_K_M|Q5_K_M|Q6_K)$ ]] || die "type '$t' is not F16, Q8_0, Q4_0, Q4_K_M, Q5_K_M or Q6_K"
 done
 for e in $ENGINES; do
-  [[ $e =~ ^(default|fast|llama|ik)$ ]] || die "engine '$e' is not default, fast, llama or ik"
+  [[ $e =~ ^(exact|default|fast|llama|ik)$ ]] || die "engine '$e' is not exact, default, fast, llama or ik"
 done
 
 BIN=$BUILD/bin
@@ -162,10 +164,11 @@ record() {  # round, type, engine, metric, value
 }
 
 # kvdecode: one process per figure, so each starts from the same state.
-run_ours() {  # round, type, engine (default|fast), metric
+run_ours() {  # round, type, engine (exact|default|fast), metric
   local r=$1 t=$2 e=$3 m=$4 n prompt steps key json
   local flags=()
   [ "$e" = fast ] && flags=(--fast-matmul)
+  [ "$e" = exact ] && flags=(--exact-activations)
   case $m in
     pp*) n=${m#pp}; prompt=$(prompt_ids "$n"); steps=1; key=prefill_tokens_per_second ;;
     tg*@*) n=${m%@*}; n=${n#tg}; prompt=$(prompt_ids "${m#*@}"); steps=$((n + 1)); key=decode_tokens_per_second ;;
@@ -232,7 +235,7 @@ for r in $(seq 1 "$ROUNDS"); do
     log "round $r/$ROUNDS, $t (load $(cut -d' ' -f1 /proc/loadavg))"
     for e in $ENGINES; do
       case $e in
-        default|fast) for m in $METRICS; do [ "$m" = b8 ] || run_ours "$r" "$t" "$e" "$m"; done ;;
+        exact|default|fast) for m in $METRICS; do [ "$m" = b8 ] || run_ours "$r" "$t" "$e" "$m"; done ;;
         llama|ik) run_peer "$r" "$t" "$e" ;;
       esac
     done
@@ -272,12 +275,12 @@ table() {  # CSV (type,metric,engine,value)
   function cell(x) { return x == "" ? "-" : sprintf("%.1f", x) }
   function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "-" : sprintf("%.2f", a / b) }
   END {
-    print "| type | metric | ours | ours fast | llama.cpp | ik_llama.cpp | ours / llama.cpp | ours / ik | fast / llama.cpp | fast / ik |"
+    print "| type | metric | ours exact | ours fast | llama.cpp | ik_llama.cpp | exact / llama.cpp | exact / ik | fast / llama.cpp | fast / ik |"
     print "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     nt = split(types, T, " "); nm = split(metrics, M, " ")
     for (i = 1; i <= nt; ++i) for (j = 1; j <= nm; ++j) {
       if (M[j] == "b8") continue
-      k = T[i] "," M[j]; d = v[k ",default"]; f = v[k ",fast"]; l = v[k ",llama"]; ik = v[k ",ik"]
+      k = T[i] "," M[j]; d = v[k ",exact"]; f = v[k ",fast"]; l = v[k ",llama"]; ik = v[k ",ik"]
       if (d f l ik == "") continue
       printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", T[i], M[j], cell(d), cell(f), cell(l), cell(ik),
              ratio(d, l), ratio(d, ik), ratio(f, l), ratio(f, ik)

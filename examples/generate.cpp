@@ -367,6 +367,7 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
                 const Run& run, const std::string& text, bool use_cache, std::optional<bool> identical) {
   std::ostringstream js;
   js << std::setprecision(9);
+  const kvd::Numerics numerics = kvd::cli::numerics_of(o);
   js << "{\"model\":" << kvd::cli::json_string(o.demo ? std::string("demo:stories15M-shape-random") : *o.model)
      << ",\"prompt_tokens\":" << prompt.size() << ",\"generated_tokens\":" << run.result.tokens.size()
      << ",\"prefill_seconds\":" << run.result.prefill_seconds
@@ -376,7 +377,8 @@ void print_json(const Options& o, const kvd::ModelConfig& c, std::uint64_t weigh
      << ",\"weight_bytes_per_token\":" << weight_bytes
      << ",\"decode_weight_gb_per_second\":" << weight_bytes * run.result.decode_tokens_per_second() / 1e9
      << ",\"kv_cache_bytes\":" << run.kv_bytes << ",\"kv_bytes_per_token\":" << (c.kv_bytes_per_token(kvd::parse_dtype(key_type(o))) + c.kv_bytes_per_token(kvd::parse_dtype(value_type(o)))) / 2
-     << ",\"fast_matmul\":" << (o.fast_matmul ? "true" : "false")
+     << ",\"numerics\":\"" << kvd::numerics_name(numerics) << "\""
+     << ",\"fast_matmul\":" << (numerics == kvd::Numerics::kFast ? "true" : "false")
      << ",\"cache\":" << (use_cache ? "true" : "false") << ",\"cache_dtype\":\"" << o.cache_dtype << "\""
      << ",\"cache_type_k\":\"" << key_type(o) << "\",\"cache_type_v\":\"" << value_type(o) << "\""
      << ",\"peak_rss_bytes\":" << kvd::cli::peak_rss_bytes() << ",\"threads\":" << kvd::num_threads()
@@ -426,7 +428,7 @@ int real_main(int argc, char** argv) {
                             << std::setprecision(3) << std::chrono::duration<double>(Clock::now() - load0).count() << " s, "
                             << kvd::num_threads() << " thread(s), kernels " << kvd::build_info().summary() << "\n";
   }
-  model->set_fast_matmul(o.fast_matmul);
+  model->set_numerics(kvd::cli::numerics_of(o));
   const kvd::ModelConfig& c = model->config();
   const kvd::TextTokenizer* tok = loaded->tokenizer.get();
   if (o.prompt && !tok) usage_error("--prompt needs --tokenizer to encode the text");

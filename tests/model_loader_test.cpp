@@ -22,6 +22,7 @@
 #include "kvdecode/io/gguf_model.hpp"
 #include "kvdecode/io/hf_model.hpp"
 #include "kvdecode/io/model_format.hpp"
+#include "kvdecode/generate/prompt_cache.hpp"
 #include "kvdecode/load/model_loader.hpp"
 #include "kvdecode/model/transformer.hpp"
 #include "test_util.hpp"
@@ -100,6 +101,38 @@ TEST(OpenModel, GgufGivesTheGgufLoadersLogitsAndItsVocabulary) {
   EXPECT_EQ(m.stop_ids, m.tokenizer->eog_ids());
   EXPECT_FALSE(m.chat_template);  // the file holds none: said why
   expect_has(m.no_chat_template, kGguf);
+}
+
+// The numerics open_model() loads (LoadOptions::numerics): by default a file of block
+// types runs its matrices with int8-rounded activations, the fast mode's bits, and a
+// float file keeps float activations; Numerics::kExact gives the weight loader's
+// float-activation bits. The prompt-cache identity tells the modes apart where they
+// compute different K and V, and only there.
+TEST(OpenModel, BlockTypesRoundActivationsByDefaultAndExactIsOneOptionAway) {
+  const std::string q4 = kModels + "gguf/rand256-Q4_K_M.gguf";
+  SKIP_IF_MISSING(q4);
+  SKIP_IF_MISSING(kGguf);
+  LoadedModel def = open_model(q4);
+  EXPECT_EQ(def.model.numerics(), Numerics::kInt8Blocks);
+  LoadOptions exact_options;
+  exact_options.numerics = Numerics::kExact;
+  LoadedModel exact = open_model(q4, exact_options);
+  EXPECT_EQ(exact.model.numerics(), Numerics::kExact);
+
+  Transformer<float> plain(load_gguf_model<float>(q4));
+  Transformer<float> fast(load_gguf_model<float>(q4));
+  fast.set_fast_matmul(true);
+  const std::vector<float> l_def = all_logits(def.model), l_exact = all_logits(exact.model);
+  EXPECT_TRUE(same_bits(l_def, all_logits(fast)));  // every matrix is a block type: kInt8Blocks == kFast
+  EXPECT_TRUE(same_bits(l_exact, all_logits(plain)));
+  EXPECT_FALSE(same_bits(l_def, l_exact));
+  EXPECT_NE(model_fingerprint(def.model), model_fingerprint(exact.model));
+  EXPECT_EQ(model_fingerprint(exact.model), model_fingerprint(plain));
+
+  // An F32 file: nothing rounds in either mode, so the bits and the identity agree.
+  LoadedModel f32_def = open_model(kGguf), f32_exact = open_model(kGguf, exact_options);
+  EXPECT_TRUE(same_bits(all_logits(f32_def.model), all_logits(f32_exact.model)));
+  EXPECT_EQ(model_fingerprint(f32_def.model), model_fingerprint(f32_exact.model));
 }
 
 TEST(OpenModel, HfFolderGivesTheHfLoadersLogits) {

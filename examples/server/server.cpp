@@ -148,7 +148,7 @@ int real_main(int argc, char** argv) {
   lo.chat_template = o.chat_template.empty();
   kvd::LoadedModel loaded = kvd::open_model(*o.model, lo);
   if (!loaded.tokenizer) throw kvd::ArgumentError("the model has no tokenizer: give --tokenizer");
-  loaded.model.set_fast_matmul(o.fast_matmul);
+  loaded.model.set_numerics(kvd::cli::numerics_of(o));
   const kvd::ChatTemplate tmpl = kvd::cli::chat_template_for(o, loaded, *loaded.tokenizer);
 
   kvd::SchedulerOptions so;

@@ -23,7 +23,8 @@ endfunction()
 
 expect_rc(0 --help)
 foreach(opt --model --tokenizer --prompt --prompt-ids --steps --temperature --top-k --top-p --min-p --seed --threads
-            --no-cache --compare --ids --dump-logits --json --draft-model --draft-tokens --lookup --fast-matmul)
+            --no-cache --compare --ids --dump-logits --json --draft-model --draft-tokens --lookup --fast-matmul
+            --exact-activations)
   string(FIND "${OUT}" "${opt}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "--help does not mention ${opt}")
@@ -254,18 +255,44 @@ if(EXISTS ${GGUF})
   endforeach()
   expect_same_logits_without_cache(${GGUF} "GGUF")
 
-  # --fast-matmul: the same bytes with and without the cache and for 1 or 2 threads,
-  # and other bytes than the default mode's (the q4 matrices round their inputs).
+  # The numerics modes. By default the block-type matrices round their inputs to int8
+  # blocks (the same bytes as --fast-matmul for a file of block types only); the same
+  # bytes with and without the cache and for 1 or 2 threads in each mode; other bytes
+  # than --exact-activations'. An F16 file keeps float activations by default.
   set(Q4KM ${SHARED}/models/gguf/rand256-Q4_K_M.gguf)  # stories260K-Q4_K_M holds no q4 matrix (rows of 64)
   expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 10 --fast-matmul -t 1 --dump-logits ${WORK_DIR}/fast1.bin --quiet)
   expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 10 --fast-matmul -t 2 --no-cache --dump-logits ${WORK_DIR}/fast2.bin --quiet)
-  expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 10 --dump-logits ${WORK_DIR}/exact.bin --quiet)
+  expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 10 -t 2 --dump-logits ${WORK_DIR}/default.bin --quiet)
+  expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 10 --exact-activations -t 1 --dump-logits ${WORK_DIR}/exact.bin --quiet)
+  expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 10 --exact-activations -t 2 --no-cache --dump-logits ${WORK_DIR}/exact2.bin --quiet)
   file(SHA256 ${WORK_DIR}/fast1.bin h_fast1)
   file(SHA256 ${WORK_DIR}/fast2.bin h_fast2)
+  file(SHA256 ${WORK_DIR}/default.bin h_default)
   file(SHA256 ${WORK_DIR}/exact.bin h_exact)
-  if(NOT h_fast1 STREQUAL h_fast2 OR h_fast1 STREQUAL h_exact)
-    message(FATAL_ERROR "--fast-matmul: --dump-logits differ between 1 thread with the cache and 2 without it, "
-                        "or equal the default mode's")
+  file(SHA256 ${WORK_DIR}/exact2.bin h_exact2)
+  if(NOT h_fast1 STREQUAL h_fast2 OR NOT h_default STREQUAL h_fast1 OR NOT h_exact STREQUAL h_exact2
+     OR h_fast1 STREQUAL h_exact)
+    message(FATAL_ERROR "numerics: --dump-logits of --fast-matmul (1 thread, cache; 2 threads, no cache), the default "
+                        "and --exact-activations (1 and 2 threads) should be fast = fast = default, exact = exact, "
+                        "fast != exact: ${h_fast1} ${h_fast2} ${h_default} ${h_exact} ${h_exact2}")
+  endif()
+  set(F16M ${SHARED}/models/gguf/rand256-F16.gguf)
+  expect_rc(0 -m ${F16M} --prompt-ids 1,403,407 -n 6 --dump-logits ${WORK_DIR}/f16-default.bin --quiet)
+  expect_rc(0 -m ${F16M} --prompt-ids 1,403,407 -n 6 --exact-activations --dump-logits ${WORK_DIR}/f16-exact.bin --quiet)
+  file(SHA256 ${WORK_DIR}/f16-default.bin h_f16_default)
+  file(SHA256 ${WORK_DIR}/f16-exact.bin h_f16_exact)
+  if(NOT h_f16_default STREQUAL h_f16_exact)
+    message(FATAL_ERROR "numerics: an F16 file's default --dump-logits differ from --exact-activations'")
+  endif()
+  expect_rc(2 -m ${Q4KM} --prompt-ids 1 -n 1 --fast-matmul --exact-activations)
+  string(FIND "${ERR}" "opposite numerics" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "--fast-matmul with --exact-activations: the error does not say why:\n${ERR}")
+  endif()
+  expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 4 --json --quiet)
+  string(FIND "${OUT}" "\"numerics\":\"int8-blocks\",\"fast_matmul\":false" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "--json by default lacks \"numerics\":\"int8-blocks\",\"fast_matmul\":false:\n${OUT}")
   endif()
   expect_rc(0 -m ${Q4KM} --prompt-ids 1,403,407 -n 4 --fast-matmul --json --quiet)
   string(FIND "${OUT}" "\"fast_matmul\":true" at)

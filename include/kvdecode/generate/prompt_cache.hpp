@@ -20,8 +20,9 @@
 //
 // The model identity. model_fingerprint() hashes what makes two models compute
 // different K and V: the config (config_fingerprint), the compute type, every
-// packed matrix's storage types and shape, and 64-byte samples at fixed places of
-// every matrix's bytes. It costs microseconds, so it runs on every load. It is not
+// packed matrix's storage types and shape, the numerics of every segment whose
+// products round their input rows (none in Numerics::kExact, so those ids do not
+// depend on it), and 64-byte samples at fixed places of every matrix's bytes. It costs microseconds, so it runs on every load. It is not
 // a hash of every weight: two models differing only between the samples collide
 // (for trained weights that does not happen: fine-tuning moves every weight).
 //
@@ -158,7 +159,7 @@ inline std::uint64_t hash_samples(const unsigned char* p, std::uint64_t n, int k
 }  // namespace detail
 
 /// A model identity for prompt cache files: config_fingerprint(), sizeof(T), and
-/// every packed matrix's storage types, shape and byte samples (see the header
+/// every packed matrix's storage types, shape, rounding numerics and byte samples (see the header
 /// comment for what it does not cover). Same model, same id, on every platform of
 /// the same endianness. Never fails.
 template <class T>
@@ -177,6 +178,7 @@ std::uint64_t model_fingerprint(const Transformer<T>& model) {
     for (const auto& s : m.segments()) {
       mix(static_cast<std::uint64_t>(s.type));
       mix(static_cast<std::uint64_t>(s.n_panels));
+      if (detail::fast_segment(m, s)) mix(0x524f554e44000000ull | static_cast<std::uint64_t>(m.numerics()));  // "ROUND"
       for (long p : {s.panel0, s.panel0 + s.n_panels / 2, s.panel0 + s.n_panels - 1})
         if (s.n_panels > 0) h = pf::hash_samples(m.template panel_as<unsigned char>(p), s.panel_bytes, 4, h);
     }

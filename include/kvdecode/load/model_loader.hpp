@@ -21,6 +21,7 @@
 #include "kvdecode/io/hf_model.hpp"
 #include "kvdecode/io/load_options.hpp"
 #include "kvdecode/io/model_format.hpp"
+#include "kvdecode/matmul/numerics.hpp"
 #include "kvdecode/text/text_tokenizer.hpp"
 #include "kvdecode/text/llama2c_tokenizer.hpp"
 #include "kvdecode/text/tokenizer_gguf.hpp"
@@ -42,6 +43,11 @@ struct LoadOptions : WeightLoadOptions {
   /// tokenizer without one leaves LoadedModel::chat_template empty; one that does not
   /// parse is an error.
   bool chat_template = true;
+  /// The model's numerics mode (numerics.hpp, Transformer::set_numerics). By default
+  /// block-type matrices round their input rows to int8 blocks, as llama.cpp does,
+  /// and f32/f16/bf16 ones keep float activations: the same bits on every CPU.
+  /// Numerics::kExact keeps float activations everywhere (`--exact-activations`).
+  Numerics numerics = Numerics::kInt8Blocks;
 };
 
 /// A model ready to run, and what goes with it.
@@ -92,6 +98,7 @@ inline LoadedModel open_model(const std::string& path, const LoadOptions& option
   ModelInfo info;
   ModelWeights<float> w = load_model_weights<float>(path, options, &info);
   LoadedModel out{Transformer<float>(std::move(w))};
+  out.model.set_numerics(options.numerics);
   out.info = std::move(info);
   out.tokenizer = open_model_tokenizer(out.info, options);
   if (out.tokenizer && options.chat_template) {

@@ -26,7 +26,8 @@ namespace detail {
 template <class T>
 bool fast_segment(const PackedMatrix<T>& w, const typename PackedMatrix<T>::Segment& s) {
   if constexpr (std::is_same_v<T, float>)
-    return w.fast_matmul() && (is_quant_block_type(s.type) ? fast_matmul_type(s.type) : fast_bf16_type(s.type, w.n_in()));
+    return is_quant_block_type(s.type) ? w.numerics() != Numerics::kExact && fast_matmul_type(s.type)
+                                       : w.numerics() == Numerics::kFast && fast_bf16_type(s.type, w.n_in());
   return false;
 }
 

@@ -12,6 +12,7 @@
 #include "kvdecode/core/parallel.hpp"
 #include "kvdecode/core/simd.hpp"
 #include "kvdecode/error.hpp"
+#include "kvdecode/matmul/numerics.hpp"
 #include "kvdecode/matmul/panel_layout.hpp"
 #include "kvdecode/weights/model_weights.hpp"
 
@@ -108,12 +109,16 @@ class PackedMatrix {
   }
   std::uint64_t bytes() const { return static_cast<std::uint64_t>(data_.size()); }
 
-  /// Fast mode: products with this matrix's block-type segments round
-  /// the activations to int8 blocks (fast_matmul.hpp), with its f16 and bf16
-  /// segments to bf16 where the CPU has AVX512-BF16 (fast_bf16.hpp). Off by
-  /// default; other segments keep the default numerics either way.
-  void set_fast_matmul(bool on) { fast_ = on; }
-  bool fast_matmul() const { return fast_; }
+  /// The numerics of products with this matrix (numerics.hpp): from
+  /// Numerics::kInt8Blocks on, its block-type segments round the activations to
+  /// int8 blocks (fast_int8.hpp); at Numerics::kFast its f16 and bf16 segments also
+  /// round them to bf16 where the CPU has AVX512-BF16 (fast_bf16.hpp). kExact by
+  /// default; f32 segments keep float activations in every mode. Never fails.
+  void set_numerics(Numerics n) { numerics_ = n; }
+  Numerics numerics() const { return numerics_; }
+  /// set_numerics(on ? kFast : kExact).
+  void set_fast_matmul(bool on) { numerics_ = on ? Numerics::kFast : Numerics::kExact; }
+  bool fast_matmul() const { return numerics_ == Numerics::kFast; }
 
   /// W[n][k] for output column n (as numbered by part_col), read back from the
   /// packed layout (for tests and the reference).
@@ -232,7 +237,7 @@ class PackedMatrix {
   std::vector<long> part_col_;
   std::vector<Segment> segments_;
   detail::AlignedBuffer<unsigned char> data_;  // segments' panels back to back
-  bool fast_ = false;                          // set_fast_matmul()
+  Numerics numerics_ = Numerics::kExact;       // set_numerics()
 };
 
 namespace detail {

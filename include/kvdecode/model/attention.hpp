@@ -80,10 +80,10 @@ class Attention {
   int kv_dim() const { return n_kv_heads_ * head_dim_; }
   const PackedMatrix<T>& wqkv() const { return wqkv_; }  ///< (q_dim + 2 kv_dim, D) packed
   const PackedMatrix<T>& wo() const { return wo_; }      ///< (D, q_dim) packed
-  /// Fast mode on the projections (PackedMatrix::set_fast_matmul).
-  void set_fast_matmul(bool on) {
-    wqkv_.set_fast_matmul(on);
-    wo_.set_fast_matmul(on);
+  /// The numerics mode on the projections (PackedMatrix::set_numerics).
+  void set_numerics(Numerics n) {
+    wqkv_.set_numerics(n);
+    wo_.set_numerics(n);
   }
   long k_col() const { return k_col_; }  ///< first column of k in a projected row (q starts at 0)
   long v_col() const { return v_col_; }  ///< first column of v

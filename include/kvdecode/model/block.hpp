@@ -35,11 +35,11 @@ class TransformerBlock {
   }
   /// Packed bytes of the FFN: the SwiGLU's, or the router's and every expert's.
   std::uint64_t ffn_bytes() const { return is_moe() ? moe_.bytes() : mlp_.w13().bytes() + mlp_.w2().bytes(); }
-  /// Fast mode on every product of the block (PackedMatrix::set_fast_matmul).
-  void set_fast_matmul(bool on) {
-    attn_.set_fast_matmul(on);
-    mlp_.set_fast_matmul(on);
-    moe_.set_fast_matmul(on);
+  /// The numerics mode on every product of the block (PackedMatrix::set_numerics).
+  void set_numerics(Numerics n) {
+    attn_.set_numerics(n);
+    mlp_.set_numerics(n);
+    moe_.set_numerics(n);
   }
 
   /// Updates ws.x (M rows) in place. Returns multiply-adds performed.

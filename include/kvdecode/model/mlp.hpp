@@ -20,10 +20,10 @@ class SwiGLU {
   const PackedMatrix<T>& w13() const { return w13_; }  ///< (2F, D): gate rows then up rows (from up_col())
   long up_col() const { return up_col_; }
   const PackedMatrix<T>& w2() const { return w2_; }    ///< (D, F)
-  /// Fast mode on both products (PackedMatrix::set_fast_matmul).
-  void set_fast_matmul(bool on) {
-    w13_.set_fast_matmul(on);
-    w2_.set_fast_matmul(on);
+  /// The numerics mode on both products (PackedMatrix::set_numerics).
+  void set_numerics(Numerics n) {
+    w13_.set_numerics(n);
+    w2_.set_numerics(n);
   }
 
   /// xn (M, ldx) -> out (M, ldo); uses ws.h13 and ws.hmid. `pre`, if given, prepares

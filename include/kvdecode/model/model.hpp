@@ -87,20 +87,23 @@ class Model {
       for (int i = 0; i < config_.d_model; ++i) out[i] = out[i] * embed_scale_;
   }
 
-  /// The opt-in fast mode (fast_int8.hpp, `--fast-matmul`): every matrix of a
-  /// block type rounds its input rows to int8 blocks and uses integer dot
-  /// products; on a CPU with AVX512-BF16, every f16 and bf16 matrix rounds them to
-  /// bf16 and uses bf16 dot products (fast_bf16.hpp). Every path stays
-  /// bit-identical to every other in this mode (its logits differ from the
-  /// default mode's: the activations are rounded). Matrices of other types, and
-  /// double models, keep the default numerics.
+  /// The numerics mode of every matrix (numerics.hpp): kExact (float activations
+  /// everywhere, what a Model is built with), kInt8Blocks (block-type matrices round
+  /// their input rows to int8 blocks and use integer dot products, fast_int8.hpp:
+  /// what open_model() loads by default) or kFast (also f16/bf16 matrices in bf16 on
+  /// CPUs with AVX512-BF16, fast_bf16.hpp). Every path stays bit-identical to every
+  /// other in each mode; the modes' logits differ from one another wherever they
+  /// round differently. Double models, and f32 matrices, keep float activations.
   /// It changes the model for everyone running it: set it before sharing, never
-  /// during a forward pass.
-  void set_fast_matmul(bool on) {
-    for (auto& b : blocks_) b.set_fast_matmul(on);
-    classifier_.set_fast_matmul(on);
+  /// during a forward pass. Never fails.
+  void set_numerics(Numerics n) {
+    for (auto& b : blocks_) b.set_numerics(n);
+    classifier_.set_numerics(n);
   }
-  bool fast_matmul() const { return classifier_.fast_matmul(); }  ///< as set_fast_matmul() left every matrix
+  Numerics numerics() const { return classifier_.numerics(); }  ///< as set_numerics() left every matrix
+  /// set_numerics(on ? kFast : kExact).
+  void set_fast_matmul(bool on) { set_numerics(on ? Numerics::kFast : Numerics::kExact); }
+  bool fast_matmul() const { return numerics() == Numerics::kFast; }
 
   /// Bytes of weights a decode step reads: every packed matrix (of a mixture of
   /// experts, the router and K experts per layer), one embedding row and the norm

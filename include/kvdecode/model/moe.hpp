@@ -119,12 +119,12 @@ class MoE {
   const PackedMatrix<T>& router() const { return router_; }  ///< (E, D)
   long n_experts() const { return n_experts_; }
   long n_experts_used() const { return k_; }
-  /// Fast mode on every product (PackedMatrix::set_fast_matmul).
-  void set_fast_matmul(bool on) {
-    router_.set_fast_matmul(on);
+  /// The numerics mode on every product (PackedMatrix::set_numerics).
+  void set_numerics(Numerics n) {
+    router_.set_numerics(n);
     for (auto& x : experts_) {
-      x.w13.set_fast_matmul(on);
-      x.w2.set_fast_matmul(on);
+      x.w13.set_numerics(n);
+      x.w2.set_numerics(n);
     }
   }
   /// Packed bytes of the router and every expert (what the model holds).

@@ -79,17 +79,20 @@ class Transformer {
   const std::vector<TransformerBlock<T>>& blocks() const { return model_->blocks(); }
   const PackedMatrix<T>& classifier() const { return model_->classifier(); }
 
-  /// The model's fast mode (Model::set_fast_matmul). Call it between forwards, not
+  /// The model's numerics mode (Model::set_numerics). Call it between forwards, not
   /// during one. Throws ConfigError (nothing changed) if the model is shared, or was
   /// built elsewhere: it would change every other user's results; set it on the
   /// Model before sharing it.
-  void set_fast_matmul(bool on) {
-    if (on == fast_matmul()) return;
+  void set_numerics(Numerics n) {
+    if (n == numerics()) return;
     if (!own_ || model_.use_count() > 1)
-      throw ConfigError(detail::msg("set_fast_matmul(", on ? "true" : "false", "): this Transformer shares its model (",
-                                    model_.use_count(), " owner(s)); set the fast mode on the Model before sharing it"));
-    own_->set_fast_matmul(on);
+      throw ConfigError(detail::msg("set_numerics(", numerics_name(n), "): this Transformer shares its model (",
+                                    model_.use_count(), " owner(s)); set the numerics on the Model before sharing it"));
+    own_->set_numerics(n);
   }
+  Numerics numerics() const { return model_->numerics(); }
+  /// set_numerics(on ? kFast : kExact), with its errors.
+  void set_fast_matmul(bool on) { set_numerics(on ? Numerics::kFast : Numerics::kExact); }
   bool fast_matmul() const { return model_->fast_matmul(); }
   const WeightMatrix& embedding() const { return model_->embedding(); }  ///< (V, D)
 
@@ -314,7 +317,7 @@ class Transformer {
   }
 
   std::shared_ptr<const Model<T>> model_;
-  Model<T>* own_ = nullptr;  // the model, when this Transformer built it (for set_fast_matmul)
+  Model<T>* own_ = nullptr;  // the model, when this Transformer built it (for set_numerics)
   Workspace<T> ws_;
   std::vector<Row> rows_;
   detail::AlignedBuffer<T> prefill_logits_;  // (n, ld_v) logits of a prefill split into chunks
