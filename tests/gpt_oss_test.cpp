@@ -4,15 +4,19 @@
 // ik_llama.cpp's logits and the float64 oracle, and every path on it bit for bit
 // (reference, prefill, prefill then decode, chunked, batched, paged; 1 and 2 threads);
 // a round trip through kvdecode's GGUF writer; and each kind of bad gpt-oss input
-// refused with a typed error naming the key or tensor. The exactness suites of
-// transformer_test.cpp also run a gpt-oss shape (GptOss_E6_K3_Window5).
+// refused with a typed error naming the key or tensor; Hugging Face GptOssForCausalLM
+// folders (F32 experts and OpenAI's MXFP4 blocks) against the GGUF bit for bit, and
+// their bad fields and tensors. The exactness suites of transformer_test.cpp also run
+// a gpt-oss shape (GptOss_E6_K3_Window5).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <string>
@@ -922,4 +926,28 @@ TEST(GptOssHfBadInput, Mxfp4ScaleOfNaNOrBytesAsWeightsAreRefusedNamingTheTensor)
         t.bytes.resize(t.shape[0]);
       }
   }, "has dtype U8, expected F32, F16 or BF16", false);
+}
+
+// The hf-folder fuzz corpus's gpt-oss seeds (tests/fuzz/make_corpus.cpp: config.json \0
+// generation_config.json \0 model.safetensors) load and run: F32 experts and MXFP4 ones.
+TEST(GptOssFuzzSeeds, HfFolderSeedsRun) {
+  for (const char* seed : {"gpt-oss-f32", "gpt-oss-mxfp4"}) {
+    SCOPED_TRACE(seed);
+    const std::string path = kData + "../fuzz/corpus/hf-folder/" + seed;
+    std::ifstream in(path, std::ios::binary);
+    ASSERT_TRUE(in.good()) << path;
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t a = bytes.find('\0'), b = bytes.find('\0', a + 1);
+    ASSERT_NE(b, std::string::npos);
+    kvd_test::TempDir dir;
+    std::ofstream(dir.file("config.json"), std::ios::binary) << bytes.substr(0, a);
+    std::ofstream(dir.file("generation_config.json"), std::ios::binary) << bytes.substr(a + 1, b - a - 1);
+    std::ofstream(dir.file("model.safetensors"), std::ios::binary) << bytes.substr(b + 1);
+    Transformer<float> model(load_hf_model<float>(dir.str()));
+    EXPECT_TRUE(model.config().attn_sinks);
+    EXPECT_FALSE(model.config().yarn_truncate);
+    KVCache<float> cache(model.config());
+    const RowMatrix<float> l = model.prefill({1, 2, 3, 4, 5, 6}, cache);
+    EXPECT_TRUE(std::isfinite(l(0, 0)));
+  }
 }
