@@ -816,6 +816,9 @@ TEST(GptOssHf, ExpertsPerTokenAndUntruncatedYarn) {
   const std::vector<float> a = prompt_logits(w), b = prompt_logits(u);
   EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
   EXPECT_THROW(detail::gguf_arch_for(u.config), ConfigError);
+  // head_dim defaults to GptOssConfig's 64, not hidden_size / num_attention_heads.
+  write_hf_gpt_oss(dir.path() / "nohead", w, with(base, "head_dim", ""));
+  EXPECT_EQ(hf_model_info((dir.path() / "nohead").string()).config.head_dim, 64);
   // No rope_scaling (or "default"): plain RoPE.
   write_hf_gpt_oss(dir.path() / "plain", w, with(base, "rope_scaling", "{\"rope_type\":\"default\"}"));
   EXPECT_EQ(hf_model_info((dir.path() / "plain").string()).config.rope_scale, 1.0);

@@ -388,10 +388,11 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
     hf_fail(file, msg("field 'num_key_value_heads' = ", c.n_kv_heads, " does not divide num_attention_heads = ",
                       c.n_heads));
   const bool has_head_dim = j.contains("head_dim") && !j["head_dim"].is_null();
-  if (!has_head_dim && c.d_model % c.n_heads != 0)
+  // GptOssConfig's head_dim defaults to 64, not hidden_size / num_attention_heads.
+  if (!has_head_dim && !arch->gpt_oss && c.d_model % c.n_heads != 0)
     hf_fail(file, msg("field 'num_attention_heads' = ", c.n_heads, " does not divide hidden_size = ", c.d_model,
                       " and head_dim is absent"));
-  c.head_dim = hf_dim(j, file, "head_dim", c.d_model / c.n_heads);
+  c.head_dim = hf_dim(j, file, "head_dim", arch->gpt_oss ? 64 : c.d_model / c.n_heads);
   if (c.head_dim % 2 != 0) hf_fail(file, msg("field 'head_dim' = ", c.head_dim, " must be even for RoPE"));
   // vocab_size is optional: the embedding's rows decide; when present they must agree.
   info.vocab_in_config = j.contains("vocab_size") && !j["vocab_size"].is_null();
