@@ -126,6 +126,20 @@ TEST(ArchitectureTable, GgufHfAndMemberNamesAreUnique) {
       }
     EXPECT_EQ(hf.size(), hf_rows);
   }
+  // gpt-oss names its router and fused experts otherwise; gate and up share gate_up_proj
+  // (hf_gpt_oss_half tells them apart), as their biases share gate_up_proj_bias.
+  std::map<std::string, std::set<int>> oss;
+  for (const TensorSpec& s : kTensors)
+    if (s.hf_gpt_oss) {
+      EXPECT_TRUE(oss[hf_tensor_name(s, 0, false, true)].insert(s.hf_gpt_oss_half).second) << s.name;
+      EXPECT_EQ(s.experts != Dim::kOne || s.id == TensorId::kRouter, true) << s.name;
+    }
+  EXPECT_EQ(oss.size(), 5u);
+  EXPECT_EQ(oss["model.layers.0.mlp.experts.gate_up_proj"], (std::set<int>{0, 1}));
+  EXPECT_EQ(oss["model.layers.0.mlp.experts.gate_up_proj_bias"], (std::set<int>{0, 1}));
+  EXPECT_EQ(hf_tensor_name(tensor_spec(TensorId::kRouter), 1, false, true), "model.layers.1.mlp.router.weight");
+  EXPECT_EQ(hf_tensor_name(tensor_spec(TensorId::kRouter), 1), "model.layers.1.mlp.gate.weight");
+  EXPECT_EQ(hf_tensor_name(tensor_spec(TensorId::kSinks), 1, false, true), "model.layers.1.self_attn.sinks");
   EXPECT_EQ(hf_tensor_name(tensor_spec(TensorId::kFfnNorm), 2, true), "model.layers.2.pre_feedforward_layernorm.weight");
   EXPECT_EQ(hf_tensor_name(tensor_spec(TensorId::kAttnPostNorm), 2, true), "model.layers.2.post_attention_layernorm.weight");
   EXPECT_EQ(gguf_tensor_name(tensor_spec(TensorId::kWq), 3), "blk.3.attn_q.weight");
@@ -179,8 +193,8 @@ TEST(ArchitectureTable, LookupsReturnTheRow) {
   EXPECT_EQ(find_hf_architecture("llama"), nullptr);
   EXPECT_EQ(supported_architectures(true), "llama, qwen2, qwen3, qwen3moe, gemma3 and gpt-oss");
   EXPECT_EQ(supported_architectures(false),
-            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and "
-            "Gemma3ForCausalLM");
+            "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+            "Gemma3ForCausalLM and GptOssForCausalLM");
   const Architecture* gemma = find_gguf_architecture("gemma3");
   ASSERT_NE(gemma, nullptr);
   EXPECT_STREQ(gemma->hf_class, "Gemma3ForCausalLM");
@@ -189,6 +203,10 @@ TEST(ArchitectureTable, LookupsReturnTheRow) {
   const Architecture* oss = find_gguf_architecture("gpt-oss");
   ASSERT_NE(oss, nullptr);
   EXPECT_TRUE(oss->gpt_oss && oss->moe && oss->qkv_bias && !oss->qk_norm);
+  EXPECT_EQ(find_hf_architecture("GptOssForCausalLM"), oss);
+  EXPECT_STREQ(oss->hf_expert_count, "num_local_experts");
+  EXPECT_STREQ(oss->hf_expert_width, "intermediate_size");
+  EXPECT_STREQ(find_gguf_architecture("qwen3moe")->hf_expert_count, "num_experts");
   EXPECT_EQ(oss->router_order, RouterOrder::kTopKSoftmax);
   EXPECT_EQ(oss->swa_pattern, 2);
   EXPECT_EQ(gguf_tensor_name(tensor_spec(TensorId::kFfnNorm), 1, true), "blk.1.post_attention_norm.weight");
@@ -248,7 +266,7 @@ TEST(ArchitectureTable, HfUnsupportedMessageListsEveryRow) {
       if (a.hf_class[0] != '\0') {
         EXPECT_NE(m.find(a.hf_class), std::string::npos) << a.hf_class << ": " << m;
       }
-    EXPECT_EQ(find_hf_architecture(""), nullptr) << "gpt-oss has no Hugging Face loader";
+    EXPECT_EQ(find_hf_architecture(""), nullptr) << "an empty class is no Hugging Face loader";
   }
 }
 

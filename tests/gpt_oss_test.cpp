@@ -4,15 +4,19 @@
 // ik_llama.cpp's logits and the float64 oracle, and every path on it bit for bit
 // (reference, prefill, prefill then decode, chunked, batched, paged; 1 and 2 threads);
 // a round trip through kvdecode's GGUF writer; and each kind of bad gpt-oss input
-// refused with a typed error naming the key or tensor. The exactness suites of
-// transformer_test.cpp also run a gpt-oss shape (GptOss_E6_K3_Window5).
+// refused with a typed error naming the key or tensor; Hugging Face GptOssForCausalLM
+// folders (F32 experts and OpenAI's MXFP4 blocks) against the GGUF bit for bit, and
+// their bad fields and tensors. The exactness suites of transformer_test.cpp also run
+// a gpt-oss shape (GptOss_E6_K3_Window5).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <string>
@@ -441,4 +445,512 @@ TEST(GptOssFuzzSeeds, ValidSeedRuns) {
   KVCache<float> cache(model.config());
   const RowMatrix<float> l = model.prefill({1, 2, 3, 4, 5, 6}, cache);
   EXPECT_TRUE(std::isfinite(l(0, 0)));
+}
+
+// YaRN without truncation (Hugging Face's rope_scaling.truncate false, gpt-oss's release):
+// the ramp's ends keep their fractions, d(32) and d(1) themselves.
+TEST(YarnRope, UntruncatedRampKeepsTheFractions) {
+  const int Dh = 16, S = 64;
+  RopeScalingParams p;
+  p.type = RopeScaling::kYarn;
+  p.factor = 32.0;
+  p.orig_ctx = 4096;
+  p.truncate = false;
+  RoPE<double> yarn(Dh, S, 150000.0, RopeStyle::kHalves, 0, Vector<double>(), p);
+  const double kPi = 3.14159265358979323846;
+  auto d = [&](double b) { return Dh * std::log(4096.0 / (2 * kPi * b)) / (2 * std::log(150000.0)); };
+  const double lo = d(32.0), hi = d(1.0), m = 1.0 + 0.1 * std::log(32.0);
+  ASSERT_NE(lo, std::floor(lo));
+  for (int pos : {1, 7, 40}) {
+    std::vector<double> x(Dh, 0.0);
+    for (int i = 0; i < Dh / 2; ++i) x[i] = 1.0;
+    yarn.apply(x.data(), 1, pos);
+    for (int i = 0; i < Dh / 2; ++i) {
+      const double f = std::pow(150000.0, -2.0 * i / Dh);
+      const double r = 1.0 - std::clamp((i - lo) / (hi - lo), 0.0, 1.0);
+      const double a = pos * f * (r + (1 - r) / 32.0);
+      EXPECT_NEAR(x[i], m * std::cos(a), 1e-12) << "pair " << i << " pos " << pos;
+      EXPECT_NEAR(x[i + Dh / 2], m * std::sin(a), 1e-12) << "pair " << i << " pos " << pos;
+    }
+  }
+}
+
+// ---- Hugging Face folders (GptOssForCausalLM, model_type gpt_oss) ----
+
+namespace {
+
+// One tensor of a safetensors file: dtype, shape, bytes.
+struct RawTensor {
+  std::string name, dtype;
+  std::vector<std::uint64_t> shape;
+  std::vector<unsigned char> bytes;
+};
+
+void write_safetensors(const std::filesystem::path& path, const std::vector<RawTensor>& ts) {
+  std::string h = "{";
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    h += detail::msg(i ? "," : "", "\"", ts[i].name, "\":{\"dtype\":\"", ts[i].dtype, "\",\"shape\":[");
+    for (std::size_t d = 0; d < ts[i].shape.size(); ++d) h += detail::msg(d ? "," : "", ts[i].shape[d]);
+    h += detail::msg("],\"data_offsets\":[", offset, ",", offset + ts[i].bytes.size(), "]}");
+    offset += ts[i].bytes.size();
+  }
+  h += "}";
+  std::ofstream st(path, std::ios::binary);
+  const std::uint64_t hn = h.size();
+  for (int b = 0; b < 8; ++b) st.put(static_cast<char>((hn >> (8 * b)) & 0xff));
+  st << h;
+  for (const RawTensor& t : ts) st.write(reinterpret_cast<const char*>(t.bytes.data()), static_cast<std::streamsize>(t.bytes.size()));
+}
+
+RawTensor f32_tensor(const std::string& name, std::vector<std::uint64_t> shape, const std::vector<float>& v) {
+  RawTensor t{name, "F32", std::move(shape), std::vector<unsigned char>(v.size() * 4)};
+  std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+  return t;
+}
+
+std::vector<float> matrix_values(const WeightMatrix& m) {
+  std::vector<float> v(static_cast<std::size_t>(m.rows() * m.cols()));
+  for (long r = 0; r < m.rows(); ++r) m.dequantize_row(r, v.data() + r * m.cols());
+  return v;
+}
+
+// A double as JSON text that reads back as the same double.
+std::string json_double(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return s;
+}
+
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+// config.json's fields for config c (a gpt-oss config), in order, each as its JSON text.
+Fields hf_gpt_oss_fields(const ModelConfig& c) {
+  auto s = [](auto v) { return detail::msg(v); };
+  std::string types = "[";
+  for (int l = 0; l < c.n_layers; ++l) types += detail::msg(l ? "," : "", c.layer_local(l) ? "\"sliding_attention\"" : "\"full_attention\"");
+  types += "]";
+  return {{"architectures", "[\"GptOssForCausalLM\"]"}, {"model_type", "\"gpt_oss\""},
+          {"hidden_size", s(c.d_model)}, {"intermediate_size", s(c.hidden_dim)},
+          {"num_hidden_layers", s(c.n_layers)}, {"num_attention_heads", s(c.n_heads)},
+          {"num_key_value_heads", s(c.n_kv_heads)}, {"head_dim", s(c.head_dim)}, {"vocab_size", s(c.vocab_size)},
+          {"num_local_experts", s(c.n_experts)}, {"num_experts_per_tok", s(c.n_experts_used)},
+          {"max_position_embeddings", s(c.max_seq_len)}, {"rms_norm_eps", json_double(c.norm_eps)},
+          {"rope_theta", json_double(c.rope_theta)}, {"sliding_window", s(c.local_window)}, {"layer_types", types},
+          {"rope_scaling", detail::msg("{\"rope_type\":\"yarn\",\"factor\":", json_double(c.rope_scale),
+                                       ",\"beta_fast\":", json_double(c.yarn_beta_fast), ",\"beta_slow\":",
+                                       json_double(c.yarn_beta_slow), ",\"original_max_position_embeddings\":",
+                                       c.yarn_orig_ctx, ",\"truncate\":true}")},
+          {"swiglu_limit", "7.0"}, {"hidden_act", "\"silu\""}, {"attention_bias", "true"},
+          {"tie_word_embeddings", "false"}};
+}
+
+Fields with(Fields fields, const std::string& key, const std::string& value) {
+  auto it = std::find_if(fields.begin(), fields.end(), [&](const auto& f) { return f.first == key; });
+  if (it == fields.end()) fields.emplace_back(key, value);
+  else if (value.empty()) fields.erase(it);
+  else it->second = value;
+  return fields;
+}
+
+// How write_hf_gpt_oss stores the experts.
+enum class ExpertForm { kF32, kMxfp4 };
+
+// HF's MXFP4 block (scale, 16 bytes: value 2j in byte j's low nibble, 2j + 1 in its
+// high one) of ggml's mxfp4 block `b` (value j in byte j's low nibble, j + 16 in its
+// high one): written here from the two layouts, not with the loader's function.
+void hf_block_of(const unsigned char* b, unsigned char* scale, unsigned char* out16) {
+  *scale = b[0];
+  const unsigned char* qs = b + 1;
+  int codes[32];
+  for (int j = 0; j < 16; ++j) {
+    codes[j] = qs[j] & 0xF;
+    codes[j + 16] = qs[j] >> 4;
+  }
+  for (int j = 0; j < 16; ++j) out16[j] = static_cast<unsigned char>(codes[2 * j] | (codes[2 * j + 1] << 4));
+}
+
+// A GptOssForCausalLM folder holding w (F32 everything; the experts F32 as [E, in, out]
+// with gate and up interleaved, or, when they are mxfp4 matrices, as HF's MXFP4 blocks
+// and scales [E, out, in / 32, (16)]) and config.json from `fields`. `skip` drops a
+// tensor by name; `edit` may change any tensor before writing.
+void write_hf_gpt_oss(const std::filesystem::path& dir, const ModelWeights<float>& w, const Fields& fields,
+                      const std::string& skip = "", const std::function<void(std::vector<RawTensor>&)>& edit = {}) {
+  std::filesystem::create_directories(dir);
+  const ModelConfig& c = w.config;
+  const std::uint64_t E = c.n_experts, F = c.hidden_dim, D = c.d_model;
+  std::vector<RawTensor> ts;
+  for_each_tensor(w, [&](const TensorSpec& s, int layer, auto slot) {
+    if (s.experts != Dim::kOne) return;  // below, per layer
+    const std::string name = hf_tensor_name(s, layer, false, true);
+    if (slot.matrix) {
+      const WeightMatrix& m = *slot.matrix;
+      ts.push_back(f32_tensor(name, {static_cast<std::uint64_t>(m.rows()), static_cast<std::uint64_t>(m.cols())}, matrix_values(m)));
+    } else {
+      ts.push_back(f32_tensor(name, {static_cast<std::uint64_t>(slot.vector->size())},
+                              std::vector<float>(slot.vector->data(), slot.vector->data() + slot.vector->size())));
+    }
+  });
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights<float>& L = w.layers[static_cast<std::size_t>(l)];
+    const std::string p = detail::msg("model.layers.", l, ".mlp.experts.");
+    // biases: gate_up [E, 2F] interleaved, down [E, D]
+    std::vector<float> gub(E * 2 * F), db(E * D);
+    for (std::uint64_t e = 0; e < E; ++e) {
+      for (std::uint64_t r = 0; r < F; ++r) {
+        gub[e * 2 * F + 2 * r] = L.experts_gate_bias[static_cast<long>(e * F + r)];
+        gub[e * 2 * F + 2 * r + 1] = L.experts_up_bias[static_cast<long>(e * F + r)];
+      }
+      for (std::uint64_t r = 0; r < D; ++r) db[e * D + r] = L.experts_down_bias[static_cast<long>(e * D + r)];
+    }
+    ts.push_back(f32_tensor(p + "gate_up_proj_bias", {E, 2 * F}, gub));
+    ts.push_back(f32_tensor(p + "down_proj_bias", {E, D}, db));
+    {
+      // [E, out, G, 16] and [E, out, G]: gate_up's out rows interleave gate and up rows.
+      auto mx = [&](const std::string& name, const std::vector<const WeightMatrix*>& parts, std::uint64_t rows,
+                    std::uint64_t cols) {
+        const std::uint64_t G = cols / 32, out = rows * parts.size();
+        RawTensor b{name + "_blocks", "U8", {E, out, G, 16}, std::vector<unsigned char>(E * out * G * 16)};
+        RawTensor sc{name + "_scales", "U8", {E, out, G}, std::vector<unsigned char>(E * out * G)};
+        for (std::uint64_t e = 0; e < E; ++e)
+          for (std::uint64_t o = 0; o < out; ++o) {
+            const WeightMatrix& m = *parts[o % parts.size()];
+            const unsigned char* row = m.row_data(static_cast<long>(e * rows + o / parts.size()));
+            for (std::uint64_t g = 0; g < G; ++g)
+              hf_block_of(row + g * 17, &sc.bytes[(e * out + o) * G + g], &b.bytes[((e * out + o) * G + g) * 16]);
+          }
+        ts.push_back(std::move(b));
+        ts.push_back(std::move(sc));
+      };
+      if (L.experts_gate.type() == WeightType::kMXFP4) {
+        mx(p + "gate_up_proj", {&L.experts_gate, &L.experts_up}, F, D);
+      } else {
+        const std::vector<float> g = matrix_values(L.experts_gate), u = matrix_values(L.experts_up);
+        std::vector<float> gu(E * D * 2 * F);
+        for (std::uint64_t e = 0; e < E; ++e)
+          for (std::uint64_t i = 0; i < D; ++i)
+            for (std::uint64_t r = 0; r < F; ++r) {
+              gu[(e * D + i) * 2 * F + 2 * r] = g[(e * F + r) * D + i];
+              gu[(e * D + i) * 2 * F + 2 * r + 1] = u[(e * F + r) * D + i];
+            }
+        ts.push_back(f32_tensor(p + "gate_up_proj", {E, D, 2 * F}, gu));
+      }
+      if (L.experts_down.type() == WeightType::kMXFP4) {
+        mx(p + "down_proj", {&L.experts_down}, D, F);
+      } else {
+        const std::vector<float> dn = matrix_values(L.experts_down);
+        std::vector<float> dt(E * F * D);
+        for (std::uint64_t e = 0; e < E; ++e)
+          for (std::uint64_t i = 0; i < F; ++i)
+            for (std::uint64_t r = 0; r < D; ++r) dt[(e * F + i) * D + r] = dn[(e * D + r) * F + i];
+        ts.push_back(f32_tensor(p + "down_proj", {E, F, D}, dt));
+      }
+    }
+  }
+  ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const RawTensor& t) { return t.name == skip; }), ts.end());
+  if (edit) edit(ts);
+  write_safetensors(dir / "model.safetensors", ts);
+  std::ofstream cfg(dir / "config.json");
+  cfg << "{";
+  for (std::size_t i = 0; i < fields.size(); ++i) cfg << (i ? "," : "") << "\"" << fields[i].first << "\":" << fields[i].second;
+  cfg << "}";
+}
+
+// w with every expert matrix whose rows are whole mxfp4 blocks quantized to mxfp4
+// (kvdecode's quantizer): the tiny file's gate and up (d_model 64), not its down (16).
+ModelWeights<float> with_mxfp4_experts(const ModelWeights<float>& w) {
+  ModelWeights<float> q = w.cast<float>();
+  for (auto& L : q.layers)
+    for (WeightMatrix* m : {&L.experts_gate, &L.experts_up, &L.experts_down}) {
+      if (m->cols() % 32 != 0) continue;
+      const std::vector<float> v = matrix_values(*m);
+      const std::uint64_t rb = weight_row_bytes(WeightType::kMXFP4, static_cast<std::uint64_t>(m->cols()));
+      std::vector<unsigned char> bytes(static_cast<std::size_t>(rb * m->rows()));
+      for (long r = 0; r < m->rows(); ++r)
+        detail::quantize_row(WeightType::kMXFP4, v.data() + r * m->cols(), bytes.data() + r * rb, m->cols());
+      *m = WeightMatrix::copy_of(WeightType::kMXFP4, m->rows(), m->cols(), bytes.data(), bytes.size());
+    }
+  return q;
+}
+
+void expect_hf_error(const std::filesystem::path& dir, const std::string& part) {
+  try {
+    load_hf_model<float>(dir.string());
+    FAIL() << "no throw";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// Logits of every prompt position, cache-free and through prefill.
+std::vector<float> prompt_logits(const ModelWeights<float>& w) {
+  Transformer<float> model(w);
+  const RowMatrix<float> ref = model.forward_reference(kPromptIds);
+  KVCache<float> cache(model.config());
+  const RowMatrix<float> pre = model.prefill(kPromptIds, cache, true);
+  std::vector<float> out(ref.data(), ref.data() + ref.size());
+  out.insert(out.end(), pre.data(), pre.data() + pre.size());
+  return out;
+}
+
+}  // namespace
+
+// The tiny gpt-oss file written as a GptOssForCausalLM folder (F32, experts [E, in, out]
+// with gate and up interleaved) loads as the same config and computes the GGUF's
+// logits bit for bit over the 40-token prompt (cache-free and prefill).
+TEST(GptOssHf, F32FolderComputesTheGgufsLogitsBitForBit) {
+  kvd_test::TempDir dir;
+  const ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
+  write_hf_gpt_oss(dir.path() / "hf", w, hf_gpt_oss_fields(w.config));
+  const HFModelInfo info = hf_model_weights_info((dir.path() / "hf").string());
+  EXPECT_EQ(info.architecture, "GptOssForCausalLM");
+  EXPECT_EQ(info.config, w.config) << info.config.summary() << "\n" << w.config.summary();
+  EXPECT_GT(info.expert_bytes, 0u);
+  const ModelWeights<float> hf = load_hf_model<float>((dir.path() / "hf").string());
+  ASSERT_EQ(hf.config, w.config);
+  EXPECT_EQ(hf.layers[1].experts_gate.type(), WeightType::kF32);
+  const std::vector<float> a = prompt_logits(w), b = prompt_logits(hf);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << kvd_test::first_difference(a.data(), b.data(), static_cast<long>(a.size()));
+  // The interleave matters: gate and up swapped is another model.
+  write_hf_gpt_oss(dir.path() / "swapped", w, hf_gpt_oss_fields(w.config), "", [&](std::vector<RawTensor>& ts) {
+    for (RawTensor& t : ts)
+      if (t.name == "model.layers.0.mlp.experts.gate_up_proj")
+        for (std::size_t k = 0; k + 8 <= t.bytes.size(); k += 8)
+          std::swap_ranges(t.bytes.begin() + static_cast<long>(k), t.bytes.begin() + static_cast<long>(k + 4),
+                           t.bytes.begin() + static_cast<long>(k + 4));
+  });
+  const std::vector<float> c = prompt_logits(load_hf_model<float>((dir.path() / "swapped").string()));
+  EXPECT_NE(std::memcmp(a.data(), c.data(), a.size() * sizeof(float)), 0);
+}
+
+// The same weights with mxfp4 experts, written as OpenAI's release stores them (MXFP4
+// blocks and scales, [E, out, in / 32, 16], HF's nibble order): the experts load as
+// mxfp4 matrices holding the same blocks, and the logits are those of the in-memory
+// model bit for bit. The values are HF's: e2m1 of each nibble (value 2j low, 2j + 1
+// high) times 2^(scale - 127), as transformers' dequantizer computes them.
+TEST(GptOssHf, Mxfp4FolderComputesTheSameBitsAsItsBlocks) {
+  kvd_test::TempDir dir;
+  const ModelWeights<float> w = with_mxfp4_experts(load_gguf_model<float>(kTinyPath));
+  write_hf_gpt_oss(dir.path() / "hf", w, hf_gpt_oss_fields(w.config));
+  const HFModelInfo info = hf_model_weights_info((dir.path() / "hf").string());
+  bool has_mxfp4 = false;
+  for (const auto& [t, n] : info.bytes_by_type) has_mxfp4 = has_mxfp4 || (t == WeightType::kMXFP4 && n > 0);
+  EXPECT_TRUE(has_mxfp4);
+  const ModelWeights<float> hf = load_hf_model<float>((dir.path() / "hf").string());
+  ASSERT_EQ(hf.config, w.config);
+  for (std::size_t l = 0; l < w.layers.size(); ++l)
+    for (auto mm : {&LayerWeights<float>::experts_gate, &LayerWeights<float>::experts_up, &LayerWeights<float>::experts_down}) {
+      const WeightMatrix &a = w.layers[l].*mm, &b = hf.layers[l].*mm;
+      ASSERT_EQ(b.type(), a.type());
+      ASSERT_EQ(a.bytes(), b.bytes());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.bytes()), 0) << "layer " << l;
+    }
+  // HF's values from the folder's bytes, by transformers' formula, against the loaded matrix.
+  const SafetensorsModel m = SafetensorsModel::open((dir.path() / "hf").string());
+  const SafetensorsTensor& blocks = m.get("model.layers.2.mlp.experts.gate_up_proj_blocks");
+  const SafetensorsTensor& scales = m.get("model.layers.2.mlp.experts.gate_up_proj_scales");
+  const double kFp4[16] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0};
+  const long E = w.config.n_experts, F = w.config.hidden_dim, D = w.config.d_model, G = D / 32;
+  std::vector<float> row(static_cast<std::size_t>(D));
+  for (long e = 0; e < E; ++e)
+    for (long o = 0; o < 2 * F; ++o) {  // out row o: gate row o / 2 (even o) or up row o / 2 (odd o)
+      const WeightMatrix& mat = o % 2 == 0 ? hf.layers[2].experts_gate : hf.layers[2].experts_up;
+      mat.dequantize_row(e * F + o / 2, row.data());
+      for (long i = 0; i < D; ++i) {
+        const long g = i / 32, k = i % 32;
+        const unsigned char byte = blocks.data[((e * 2 * F + o) * G + g) * 16 + k / 2];
+        const double want = std::ldexp(kFp4[k % 2 ? byte >> 4 : byte & 0xF], scales.data[(e * 2 * F + o) * G + g] - 127);
+        ASSERT_EQ(static_cast<double>(row[static_cast<std::size_t>(i)]), want) << "expert " << e << " out " << o << " in " << i;
+      }
+    }
+  EXPECT_EQ(hf.layers[0].experts_gate.type(), WeightType::kMXFP4);
+  EXPECT_EQ(hf.layers[0].experts_down.type(), WeightType::kF32) << "16 columns: no whole mxfp4 block";
+  const std::vector<float> a = prompt_logits(w), b = prompt_logits(hf);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << kvd_test::first_difference(a.data(), b.data(), static_cast<long>(a.size()));
+}
+
+// Every expert matrix MXFP4 (gate_up and down, as OpenAI's release; an expert width of
+// 32): the folder loads the same blocks and computes the in-memory model's bits.
+TEST(GptOssHf, AllMxfp4ExpertsComputeTheSameBits) {
+  kvd_test::TempDir dir;
+  ModelConfig c = tiny_gpt_oss();
+  c.hidden_dim = 32;
+  const ModelWeights<float> w = with_mxfp4_experts(ModelWeights<float>::random(c, 17));
+  ASSERT_EQ(w.layers[0].experts_down.type(), WeightType::kMXFP4);
+  write_hf_gpt_oss(dir.path() / "hf", w, hf_gpt_oss_fields(w.config));
+  const ModelWeights<float> hf = load_hf_model<float>((dir.path() / "hf").string());
+  ASSERT_EQ(hf.config, w.config);
+  for (std::size_t l = 0; l < w.layers.size(); ++l) {
+    const WeightMatrix &a = w.layers[l].experts_down, &b = hf.layers[l].experts_down;
+    ASSERT_EQ(b.type(), WeightType::kMXFP4);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.bytes()), 0) << "layer " << l;
+  }
+  Transformer<float> ma(w), mb(hf);
+  const auto tokens = kvd_test::make_tokens(20, c.vocab_size, 3);
+  const RowMatrix<float> la = ma.forward_reference(tokens), lb = mb.forward_reference(tokens);
+  EXPECT_TRUE(kvd_test::same_bits(la.data(), lb.data(), la.size()));
+}
+
+// OpenAI's experts_per_token names top-k too; rope_scaling.truncate false keeps YaRN's
+// ramp fractional (another model: other logits, and no GGUF can hold it).
+TEST(GptOssHf, ExpertsPerTokenAndUntruncatedYarn) {
+  kvd_test::TempDir dir;
+  const ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
+  const Fields base = hf_gpt_oss_fields(w.config);
+  write_hf_gpt_oss(dir.path() / "alias", w, with(with(base, "num_experts_per_tok", ""), "experts_per_token", "4"));
+  EXPECT_EQ(hf_model_info((dir.path() / "alias").string()).config, w.config);
+  write_hf_gpt_oss(dir.path() / "both", w, with(base, "experts_per_token", "3"));
+  expect_hf_error(dir.path() / "both", "field 'experts_per_token' = 3 disagrees with num_experts_per_tok = 4");
+  const std::string untruncated = detail::msg("{\"rope_type\":\"yarn\",\"factor\":32.0,\"original_max_position_embeddings\":",
+                                              w.config.yarn_orig_ctx, ",\"truncate\":false}");
+  write_hf_gpt_oss(dir.path() / "untrunc", w, with(base, "rope_scaling", untruncated));
+  const ModelWeights<float> u = load_hf_model<float>((dir.path() / "untrunc").string());
+  EXPECT_FALSE(u.config.yarn_truncate);
+  ModelConfig c = w.config;
+  c.yarn_truncate = false;
+  EXPECT_EQ(u.config, c);
+  EXPECT_NE(config_fingerprint(u.config), config_fingerprint(w.config));
+  const std::vector<float> a = prompt_logits(w), b = prompt_logits(u);
+  EXPECT_NE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  EXPECT_THROW(detail::gguf_arch_for(u.config), ConfigError);
+  // head_dim defaults to GptOssConfig's 64, not hidden_size / num_attention_heads.
+  write_hf_gpt_oss(dir.path() / "nohead", w, with(base, "head_dim", ""));
+  EXPECT_EQ(hf_model_info((dir.path() / "nohead").string()).config.head_dim, 64);
+  // No rope_scaling (or "default"): plain RoPE.
+  write_hf_gpt_oss(dir.path() / "plain", w, with(base, "rope_scaling", "{\"rope_type\":\"default\"}"));
+  EXPECT_EQ(hf_model_info((dir.path() / "plain").string()).config.rope_scale, 1.0);
+}
+
+// ---- Bad input: each field and tensor of a gpt-oss folder ----
+
+namespace {
+void expect_field_error(const std::string& key, const std::string& value, const std::string& part) {
+  kvd_test::TempDir dir;
+  const ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
+  write_hf_gpt_oss(dir.path() / "hf", w, with(hf_gpt_oss_fields(w.config), key, value));
+  expect_hf_error(dir.path() / "hf", part);
+}
+void expect_tensor_error(const std::string& skip, const std::function<void(std::vector<RawTensor>&)>& edit,
+                         const std::string& part, bool mxfp4 = false) {
+  kvd_test::TempDir dir;
+  ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
+  if (mxfp4) w = with_mxfp4_experts(w);
+  write_hf_gpt_oss(dir.path() / "hf", w, hf_gpt_oss_fields(w.config), skip, edit);
+  expect_hf_error(dir.path() / "hf", part);
+}
+}  // namespace
+
+TEST(GptOssHfBadInput, TopKOfZeroOrAboveTheExpertCountIsRefusedNamingTheField) {
+  expect_field_error("num_experts_per_tok", "0", "field 'num_experts_per_tok' = 0 must be in [1,");
+  expect_field_error("num_experts_per_tok", "9", "field 'num_experts_per_tok' = 9 exceeds num_local_experts = 8");
+  expect_field_error("num_local_experts", "0", "field 'num_local_experts' = 0 must be in [1,");
+}
+
+TEST(GptOssHfBadInput, UnknownLayerTypeIsRefusedNamingTheEntry) {
+  expect_field_error("layer_types", "[\"sliding_attention\",\"full_attention\",\"chunked_attention\",\"full_attention\"]",
+                     "field 'layer_types[2]' = \"chunked_attention\" is not a layer type");
+  expect_field_error("layer_types", "[\"full_attention\",\"sliding_attention\",\"sliding_attention\",\"full_attention\"]",
+                     "field 'layer_types[0]' = \"full_attention\" breaks gpt-oss's pattern");
+  expect_field_error("layer_types", "[\"sliding_attention\"]", "field 'layer_types'");
+}
+
+TEST(GptOssHfBadInput, BadRopeScalingIsRefusedNamingTheField) {
+  expect_field_error("rope_scaling", "{\"rope_type\":\"llama3\",\"factor\":8.0}",
+                     "field 'rope_scaling.rope_type' = 'llama3' is not supported for GptOssForCausalLM (yarn)");
+  expect_field_error("rope_scaling", "{\"rope_type\":\"yarn\"}", "field 'factor' is missing");
+  expect_field_error("rope_scaling", "{\"rope_type\":\"yarn\",\"factor\":32.0,\"beta_fast\":1.0,\"beta_slow\":2.0}",
+                     "'rope_scaling.beta_fast' = 1");
+  expect_field_error("rope_scaling", "{\"rope_type\":\"yarn\",\"factor\":32.0,\"attention_factor\":1.5}",
+                     "field 'rope_scaling.attention_factor' = 1.5 is not supported");
+  expect_field_error("rope_scaling", "{\"rope_type\":\"yarn\",\"factor\":32.0,\"truncate\":\"no\"}", "field 'truncate'");
+}
+
+TEST(GptOssHfBadInput, OtherSwigluLimitOrNoBiasesAreRefusedNamingTheField) {
+  expect_field_error("swiglu_limit", "10.0", "field 'swiglu_limit' = 10.0 is not supported (7.0)");
+  expect_field_error("attention_bias", "false", "field 'attention_bias' = false is not supported");
+  expect_field_error("sliding_window", "", "field 'sliding_window' is missing");
+}
+
+TEST(GptOssHfBadInput, MissingSinksRouterOrExpertTensorsAreRefusedNamingThem) {
+  for (const char* name : {"model.layers.1.self_attn.sinks", "model.layers.0.mlp.router.weight",
+                           "model.layers.3.mlp.router.bias", "model.layers.2.mlp.experts.gate_up_proj_bias",
+                           "model.layers.0.mlp.experts.down_proj_bias", "model.layers.1.self_attn.o_proj.bias"})
+    expect_tensor_error(name, {}, std::string("tensor '") + name + "' is missing");
+  expect_tensor_error("model.layers.2.mlp.experts.down_proj", {},
+                      "tensor 'model.layers.2.mlp.experts.down_proj' is missing, and so is its MXFP4 form");
+  expect_tensor_error("model.layers.1.mlp.experts.gate_up_proj_scales", {},
+                      "tensor 'model.layers.1.mlp.experts.gate_up_proj_scales' is missing", true);
+}
+
+TEST(GptOssHfBadInput, InconsistentExpertShapesAreRefusedNamingTheTensor) {
+  // gate_up_proj holding gate alone, down_proj stored [out, in] (nn.Linear's order, not the experts')
+  expect_tensor_error("", [](std::vector<RawTensor>& ts) {
+    for (RawTensor& t : ts)
+      if (t.name == "model.layers.1.mlp.experts.gate_up_proj") {
+        t.shape[2] /= 2;
+        t.bytes.resize(t.bytes.size() / 2);
+      }
+  }, "tensor 'model.layers.1.mlp.experts.gate_up_proj' (in ");
+  expect_tensor_error("", [](std::vector<RawTensor>& ts) {
+    for (RawTensor& t : ts)
+      if (t.name == "model.layers.0.mlp.experts.down_proj") std::swap(t.shape[1], t.shape[2]);
+  }, "tensor 'model.layers.0.mlp.experts.down_proj' (in ");
+  expect_tensor_error("", [](std::vector<RawTensor>& ts) {
+    for (RawTensor& t : ts)
+      if (t.name == "model.layers.3.mlp.experts.gate_up_proj_bias") {
+        t.shape = {t.shape[0] * 2, t.shape[1] / 2};
+      }
+  }, "tensor 'model.layers.3.mlp.experts.gate_up_proj_bias' (in ");
+  expect_tensor_error("", [](std::vector<RawTensor>& ts) {
+    for (RawTensor& t : ts)
+      if (t.name == "model.layers.2.mlp.experts.gate_up_proj_blocks") t.shape = {t.shape[0], t.shape[1] / 2, t.shape[2] * 2, 16};
+  }, "tensor 'model.layers.2.mlp.experts.gate_up_proj_blocks' (in ", true);
+}
+
+TEST(GptOssHfBadInput, Mxfp4ScaleOfNaNOrBytesAsWeightsAreRefusedNamingTheTensor) {
+  expect_tensor_error("", [](std::vector<RawTensor>& ts) {
+    for (RawTensor& t : ts)
+      if (t.name == "model.layers.3.mlp.experts.gate_up_proj_scales") t.bytes[5] = 0xFF;
+  }, "tensor 'model.layers.3.mlp.experts.gate_up_proj_scales' (in ", true);
+  expect_tensor_error("", [](std::vector<RawTensor>& ts) {
+    for (RawTensor& t : ts)
+      if (t.name == "model.layers.0.self_attn.sinks") {
+        t.dtype = "U8";
+        t.bytes.resize(t.shape[0]);
+      }
+  }, "tensor 'model.layers.0.self_attn.sinks' (in ", false);
+  expect_tensor_error("", [](std::vector<RawTensor>& ts) {
+    for (RawTensor& t : ts)
+      if (t.name == "model.layers.0.self_attn.sinks") {
+        t.dtype = "U8";
+        t.bytes.resize(t.shape[0]);
+      }
+  }, "has dtype U8, expected F32, F16 or BF16", false);
+}
+
+// The hf-folder fuzz corpus's gpt-oss seeds (tests/fuzz/make_corpus.cpp: config.json \0
+// generation_config.json \0 model.safetensors) load and run: F32 experts and MXFP4 ones.
+TEST(GptOssFuzzSeeds, HfFolderSeedsRun) {
+  for (const char* seed : {"gpt-oss-f32", "gpt-oss-mxfp4"}) {
+    SCOPED_TRACE(seed);
+    const std::string path = kData + "../fuzz/corpus/hf-folder/" + seed;
+    std::ifstream in(path, std::ios::binary);
+    ASSERT_TRUE(in.good()) << path;
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::size_t a = bytes.find('\0'), b = bytes.find('\0', a + 1);
+    ASSERT_NE(b, std::string::npos);
+    kvd_test::TempDir dir;
+    std::ofstream(dir.file("config.json"), std::ios::binary) << bytes.substr(0, a);
+    std::ofstream(dir.file("generation_config.json"), std::ios::binary) << bytes.substr(a + 1, b - a - 1);
+    std::ofstream(dir.file("model.safetensors"), std::ios::binary) << bytes.substr(b + 1);
+    Transformer<float> model(load_hf_model<float>(dir.str()));
+    EXPECT_TRUE(model.config().attn_sinks);
+    EXPECT_FALSE(model.config().yarn_truncate);
+    KVCache<float> cache(model.config());
+    const RowMatrix<float> l = model.prefill({1, 2, 3, 4, 5, 6}, cache);
+    EXPECT_TRUE(std::isfinite(l(0, 0)));
+  }
 }

@@ -226,7 +226,21 @@ TEST(SafetensorsReject, TensorNamedTwice) {
 TEST(SafetensorsReject, UnsupportedDtypeNamed) {
   const std::string h = good_header("", "\"b\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[24,32]}");
   expect_rejected(make_file(h, 32), {"tensor 'b' dtype", at(offset_of(h, "\"b\"")), "'I64' is not supported",
-                                     "F32, F16 and BF16"});
+                                     "F32, F16, BF16 and U8"});
+}
+
+// U8 reads as bytes (gpt-oss's MXFP4 blocks and scales), marked so that no loader
+// takes them for numbers: 8 bytes of shape [2, 4].
+TEST(SafetensorsFile, U8ReadsAsBytes) {
+  const std::string h = good_header("", "\"b\":{\"dtype\":\"U8\",\"shape\":[2,4],\"data_offsets\":[24,32]}");
+  const SafetensorsFile f = SafetensorsFile::from_bytes(make_file(h, 32), "crafted.safetensors");
+  const SafetensorsTensor* b = f.find("b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(b->bytes);
+  EXPECT_EQ(b->n_bytes, 8u);
+  EXPECT_EQ(b->n_elements, 8u);
+  EXPECT_EQ(b->data[3], 24 + 3);  // make_file's data byte k is k
+  EXPECT_FALSE(f.find("a")->bytes);
 }
 
 TEST(SafetensorsReject, UnknownDtype) {

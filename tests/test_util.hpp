@@ -247,8 +247,10 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
     // than beta_slow), and cos and sin gain 1 + 0.1 ln s.
     const double kPi = 3.14159265358979323846;
     auto dim_of = [&](double turns) { return R * std::log(c.yarn_orig_ctx / (turns * 2 * kPi)) / (2 * std::log(base)); };
-    const double lo = yarn ? std::max(0.0, std::floor(dim_of(c.yarn_beta_fast))) : 0.0;
-    const double hi = yarn ? std::min(R - 1.0, std::ceil(dim_of(c.yarn_beta_slow))) : 0.0;
+    // Without truncation (HF's rope_scaling.truncate false) the ends keep their fractions.
+    const double lo_d = dim_of(c.yarn_beta_fast), hi_d = dim_of(c.yarn_beta_slow);
+    const double lo = yarn ? std::max(0.0, c.yarn_truncate ? std::floor(lo_d) : lo_d) : 0.0;
+    const double hi = yarn ? std::min(R - 1.0, c.yarn_truncate ? std::ceil(hi_d) : hi_d) : 0.0;
     const double m = yarn ? 1.0 + 0.1 * std::log(s) : 1.0;
     for (int h = 0; h < heads; ++h)
       for (int i = 0; i < R / 2; ++i) {

@@ -370,7 +370,81 @@ Bytes hf_folder(const std::string& arch, const std::string& dtype, bool tied, co
   return out;
 }
 
+// hf-folder: a tiny GptOssForCausalLM folder (d 32, 1 layer, 4 heads of 8, 2 KV heads,
+// 2 experts of width 32, top-1, a window of 4, YaRN): sinks, biases, the router and the
+// fused experts [E, in, out] in F32, or (mxfp4) as MXFP4 blocks and scales [E, out, ...].
+Bytes hf_gpt_oss_folder(bool mxfp4) {
+  const int d = 32, dh = 8, H = 4, KV = 2, ff = 32, V = 16, E = 2;
+  const std::string config = R"({"architectures":["GptOssForCausalLM"],"model_type":"gpt_oss","hidden_size":32,)"
+      R"("intermediate_size":32,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":8,)"
+      R"("num_local_experts":2,"num_experts_per_tok":1,"vocab_size":16,"max_position_embeddings":64,)"
+      R"("rms_norm_eps":1e-5,"rope_theta":150000.0,"sliding_window":4,"layer_types":["sliding_attention"],)"
+      R"("rope_scaling":{"rope_type":"yarn","factor":4.0,"beta_fast":32.0,"beta_slow":1.0,)"
+      R"("original_max_position_embeddings":16,"truncate":false},"swiglu_limit":7.0,"attention_bias":true,)"
+      R"("tie_word_embeddings":false})";
+  const std::string gen = R"({"eos_token_id":2})";
+  std::string header = "{";
+  Bytes values;
+  auto t = [&](const std::string& name, std::vector<int> shape, bool bytes = false) {
+    std::size_t n = 1;
+    std::string sh;
+    for (int x : shape) n *= static_cast<std::size_t>(x), sh += (sh.empty() ? "" : ",") + std::to_string(x);
+    const std::size_t off = values.size(), es = bytes ? 1 : 4;
+    header += (off ? "," : "") + std::string("\"") + name + R"(":{"dtype":")" + (bytes ? "U8" : "F32") +
+              R"(","shape":[)" + sh + R"(],"data_offsets":[)" + std::to_string(off) + "," + std::to_string(off + n * es) + "]}";
+    values.resize(off + n * es);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (bytes) {  // scales near 2^0 (e8m0 124..127), nibbles of every code
+        values[off + i] = static_cast<unsigned char>(name.find("_scales") != std::string::npos ? 124 + i % 4 : i * 37 % 256);
+        continue;
+      }
+      const float f = static_cast<float>(static_cast<int>(i % 13) - 6) / 64.f;
+      std::uint32_t b;
+      std::memcpy(&b, &f, 4);
+      kvd::detail::store_u32_le(values.data() + off + i * 4, b);
+    }
+  };
+  t("model.embed_tokens.weight", {V, d});
+  t("model.norm.weight", {d});
+  t("lm_head.weight", {V, d});
+  const std::string l = "model.layers.0.";
+  t(l + "input_layernorm.weight", {d});
+  t(l + "post_attention_layernorm.weight", {d});
+  t(l + "self_attn.q_proj.weight", {H * dh, d});
+  t(l + "self_attn.k_proj.weight", {KV * dh, d});
+  t(l + "self_attn.v_proj.weight", {KV * dh, d});
+  t(l + "self_attn.o_proj.weight", {d, H * dh});
+  t(l + "self_attn.q_proj.bias", {H * dh});
+  t(l + "self_attn.k_proj.bias", {KV * dh});
+  t(l + "self_attn.v_proj.bias", {KV * dh});
+  t(l + "self_attn.o_proj.bias", {d});
+  t(l + "self_attn.sinks", {H});
+  t(l + "mlp.router.weight", {E, d});
+  t(l + "mlp.router.bias", {E});
+  if (mxfp4) {
+    t(l + "mlp.experts.gate_up_proj_blocks", {E, 2 * ff, d / 32, 16}, true);
+    t(l + "mlp.experts.gate_up_proj_scales", {E, 2 * ff, d / 32}, true);
+    t(l + "mlp.experts.down_proj_blocks", {E, d, ff / 32, 16}, true);
+    t(l + "mlp.experts.down_proj_scales", {E, d, ff / 32}, true);
+  } else {
+    t(l + "mlp.experts.gate_up_proj", {E, d, 2 * ff});
+    t(l + "mlp.experts.down_proj", {E, ff, d});
+  }
+  t(l + "mlp.experts.gate_up_proj_bias", {E, 2 * ff});
+  t(l + "mlp.experts.down_proj_bias", {E, d});
+  header += "}";
+  Bytes out(config.begin(), config.end());
+  out.push_back(0);
+  out.insert(out.end(), gen.begin(), gen.end());
+  out.push_back(0);
+  const Bytes st = safetensors_file(header, values);
+  out.insert(out.end(), st.begin(), st.end());
+  return out;
+}
+
 void hf_folders() {
+  put("hf-folder", "gpt-oss-f32", hf_gpt_oss_folder(false));
+  put("hf-folder", "gpt-oss-mxfp4", hf_gpt_oss_folder(true));
   put("hf-folder", "llama-f32", hf_folder("LlamaForCausalLM", "F32", true));
   put("hf-folder", "llama-bf16-untied", hf_folder("LlamaForCausalLM", "BF16", false));
   put("hf-folder", "mistral-window", hf_folder("MistralForCausalLM", "F16", true, R"(,"sliding_window":4)"));

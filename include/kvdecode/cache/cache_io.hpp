@@ -684,7 +684,8 @@ inline std::uint64_t config_fingerprint(const ModelConfig& c) {
   const ModelConfig plain;
   const bool gpt_oss_plain = c.rope_scale_local == plain.rope_scale_local && c.rope_scaling == plain.rope_scaling &&
                              c.yarn_orig_ctx == plain.yarn_orig_ctx && c.yarn_beta_fast == plain.yarn_beta_fast &&
-                             c.yarn_beta_slow == plain.yarn_beta_slow && c.attn_sinks == plain.attn_sinks &&
+                             c.yarn_beta_slow == plain.yarn_beta_slow && c.yarn_truncate == plain.yarn_truncate &&
+                             c.attn_sinks == plain.attn_sinks &&
                              c.attn_out_bias == plain.attn_out_bias && c.moe_bias == plain.moe_bias;
   if (c.swa_pattern == plain.swa_pattern && c.local_window == plain.local_window &&
       c.rope_theta_local == plain.rope_theta_local && c.rope_scale == plain.rope_scale &&
@@ -724,7 +725,11 @@ inline std::uint64_t config_fingerprint(const ModelConfig& c) {
   *r++ = c.attn_sinks ? 1 : 0;
   *r++ = c.attn_out_bias ? 1 : 0;
   *r = c.moe_bias ? 1 : 0;
-  return detail::fnv1a64(most, sizeof most);
+  if (c.yarn_truncate) return detail::fnv1a64(most, sizeof most);
+  unsigned char untruncated[sizeof most + 1];  // HF's rope_scaling.truncate false (a fourth tier: the others' values stay)
+  std::memcpy(untruncated, most, sizeof most);
+  untruncated[sizeof most] = 1;
+  return detail::fnv1a64(untruncated, sizeof untruncated);
 }
 
 /// Reads and checks a cache file (header, size and checksum) without loading it

@@ -386,6 +386,9 @@ inline std::string gguf_arch_for(const ModelConfig& c) {
                           activation_name(c.ffn_activation), ", swa_pattern = ", c.swa_pattern, ", rope_scale_local = ",
                           c.rope_scale_local, " and YaRN = ", c.rope_scaling == RopeScaling::kYarn,
                           " are not one architecture's (gpt-oss: all of its options, pattern 2, one RoPE base)"));
+  if (c.rope_scaling == RopeScaling::kYarn && !c.yarn_truncate)
+    throw ConfigError(msg("cannot write this model as GGUF ", arch->gguf_name, ": yarn_truncate = false (Hugging Face's ",
+                          "rope_scaling.truncate false): GGUF has no key for it, and ggml rounds YaRN's ramp to whole pairs"));
   if (arch->gguf_rope == RopeStyle::kHalves && c.rope_style != RopeStyle::kHalves)
     throw ConfigError(msg("cannot write this model as GGUF ", arch->gguf_name,
                           ": it rotates adjacent pairs, the architecture rotates halves"));

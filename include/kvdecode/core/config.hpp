@@ -132,6 +132,8 @@ struct ModelConfig {
   int yarn_orig_ctx = 0;          ///< with kYarn: the context the model was trained at (> 0)
   double yarn_beta_fast = 32.0;   ///< with kYarn: rotations over yarn_orig_ctx below which a pair is kept
   double yarn_beta_slow = 1.0;    ///< with kYarn: rotations above which a pair is fully scaled
+  bool yarn_truncate = true;      ///< with kYarn: the ramp's ends rounded to whole pairs (ggml, HF's default);
+                                  ///< false: kept fractional (HF rope_scaling.truncate false, gpt-oss's release)
   bool embed_scale = false;       ///< embedding rows multiplied by sqrt(d_model), rounded to the compute type (Gemma)
   bool post_norms = false;        ///< RMSNorm of the attention and FFN outputs before each residual add (Gemma 3)
   Activation ffn_activation = Activation::kSilu;  ///< the gated FFN's activation: SwiGLU or GeGLU
@@ -332,7 +334,7 @@ struct ModelConfig {
                        ffn_activation != Activation::kSilu ? detail::msg(" ffn=", activation_name(ffn_activation)) : std::string(),
                        query_pre_attn_scalar ? detail::msg(" attn_scalar=", query_pre_attn_scalar) : std::string(),
                        rope_scale != 1.0 ? detail::msg(" rope_scale=", rope_scale,
-                                                       rope_scaling == RopeScaling::kYarn ? detail::msg(" yarn(", yarn_orig_ctx, ")") : std::string(),
+                                                       rope_scaling == RopeScaling::kYarn ? detail::msg(" yarn(", yarn_orig_ctx, yarn_truncate ? "" : " untruncated", ")") : std::string(),
                                                        rope_scale_local ? " all_layers" : "")
                                          : std::string(),
                        attn_sinks ? " sinks" : "", attn_out_bias ? " out_bias" : "", moe_bias ? " moe_bias" : "");
@@ -350,8 +352,8 @@ struct ModelConfig {
            embed_scale == o.embed_scale && post_norms == o.post_norms && ffn_activation == o.ffn_activation &&
            query_pre_attn_scalar == o.query_pre_attn_scalar && rope_scale_local == o.rope_scale_local &&
            rope_scaling == o.rope_scaling && yarn_orig_ctx == o.yarn_orig_ctx && yarn_beta_fast == o.yarn_beta_fast &&
-           yarn_beta_slow == o.yarn_beta_slow && attn_sinks == o.attn_sinks && attn_out_bias == o.attn_out_bias &&
-           moe_bias == o.moe_bias;
+           yarn_beta_slow == o.yarn_beta_slow && yarn_truncate == o.yarn_truncate && attn_sinks == o.attn_sinks &&
+           attn_out_bias == o.attn_out_bias && moe_bias == o.moe_bias;
   }
   bool operator!=(const ModelConfig& o) const { return !(*this == o); }
 };

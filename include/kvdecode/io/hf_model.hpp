@@ -21,6 +21,21 @@
 //                     rope_scaling) as sliding_window_pattern or layer_types say,
 //                     tied output by default; every norm weight w applied as 1 + w
 //                     (added at load, in T, as Gemma3RMSNorm does in float32)
+//   GptOssForCausalLM (gpt_oss)  q/k/v/o biases (attention_bias true), attention sinks
+//                     (self_attn.sinks), local layers (sliding_window) alternating with
+//                     full ones as layer_types says (even layers local), YaRN RoPE on
+//                     every layer (rope_scaling yarn: factor, beta_fast, beta_slow,
+//                     original_max_position_embeddings, truncate), a mixture of experts
+//                     (num_local_experts, num_experts_per_tok or experts_per_token,
+//                     intermediate_size) routed top-k then softmax by mlp.router with a
+//                     bias, the clamped SwiGLU (swiglu_limit 7). Each layer's experts are
+//                     one tensor per kind, stored [E, in, out] (transposed) with gate and up
+//                     interleaved in one gate_up_proj (gate the even columns, up the odd):
+//                     copied once into kvdecode's [E * out, in] matrices in their storage
+//                     type; or, as OpenAI's release stores them, MXFP4 as <name>_blocks
+//                     (U8 [E, out, in / 32, 16]) and <name>_scales (U8 [E, out, in / 32]),
+//                     repacked into ggml's mxfp4 blocks (HF packs values 2j and 2j + 1 in
+//                     byte j's low and high nibble, ggml values j and j + 16), bit-exact
 // Anything else is refused by name. The architectures and the tensor names are
 // the rows of architecture.hpp.
 //
@@ -35,6 +50,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -53,6 +69,7 @@
 #include "kvdecode/error.hpp"
 #include "kvdecode/io/load_options.hpp"
 #include "kvdecode/io/safetensors.hpp"
+#include "kvdecode/weights/block_formats.hpp"
 #include "kvdecode/weights/weight_matrix.hpp"
 #include "kvdecode/weights/model_weights.hpp"
 
@@ -238,6 +255,77 @@ inline void hf_gemma_options(const nlohmann::json& j, const std::string& file, c
     c.swa_pattern = pattern;
   }
 }
+
+/// gpt-oss's fields of config.json into c (arch is the gpt-oss row): its block's options,
+/// the window, layer_types, the RoPE base and YaRN. FormatError naming the field (and,
+/// for layer_types, the entry) for a value kvdecode does not run.
+inline void hf_gpt_oss_options(const nlohmann::json& j, const std::string& file, const Architecture& arch,
+                               std::uint64_t file_context, ModelConfig& c) {
+  c.attn_sinks = true;
+  c.attn_out_bias = true;
+  c.moe_bias = true;
+  c.ffn_activation = Activation::kSwigluOai;
+  if (!c.qkv_bias)
+    hf_fail(file, "field 'attention_bias' = false is not supported for GptOssForCausalLM (its q/k/v/o projections have biases: true)");
+  // The clamp of kSwigluOai is 7 (config.hpp); HF's GptOssExperts reads swiglu_limit.
+  if (const auto it = j.find("swiglu_limit"); it != j.end() && !it->is_null() && !(it->is_number() && it->get<double>() == 7.0))
+    hf_fail(file, msg("field 'swiglu_limit' = ", json_value_text(*it), " is not supported (7.0)"));
+  c.local_window = hf_dim(j, file, "sliding_window");
+  c.swa_pattern = arch.swa_pattern;
+  c.rope_theta = hf_number(j, file, "rope_theta", 150000.0);  // GptOssConfig's default
+  c.rope_theta_local = c.rope_theta;
+  c.rope_scale_local = true;
+  // layer_types: layer l is "sliding_attention" for even l, "full_attention" for odd l
+  // (HF's default, and the only pattern gpt-oss files hold).
+  if (const auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || it->size() != static_cast<std::size_t>(c.n_layers))
+      hf_fail(file, msg("field 'layer_types' = ", json_value_text(*it), " is not a list of num_hidden_layers = ", c.n_layers,
+                        " entries"));
+    for (std::size_t l = 0; l < it->size(); ++l) {
+      const auto& v = (*it)[l];
+      if (v != "sliding_attention" && v != "full_attention")
+        hf_fail(file, msg("field 'layer_types[", l, "]' = ", json_value_text(v),
+                          " is not a layer type kvdecode knows (sliding_attention, full_attention)"));
+      if ((v == "sliding_attention") != c.layer_local(static_cast<int>(l)))
+        hf_fail(file, msg("field 'layer_types[", l, "]' = ", json_value_text(v), " breaks gpt-oss's pattern (",
+                          "sliding_attention on even layers, full_attention on odd ones)"));
+    }
+  }
+  const auto rs = j.find("rope_scaling");
+  if (rs == j.end() || rs->is_null()) return;
+  if (!rs->is_object()) hf_fail(file, msg("field 'rope_scaling' = ", json_value_text(*rs), " is not an object"));
+  std::string type;
+  for (const char* k : {"rope_type", "type"})
+    if (const auto t = rs->find(k); t != rs->end() && t->is_string()) {
+      type = t->get<std::string>();
+      break;
+    }
+  if (type.empty()) hf_fail(file, "field 'rope_scaling.rope_type' is missing");
+  if (type == "default") return;
+  if (type != "yarn")
+    hf_fail(file, msg("field 'rope_scaling.rope_type' = '", type, "' is not supported for GptOssForCausalLM (yarn)"));
+  const double factor = hf_number(*rs, file, "factor", 0, true);
+  if (factor < 1.0 || factor > 1e6) hf_fail(file, msg("field 'rope_scaling.factor' = ", factor, " must be in [1, 1e6]"));
+  c.rope_scale = factor;
+  c.rope_scaling = RopeScaling::kYarn;
+  // HF's defaults: the context of max_position_embeddings, beta_fast 32, beta_slow 1, truncate true.
+  const double orig = hf_number(*rs, file, "original_max_position_embeddings", static_cast<double>(file_context));
+  if (orig != std::floor(orig) || orig > (1 << 20))
+    hf_fail(file, msg("field 'rope_scaling.original_max_position_embeddings' = ", orig, " must be an integer in [1, ",
+                      1 << 20, "]"));
+  c.yarn_orig_ctx = static_cast<int>(orig);
+  c.yarn_beta_fast = hf_number(*rs, file, "beta_fast", 32.0);
+  c.yarn_beta_slow = hf_number(*rs, file, "beta_slow", 1.0);
+  if (!(c.yarn_beta_fast > c.yarn_beta_slow) || c.yarn_beta_fast > 1e6)
+    hf_fail(file, msg("fields 'rope_scaling.beta_fast' = ", c.yarn_beta_fast, " and 'rope_scaling.beta_slow' = ",
+                      c.yarn_beta_slow, " must satisfy 0 < beta_slow < beta_fast <= 1e6"));
+  c.yarn_truncate = hf_bool(*rs, file, "truncate", true);
+  // kvdecode's YaRN magnitude is HF's default, 1 + 0.1 ln(factor): other magnitudes are refused.
+  for (const char* k : {"attention_factor", "mscale", "mscale_all_dim"})
+    if (const auto it = rs->find(k); it != rs->end() && !it->is_null())
+      hf_fail(file, msg("field 'rope_scaling.", k, "' = ", json_value_text(*it),
+                        " is not supported (kvdecode scales YaRN's cos and sin by 1 + 0.1 ln(factor): null)"));
+}
 }  // namespace detail
 
 /// Reads `folder`/config.json. Throws FileError when it is missing or unreadable,
@@ -267,14 +355,22 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   c.n_layers = hf_dim(j, file, "num_hidden_layers");
   if (arch->moe) {
     // Every layer a mixture of experts: intermediate_size (the dense width) is unused.
-    c.n_experts = hf_dim(j, file, "num_experts");
+    const char* count_key = arch->hf_expert_count;
+    c.n_experts = hf_dim(j, file, count_key);
     if (c.n_experts > ModelConfig::kMaxExperts)
-      hf_fail(file, msg("field 'num_experts' = ", c.n_experts, " exceeds the limit ", ModelConfig::kMaxExperts));
-    c.n_experts_used = hf_dim(j, file, "num_experts_per_tok");
+      hf_fail(file, msg("field '", count_key, "' = ", c.n_experts, " exceeds the limit ", ModelConfig::kMaxExperts));
+    // top-k: num_experts_per_tok, or experts_per_token (OpenAI's name), equal when both are given.
+    const bool has_k = j.contains("num_experts_per_tok") && !j["num_experts_per_tok"].is_null();
+    const bool has_alias = j.contains("experts_per_token") && !j["experts_per_token"].is_null();
+    const char* k_key = has_k || !has_alias ? "num_experts_per_tok" : "experts_per_token";
+    c.n_experts_used = hf_dim(j, file, k_key);
+    if (has_k && has_alias && hf_dim(j, file, "experts_per_token") != c.n_experts_used)
+      hf_fail(file, msg("field 'experts_per_token' = ", detail::json_value_text(j["experts_per_token"]),
+                        " disagrees with num_experts_per_tok = ", c.n_experts_used));
     if (c.n_experts_used > c.n_experts)
-      hf_fail(file, msg("field 'num_experts_per_tok' = ", c.n_experts_used, " exceeds num_experts = ", c.n_experts,
+      hf_fail(file, msg("field '", k_key, "' = ", c.n_experts_used, " exceeds ", count_key, " = ", c.n_experts,
                         " (top-k must be at most the expert count)"));
-    c.hidden_dim = hf_dim(j, file, "moe_intermediate_size");
+    c.hidden_dim = hf_dim(j, file, arch->hf_expert_width);
     c.router_order = arch->router_order;
     c.norm_topk_prob = detail::hf_bool(j, file, "norm_topk_prob", arch->norm_topk_prob);
     if (const auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null() && !(it->is_array() && it->empty()))
@@ -292,10 +388,11 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
     hf_fail(file, msg("field 'num_key_value_heads' = ", c.n_kv_heads, " does not divide num_attention_heads = ",
                       c.n_heads));
   const bool has_head_dim = j.contains("head_dim") && !j["head_dim"].is_null();
-  if (!has_head_dim && c.d_model % c.n_heads != 0)
+  // GptOssConfig's head_dim defaults to 64, not hidden_size / num_attention_heads.
+  if (!has_head_dim && !arch->gpt_oss && c.d_model % c.n_heads != 0)
     hf_fail(file, msg("field 'num_attention_heads' = ", c.n_heads, " does not divide hidden_size = ", c.d_model,
                       " and head_dim is absent"));
-  c.head_dim = hf_dim(j, file, "head_dim", c.d_model / c.n_heads);
+  c.head_dim = hf_dim(j, file, "head_dim", arch->gpt_oss ? 64 : c.d_model / c.n_heads);
   if (c.head_dim % 2 != 0) hf_fail(file, msg("field 'head_dim' = ", c.head_dim, " must be even for RoPE"));
   // vocab_size is optional: the embedding's rows decide; when present they must agree.
   info.vocab_in_config = j.contains("vocab_size") && !j["vocab_size"].is_null();
@@ -315,9 +412,10 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   c.qk_norm = arch->qk_norm;
   info.tied = detail::hf_bool(j, file, "tie_word_embeddings", arch->gemma);
   if (arch->gemma) detail::hf_gemma_options(j, file, *arch, c);
+  if (arch->gpt_oss) detail::hf_gpt_oss_options(j, file, *arch, info.file_context, c);
 
   // Sliding window: Mistral applies a non-null sliding_window; others only with use_sliding_window.
-  const bool use_window = !arch->gemma && detail::hf_bool(j, file, "use_sliding_window", false);
+  const bool use_window = !arch->gemma && !arch->gpt_oss && detail::hf_bool(j, file, "use_sliding_window", false);
   const bool has_window = j.contains("sliding_window") && !j["sliding_window"].is_null();
   if (use_window || (arch->hf_window_always && has_window)) {
     if (!has_window) hf_fail(file, "field 'sliding_window' is missing but use_sliding_window is true");
@@ -337,7 +435,7 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   }
 
   // rope_scaling: llama3 or linear.
-  if (const auto rs = j.find("rope_scaling"); rs != j.end() && !rs->is_null()) {
+  if (const auto rs = j.find("rope_scaling"); !arch->gpt_oss && rs != j.end() && !rs->is_null()) {
     if (!rs->is_object()) hf_fail(file, msg("field 'rope_scaling' = ", detail::json_value_text(*rs), " is not an object"));
     std::string type;
     for (const char* k : {"rope_type", "type"})
@@ -421,18 +519,59 @@ namespace detail {
 struct HFTensorSpec {
   std::string name;
   std::uint64_t rows, cols;
-  bool expert;  ///< one expert's part of an expert tensor
+  bool expert;  ///< one expert's part of an expert tensor, or a fused one (fused > 0)
+  /// gpt-oss: a tensor of every expert, `fused` of them ([E, cols, rows] transposed, or
+  /// MXFP4 blocks and scales [E, rows, ...]; a vector [E, cols]), each expert's rows
+  /// (a vector's values) at the out indices hf_fused_index gives; 0: a plain tensor.
+  std::uint64_t fused = 0;
+  int half = -1;  ///< with fused: TensorSpec::hf_gpt_oss_half
 };
+
+/// The out index (column of HF's [E, in, out] tensor, row of its MXFP4 form) that
+/// holds row r of a fused expert tensor's `half`: HF interleaves gate (half 0, the
+/// even columns) and up (half 1, the odd ones) in gate_up_proj; -1 (down_proj): r.
+/// The one de-interleaving rule. Never fails.
+inline std::uint64_t hf_fused_index(std::uint64_t r, int half) {
+  return half < 0 ? r : 2 * r + static_cast<std::uint64_t>(half);
+}
+/// The out width of a fused tensor holding `rows` of `half` (2 x rows for gate_up). Never fails.
+inline std::uint64_t hf_fused_width(std::uint64_t rows, int half) { return half < 0 ? rows : 2 * rows; }
+
+/// The ggml mxfp4 block (block_formats.hpp) of one HF MXFP4 block: e8m0 `scale` and
+/// 16 bytes `hf` whose byte j holds value 2j in its low nibble and 2j + 1 in its high
+/// one; ggml's byte j holds value j low and j + 16 high. The e2m1 codes and the scale
+/// are the same numbers (value = e2m1 x 2^(scale - 127) in both). Never fails.
+inline BlockMXFP4 mxfp4_block_from_hf(std::uint8_t scale, const std::uint8_t* hf) {
+  BlockMXFP4 b{};
+  b.e = scale;
+  auto code = [&](int i) { return (hf[i / 2] >> (4 * (i % 2))) & 0xF; };  // HF's value i
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(code(j) | (code(j + 16) << 4));
+  return b;
+}
+
+/// The fused gpt-oss tensor behind expert row `s` (s.hf_gpt_oss set, s.experts not kOne)
+/// in `layer`: E experts of rows x cols (a vector: cols values each). Never fails.
+inline HFTensorSpec hf_fused_spec(const TensorSpec& s, int layer, const ModelConfig& c) {
+  const std::uint64_t e_count = tensor_experts(s, c);
+  return {hf_tensor_name(s, layer, false, true), s.matrix ? tensor_rows(s, c) / e_count : 0,
+          s.matrix ? tensor_cols(s, c) : tensor_rows(s, c) / e_count, true, e_count, s.hf_gpt_oss_half};
+}
 
 /// Every tensor a model of config `c` reads, in the order the loader checks them:
 /// the one list load_hf_model() and hf_model_weights_info() walk.
 inline std::vector<HFTensorSpec> hf_tensor_specs(const ModelConfig& c) {
   std::vector<HFTensorSpec> out;
   for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
-    if (!s.hf) return;  // not stored as a tensor (rope_freqs: config.json's rope_scaling)
+    // not stored as a tensor (rope_freqs: config.json's rope_scaling; gpt-oss's expert biases elsewhere)
+    if (!s.hf && !(c.attn_sinks && s.hf_gpt_oss)) return;
     const std::uint64_t rows = tensor_rows(s, c), cols = tensor_cols(s, c);
     if (s.experts == Dim::kOne) {
-      out.push_back({hf_tensor_name(s, layer, c.post_norms), s.matrix ? rows : 0, s.matrix ? cols : rows, false});
+      out.push_back({hf_tensor_name(s, layer, c.post_norms, c.attn_sinks), s.matrix ? rows : 0, s.matrix ? cols : rows,
+                     false});
+      return;
+    }
+    if (c.attn_sinks && s.hf_gpt_oss) {  // gpt-oss: one tensor of every expert (gate and up share one)
+      out.push_back(hf_fused_spec(s, layer, c));
       return;
     }
     // An expert tensor: one tensor per expert, each its share of the rows.
@@ -467,7 +606,67 @@ inline void hf_check_tensors(const std::string& folder, const SafetensorsModel& 
   info.expert_bytes = 0;
   info.bytes_by_type.clear();
   info.unused_tensors.clear();
+  auto count = [&](const SafetensorsTensor& t, WeightType type, bool expert) {
+    info.weight_bytes += t.n_bytes;
+    if (expert) info.expert_bytes += t.n_bytes;
+    auto it = info.bytes_by_type.begin();
+    while (it != info.bytes_by_type.end() && it->first != type) ++it;
+    if (it == info.bytes_by_type.end())
+      info.bytes_by_type.emplace_back(type, t.n_bytes);
+    else
+      it->second += t.n_bytes;
+  };
+  auto check_shape = [&](const SafetensorsTensor& t, const std::vector<std::uint64_t>& want, const char* what) {
+    if (t.shape != want) {
+      std::string w = "[";
+      for (std::size_t d = 0; d < want.size(); ++d) w += msg(d ? "," : "", want[d]);
+      throw FormatError(msg(folder, ": tensor '", t.name, "' (in ", t.file, ") has shape ", t.shape_string(),
+                            ", expected ", w, "] ", what, " for this model's config"));
+    }
+  };
+  auto check_weights = [&](const SafetensorsTensor& t) {  // a tensor read as numbers, not bytes
+    if (t.bytes)
+      throw FormatError(msg(folder, ": tensor '", t.name, "' (in ", t.file, ") has dtype U8, expected F32, F16 or BF16"));
+  };
+  auto check_bytes = [&](const SafetensorsTensor& t) {
+    if (!t.bytes)
+      throw FormatError(msg(folder, ": tensor '", t.name, "' (in ", t.file, ") has dtype ", weight_type_name(t.type),
+                            ", expected U8 (MXFP4 blocks or scales)"));
+  };
   for (const HFTensorSpec& s : hf_tensor_specs(c)) {
+    if (s.fused > 0) {
+      // gpt-oss: gate and up share gate_up_proj; the tensor is checked and counted once.
+      const std::uint64_t out = hf_fused_width(s.rows ? s.rows : s.cols, s.half);
+      const std::string blocks = s.name + "_blocks", scales = s.name + "_scales";
+      const SafetensorsTensor* t = m.find(s.name);
+      if (s.rows == 0 || t) {  // a bias [E, out], or the matrix as numbers [E, in, out]
+        if (!t) t = &m.get(s.name);
+        check_weights(*t);
+        if (s.rows == 0) check_shape(*t, {s.fused, out}, "(experts, out)");
+        else check_shape(*t, {s.fused, s.cols, out}, "(experts, in, out)");
+        if (used.insert(s.name).second) count(*t, t->type, true);
+        continue;
+      }
+      if (!m.find(blocks))
+        throw FormatError(msg(folder, ": tensor '", s.name, "' is missing, and so is its MXFP4 form '", blocks, "' and '",
+                              scales, "'"));
+      if (s.cols % 32 != 0)
+        throw FormatError(msg(folder, ": tensor '", blocks, "' is MXFP4, whose blocks hold 32 values, but its rows hold ",
+                              s.cols, " (not a multiple of 32)"));
+      const SafetensorsTensor& b = m.get(blocks);
+      const SafetensorsTensor* sc = m.find(scales);
+      if (!sc) throw FormatError(msg(folder, ": tensor '", scales, "' is missing (the scales of '", blocks, "')"));
+      check_bytes(b);
+      check_bytes(*sc);
+      check_shape(b, {s.fused, out, s.cols / 32, 16}, "(experts, out, in / 32, 16)");
+      check_shape(*sc, {s.fused, out, s.cols / 32}, "(experts, out, in / 32)");
+      if (used.insert(blocks).second) {
+        used.insert(scales);
+        count(b, WeightType::kMXFP4, true);
+        count(*sc, WeightType::kMXFP4, true);
+      }
+      continue;
+    }
     used.insert(s.name);
     const SafetensorsTensor& t = m.get(s.name);
     const bool ok = s.rows == 0 ? (t.shape.size() == 1 && t.shape[0] == s.cols)
@@ -476,14 +675,8 @@ inline void hf_check_tensors(const std::string& folder, const SafetensorsModel& 
       throw FormatError(msg(folder, ": tensor '", s.name, "' (in ", t.file, ") has shape ", t.shape_string(),
                             ", expected [", s.rows ? msg(s.rows, ",") : std::string(), s.cols,
                             "] for this model's config"));
-    info.weight_bytes += t.n_bytes;
-    if (s.expert) info.expert_bytes += t.n_bytes;
-    auto it = info.bytes_by_type.begin();
-    while (it != info.bytes_by_type.end() && it->first != t.type) ++it;
-    if (it == info.bytes_by_type.end())
-      info.bytes_by_type.emplace_back(t.type, t.n_bytes);
-    else
-      it->second += t.n_bytes;
+    check_weights(t);
+    count(t, t.type, s.expert);
   }
   // Every tensor must be used: what kvdecode would ignore (o_proj's bias, a layer
   // beyond num_hidden_layers, an unknown tensor) means another model than it runs.
@@ -497,6 +690,64 @@ inline void hf_check_tensors(const std::string& folder, const SafetensorsModel& 
                             "--allow-unused-tensors to load it anyway)"));
     info.unused_tensors.push_back(t->name);
   }
+}
+
+/// gpt-oss's fused expert matrix `s` (hf_tensor_specs; checked by hf_check_tensors) as
+/// kvdecode's [E * rows, cols]: expert e's row r is out index hf_fused_index(r, s.half)
+/// of its part. From [E, in, out] numbers: transposed, in the storage type (F32, F16,
+/// BF16, bit for bit); from <name>_blocks and <name>_scales: ggml mxfp4 blocks
+/// (mxfp4_block_from_hf). FormatError naming the scales tensor and the block [e, out,
+/// block] for an e8m0 scale of 0xff (NaN) or one that overflows (block_valid).
+inline WeightMatrix hf_fused_expert_matrix(const std::string& folder, const SafetensorsModel& m, const HFTensorSpec& s) {
+  const std::uint64_t E = s.fused, rows = s.rows, cols = s.cols, out = hf_fused_width(rows, s.half);
+  if (const SafetensorsTensor* t = m.find(s.name)) {  // [E, in, out]
+    const std::size_t es = t->type == WeightType::kF32 ? 4 : 2;
+    std::vector<unsigned char> bytes(static_cast<std::size_t>(E * rows * cols) * es);
+    for (std::uint64_t e = 0; e < E; ++e)
+      for (std::uint64_t i = 0; i < cols; ++i) {
+        const unsigned char* src = t->data + static_cast<std::size_t>((e * cols + i) * out) * es;
+        for (std::uint64_t r = 0; r < rows; ++r)
+          std::memcpy(bytes.data() + static_cast<std::size_t>((e * rows + r) * cols + i) * es,
+                      src + static_cast<std::size_t>(hf_fused_index(r, s.half)) * es, es);
+      }
+    return WeightMatrix::copy_of(t->type, static_cast<long>(E * rows), static_cast<long>(cols), bytes.data(), bytes.size());
+  }
+  const SafetensorsTensor& blocks = m.get(s.name + "_blocks");  // [E, out, G, 16]
+  const SafetensorsTensor& scales = m.get(s.name + "_scales");  // [E, out, G]
+  const std::uint64_t G = cols / 32;
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(E * rows * G) * sizeof(BlockMXFP4));
+  for (std::uint64_t e = 0; e < E; ++e)
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      const std::uint64_t o = hf_fused_index(r, s.half);
+      for (std::uint64_t g = 0; g < G; ++g) {
+        const std::uint64_t at = (e * out + o) * G + g;
+        const BlockMXFP4 b = mxfp4_block_from_hf(scales.data[at], blocks.data + at * 16);
+        std::string why;
+        if (!block_valid(b, &why))
+          throw FormatError(msg(folder, ": tensor '", scales.name, "' (in ", scales.file, ") [", e, ",", o, ",", g,
+                                "] (expert, out, block): ", why));
+        std::memcpy(bytes.data() + static_cast<std::size_t>((e * rows + r) * G + g) * sizeof(BlockMXFP4), &b,
+                    sizeof(BlockMXFP4));
+      }
+    }
+  return WeightMatrix::copy_of(WeightType::kMXFP4, static_cast<long>(E * rows), static_cast<long>(cols), bytes.data(),
+                               bytes.size());
+}
+
+/// gpt-oss's fused expert bias `s` ([E, out]) as kvdecode's vector of E x s.cols values,
+/// expert e's value r at out index hf_fused_index(r, s.half). Never fails once checked.
+template <class T>
+Vector<T> hf_fused_expert_vector(const SafetensorsModel& m, const HFTensorSpec& s) {
+  const SafetensorsTensor& t = m.get(s.name);
+  const long E = static_cast<long>(s.fused), len = static_cast<long>(s.cols);
+  const long out = static_cast<long>(hf_fused_width(s.cols, s.half));
+  const WeightMatrix all = WeightMatrix::copy_of(t.type, E, out, t.data, t.n_bytes);
+  Vector<T> row(out), v(E * len);
+  for (long e = 0; e < E; ++e) {
+    all.dequantize_row(e, row.data());
+    for (long r = 0; r < len; ++r) v[e * len + r] = row[static_cast<long>(hf_fused_index(static_cast<std::uint64_t>(r), s.half))];
+  }
+  return v;
 }
 
 }  // namespace detail
@@ -569,14 +820,21 @@ ModelWeights<T> load_hf_model(const std::string& folder, const HFLoadOptions& op
   w.config = c;
   w.layers.resize(static_cast<std::size_t>(c.n_layers));
   for_each_tensor_spec(c, [&](const TensorSpec& s, int layer) {
-    if (!s.hf) return;
+    if (!s.hf && !(c.attn_sinks && s.hf_gpt_oss)) return;
     const auto slot = tensor_slot(w, s.id, layer);
-    if (s.experts != Dim::kOne)
+    if (c.attn_sinks && s.hf_gpt_oss && s.experts != Dim::kOne) {  // gpt-oss: one tensor of every expert
+      const detail::HFTensorSpec f = detail::hf_fused_spec(s, layer, c);
+      if (slot.matrix)
+        *slot.matrix = detail::hf_fused_expert_matrix(folder, m, f);
+      else
+        *slot.vector = detail::hf_fused_expert_vector<T>(m, f);
+    } else if (s.experts != Dim::kOne) {
       *slot.matrix = experts(s, layer);
-    else if (slot.matrix)
-      *slot.matrix = matrix(hf_tensor_name(s, layer, c.post_norms));
-    else
-      *slot.vector = vec(hf_tensor_name(s, layer, c.post_norms));
+    } else if (slot.matrix) {
+      *slot.matrix = matrix(hf_tensor_name(s, layer, c.post_norms, c.attn_sinks));
+    } else {
+      *slot.vector = vec(hf_tensor_name(s, layer, c.post_norms, c.attn_sinks));
+    }
     // Gemma's RMSNorm multiplies by (1 + w); kvdecode's by its weight: add the 1 here.
     if (info_gemma && slot.vector && tensor_is_rmsnorm(s.id))
       for (long i = 0; i < slot.vector->size(); ++i) (*slot.vector)[i] = T(1) + (*slot.vector)[i];

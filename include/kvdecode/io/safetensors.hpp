@@ -8,7 +8,8 @@
 //
 // A file is hostile until checked: N is capped at 100 MB and must fit in the file;
 // the JSON is parsed with nlohmann/json (a tensor named twice is refused, not
-// silently overwritten); dtypes F32, F16 and BF16 are read, every other one is
+// silently overwritten); dtypes F32, F16 and BF16 are read as weights and U8 as
+// bytes (gpt-oss's MXFP4 blocks and scales: hf_model.hpp), every other one is
 // refused by name; a shape's element count is formed with checked arithmetic and
 // must equal the byte range; ranges lie inside the data section, begin <= end, and,
 // as the reference reader requires, tile it exactly (no overlap, no gap, no tail). Failures are FormatError "<file>: <field> at offset <o>: <what>"
@@ -46,7 +47,8 @@ namespace kvd {
 /// One tensor of a safetensors file, checked.
 struct SafetensorsTensor {
   std::string name;
-  WeightType type = WeightType::kF32;  ///< kF32, kF16 or kBF16
+  WeightType type = WeightType::kF32;  ///< kF32, kF16 or kBF16; kI8 for dtype U8 (bytes, no weights: see `bytes`)
+  bool bytes = false;                  ///< dtype U8: raw bytes, which only MXFP4 blocks and scales may be
   std::vector<std::uint64_t> shape;    ///< outermost first; shape.back() is the row length; empty for a scalar
   const unsigned char* data = nullptr; ///< n_bytes bytes in the mapping (possibly unaligned)
   std::uint64_t n_bytes = 0;
@@ -237,8 +239,9 @@ class SafetensorsFile {
     if (dtype == "F32") t.type = WeightType::kF32;
     else if (dtype == "F16") t.type = WeightType::kF16;
     else if (dtype == "BF16") t.type = WeightType::kBF16;
+    else if (dtype == "U8") t.type = WeightType::kI8, t.bytes = true;
     else if (detail::safetensors_dtype_bytes(dtype) != 0)
-      c.fail_at(at, field + " dtype", detail::msg("'", dtype, "' is not supported (kvdecode reads F32, F16 and BF16)"));
+      c.fail_at(at, field + " dtype", detail::msg("'", dtype, "' is not supported (kvdecode reads F32, F16, BF16 and U8)"));
     else
       c.fail_at(at, field + " dtype", detail::msg("'", dtype, "' is not a safetensors dtype"));
     const std::uint64_t elem = detail::safetensors_dtype_bytes(dtype);

@@ -41,6 +41,7 @@ class Model {
       p.orig_ctx = config_.yarn_orig_ctx;
       p.beta_fast = config_.yarn_beta_fast;
       p.beta_slow = config_.yarn_beta_slow;
+      p.truncate = config_.yarn_truncate;
       return p;
     };
     rope_ = std::make_unique<RoPE<T>>(config_.head_dim, config_.max_seq_len, config_.rope_theta, config_.rope_style,

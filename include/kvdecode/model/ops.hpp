@@ -125,6 +125,7 @@ struct RopeScalingParams {
   RopeScaling type = RopeScaling::kLinear;
   int orig_ctx = 0;
   double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;  ///< the ramp's ends rounded outward to whole pairs (floor, ceil)
 };
 
 /// Rotary position embedding. Within each head, RoPE rotates the first
@@ -138,7 +139,8 @@ struct RopeScalingParams {
 ///           the ramp r_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1) keeps the fast
 ///           pairs and scales the slow ones: with d(b) = rotary_dim ln(orig_ctx / (2 pi b))
 ///           / (2 ln theta), lo = max(0, floor(d(beta_fast))), hi = min(rotary_dim - 1,
-///           ceil(d(beta_slow))) (ggml's rope_yarn, ext_factor 1, attn_factor 1).
+///           ceil(d(beta_slow))) (ggml's rope_yarn, ext_factor 1, attn_factor 1); without
+///           truncate, lo and hi keep their fractions (HF's rope_scaling.truncate false).
 /// The cos/sin table is computed once, in double, for every position < max_seq_len,
 /// so every path rotates with the same values.
 template <class T>
@@ -155,8 +157,9 @@ class RoPE {
     if (yarn) {
       const double kPi = 3.14159265358979323846;
       auto corr_dim = [&](double b) { return rot_ * std::log(scaling.orig_ctx / (b * 2 * kPi)) / (2 * std::log(theta)); };
-      lo = std::max(0.0, std::floor(corr_dim(scaling.beta_fast)));
-      hi = std::min(static_cast<double>(rot_ - 1), std::ceil(corr_dim(scaling.beta_slow)));
+      const double lo_d = corr_dim(scaling.beta_fast), hi_d = corr_dim(scaling.beta_slow);
+      lo = std::max(0.0, scaling.truncate ? std::floor(lo_d) : lo_d);
+      hi = std::min(static_cast<double>(rot_ - 1), scaling.truncate ? std::ceil(hi_d) : hi_d);
       mscale = std::fma(0.1, std::log(scaling.factor), 1.0);  // explicit: -ffp-contract must not decide
     }
     table_.resize(static_cast<std::size_t>(max_seq_len) * half * 2);

@@ -160,6 +160,15 @@ struct TensorSpec {
   /// The GGUF name in a gpt-oss file, where it differs from `gguf` (its FFN pre-norm
   /// is post_attention_norm); nullptr: `gguf`.
   const char* gguf_gpt_oss = nullptr;
+  /// The Hugging Face name in a gpt-oss folder (GptOssForCausalLM), where it differs
+  /// from `hf`: the router mlp.router.weight, and the expert rows, each one tensor of
+  /// every expert ([E, in, out], or MXFP4 as <name>_blocks and <name>_scales [E, out, ...]:
+  /// hf_model.hpp); nullptr: `hf`.
+  const char* hf_gpt_oss = nullptr;
+  /// With hf_gpt_oss on an expert row: the half of the fused tensor's out dimension
+  /// it takes (HF interleaves gate and up: 0 = the even columns, gate; 1 = the odd
+  /// ones, up); -1: the whole tensor.
+  int hf_gpt_oss_half = -1;
 };
 
 /// The tensor table: model-level rows, then one layer's rows, each group in the
@@ -204,13 +213,16 @@ inline constexpr TensorSpec kTensors[] = {
     {TensorId::kKNorm, "k_norm", true, false, Dim::kHeadDim, Dim::kOne, Presence::kQkNorm, "attn_k_norm.weight",
      "self_attn.k_norm.weight", RandomInit::kNearOne},
     {TensorId::kRouter, "router", true, true, Dim::kExperts, Dim::kDModel, Presence::kMoe, "ffn_gate_inp.weight",
-     "mlp.gate.weight", RandomInit::kFanIn},
+     "mlp.gate.weight", RandomInit::kFanIn, Dim::kOne, false, nullptr, nullptr, "mlp.router.weight"},
     {TensorId::kExpertsGate, "experts_gate", true, true, Dim::kExpertsHidden, Dim::kDModel, Presence::kMoe,
-     "ffn_gate_exps.weight", "mlp.experts.{e}.gate_proj.weight", RandomInit::kFanIn, Dim::kExperts},
+     "ffn_gate_exps.weight", "mlp.experts.{e}.gate_proj.weight", RandomInit::kFanIn, Dim::kExperts, false, nullptr,
+     nullptr, "mlp.experts.gate_up_proj", 0},
     {TensorId::kExpertsDown, "experts_down", true, true, Dim::kExpertsDModel, Dim::kHidden, Presence::kMoe,
-     "ffn_down_exps.weight", "mlp.experts.{e}.down_proj.weight", RandomInit::kHalfFanIn, Dim::kExperts},
+     "ffn_down_exps.weight", "mlp.experts.{e}.down_proj.weight", RandomInit::kHalfFanIn, Dim::kExperts, false, nullptr,
+     nullptr, "mlp.experts.down_proj"},
     {TensorId::kExpertsUp, "experts_up", true, true, Dim::kExpertsHidden, Dim::kDModel, Presence::kMoe,
-     "ffn_up_exps.weight", "mlp.experts.{e}.up_proj.weight", RandomInit::kFanIn, Dim::kExperts},
+     "ffn_up_exps.weight", "mlp.experts.{e}.up_proj.weight", RandomInit::kFanIn, Dim::kExperts, false, nullptr,
+     nullptr, "mlp.experts.gate_up_proj", 1},
     {TensorId::kAttnPostNorm, "attn_post_norm", true, false, Dim::kDModel, Dim::kOne, Presence::kPostNorms,
      "post_attention_norm.weight", "post_attention_layernorm.weight", RandomInit::kNearOne},
     {TensorId::kFfnPostNorm, "ffn_post_norm", true, false, Dim::kDModel, Dim::kOne, Presence::kPostNorms,
@@ -225,11 +237,14 @@ inline constexpr TensorSpec kTensors[] = {
     {TensorId::kRouterBias, "router_bias", true, false, Dim::kExperts, Dim::kOne, Presence::kMoeBias,
      "ffn_gate_inp.bias", "mlp.router.bias", RandomInit::kSmall},
     {TensorId::kExpertsGateBias, "experts_gate_bias", true, false, Dim::kExpertsHidden, Dim::kOne, Presence::kMoeBias,
-     "ffn_gate_exps.bias", nullptr, RandomInit::kSmall, Dim::kExperts},
+     "ffn_gate_exps.bias", nullptr, RandomInit::kSmall, Dim::kExperts, false, nullptr, nullptr,
+     "mlp.experts.gate_up_proj_bias", 0},
     {TensorId::kExpertsDownBias, "experts_down_bias", true, false, Dim::kExpertsDModel, Dim::kOne, Presence::kMoeBias,
-     "ffn_down_exps.bias", nullptr, RandomInit::kSmall, Dim::kExperts},
+     "ffn_down_exps.bias", nullptr, RandomInit::kSmall, Dim::kExperts, false, nullptr, nullptr,
+     "mlp.experts.down_proj_bias"},
     {TensorId::kExpertsUpBias, "experts_up_bias", true, false, Dim::kExpertsHidden, Dim::kOne, Presence::kMoeBias,
-     "ffn_up_exps.bias", nullptr, RandomInit::kSmall, Dim::kExperts},
+     "ffn_up_exps.bias", nullptr, RandomInit::kSmall, Dim::kExperts, false, nullptr, nullptr,
+     "mlp.experts.gate_up_proj_bias", 1},
 };
 inline constexpr std::size_t kTensorCount = sizeof(kTensors) / sizeof(kTensors[0]);
 
@@ -291,9 +306,10 @@ inline std::string gguf_tensor_name(const TensorSpec& s, int layer, bool gpt_oss
 /// The Hugging Face name of the tensor in `layer` (-1 for a model-level row), e.g.
 /// "model.layers.3.self_attn.q_proj.weight"; empty when Hugging Face folders do not
 /// store it as a tensor. `post_norms`: the name in a model with post norms (Gemma 3),
-/// which differs for ffn_norm. Never fails.
-inline std::string hf_tensor_name(const TensorSpec& s, int layer, bool post_norms = false) {
-  const char* hf = post_norms && s.hf_post_norms ? s.hf_post_norms : s.hf;
+/// which differs for ffn_norm; `gpt_oss`: the name in a gpt-oss folder (the one
+/// architecture with attention sinks, so callers pass config.attn_sinks). Never fails.
+inline std::string hf_tensor_name(const TensorSpec& s, int layer, bool post_norms = false, bool gpt_oss = false) {
+  const char* hf = gpt_oss && s.hf_gpt_oss ? s.hf_gpt_oss : post_norms && s.hf_post_norms ? s.hf_post_norms : s.hf;
   if (!hf) return std::string();
   return s.per_layer ? "model.layers." + std::to_string(layer) + "." + hf : std::string(hf);
 }
@@ -501,7 +517,7 @@ inline constexpr TensorId kLlama2cV1Order[] = {
 /// One architecture kvdecode runs: what its files call it and what it implies.
 struct Architecture {
   const char* gguf_name;    ///< GGUF general.architecture (several rows may share one)
-  const char* hf_class;     ///< Hugging Face config.json architectures[0]; "": no Hugging Face loader (gpt-oss)
+  const char* hf_class;     ///< Hugging Face config.json architectures[0]; "": no Hugging Face loader
   RopeStyle gguf_rope;      ///< how its GGUF files pair RoPE dimensions (Hugging Face folders always rotate halves)
   bool qkv_bias;            ///< q/k/v biases (Hugging Face: the default of config.json's attention_bias)
   bool qkv_bias_if_stored;  ///< GGUF: biases also when the file holds the first layer's q bias (llama.cpp's llama)
@@ -525,6 +541,9 @@ struct Architecture {
   /// alternating (pattern 2: even layers local), one RoPE base and YaRN scaling
   /// (rope.scaling.*) on every layer, the FFN pre-norm named post_attention_norm.
   bool gpt_oss = false;
+  /// With moe: Hugging Face config.json's keys for the expert count and each expert's width.
+  const char* hf_expert_count = "num_experts";
+  const char* hf_expert_width = "moe_intermediate_size";
 };
 
 /// The architecture table. The first row of a GGUF name is the one GGUF files load as.
@@ -537,8 +556,8 @@ inline constexpr Architecture kArchitectures[] = {
      true},
     {"gemma3", "Gemma3ForCausalLM", RopeStyle::kHalves, false, false, true, false, false, RouterOrder::kSoftmaxTopK, false,
      true, 6},
-    {"gpt-oss", "", RopeStyle::kHalves, true, false, false, false, true, RouterOrder::kTopKSoftmax, false,
-     false, 2, true},
+    {"gpt-oss", "GptOssForCausalLM", RopeStyle::kHalves, true, false, false, false, true, RouterOrder::kTopKSoftmax,
+     false, false, 2, true, "num_local_experts", "intermediate_size"},
 };
 
 /// What a Gemma 3 GGUF file's attention scores are divided by the square root of
