@@ -668,6 +668,8 @@ inline void expect_local_rings(const kvd::ModelWeights<float>& w, const std::vec
   model.prefill(tokens, full);
   const int oldest = ring.oldest_resident();
   EXPECT_GT(oldest, 0) << "the rings did not wrap";
+  EXPECT_EQ(full.bytes_used(), full.bytes_per_token() * static_cast<std::uint64_t>(n));
+  EXPECT_EQ(ring.bytes_used(), full.bytes_per_token() / L * static_cast<std::uint64_t>((L - local) * n + local * (n - oldest)));
   EXPECT_EQ(full.oldest_resident(), 0);
   // The longest rewind the rings refuse: the window of length `bad` starts before `oldest`.
   const int bad = oldest + c.local_window - 2;

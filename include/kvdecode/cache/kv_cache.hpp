@@ -375,8 +375,8 @@ inline constexpr int kDefaultWindowChunk = 64;
 /// `window` positions keeps when one call appends at most `max_append` positions.
 /// Every row of a call writes its K and V before any row reads, so the ring spans
 /// the window of the call's first row up to its last row (window + max_append - 1
-/// positions), in blocks, plus one block (a window starts anywhere in its block);
-/// never more than the `capacity` positions rounded up to blocks. window = 0 (every
+/// positions; position p lives at p mod the ring's positions), in blocks, plus one
+/// block to spare; never more than the `capacity` positions rounded up to blocks. window = 0 (every
 /// position kept) gives the capacity's blocks. Preconditions: capacity, max_append
 /// and block positive, capacity below 2^30 (KVCache's constructor and the planner
 /// make sure). Never throws.
@@ -518,7 +518,13 @@ class KVCache {
     return static_cast<std::uint64_t>(shape_.n_layers) * shape_.n_kv_heads *
            (dtype_bytes_for(DTypeOf<S>::value, shape_.head_dim) + dtype_bytes_for(DTypeOf<SV>::value, shape_.head_dim));
   }
-  std::uint64_t bytes_used() const { return bytes_per_token() * static_cast<std::uint64_t>(length_); }  ///< live positions
+  /// Bytes of the sequence's positions the layers hold: bytes_per_token() * length()
+  /// without window rings; a ring holds only its layer's newest positions.
+  std::uint64_t bytes_used() const {
+    std::uint64_t held = 0;  // layer-positions
+    for (int l = 0; l < shape_.n_layers; ++l) held += static_cast<std::uint64_t>(std::max(0, length_ - oldest_resident(l)));
+    return bytes_per_token() / static_cast<std::uint64_t>(shape_.n_layers) * held;
+  }
   std::uint64_t bytes_reserved() const { return static_cast<std::uint64_t>(data_.size()); }  ///< allocated
 
   /// Forgets every position (keeps the allocation).
