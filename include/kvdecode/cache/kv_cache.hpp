@@ -376,10 +376,10 @@ inline constexpr int kDefaultWindowChunk = 64;
 /// Every row of a call writes its K and V before any row reads, so the ring spans
 /// the window of the call's first row up to its last row (window + max_append - 1
 /// positions; position p lives at p mod the ring's positions), in blocks, plus one
-/// block to spare; never more than the `capacity` positions rounded up to blocks. window = 0 (every
-/// position kept) gives the capacity's blocks. Preconditions: capacity, max_append
-/// and block positive, capacity below 2^30 (KVCache's constructor and the planner
-/// make sure). Never throws.
+/// block to spare; never more than the `capacity` positions rounded up to blocks.
+/// window = 0 (every position kept) gives the capacity's blocks. Preconditions:
+/// capacity, max_append and block positive, capacity below 2^30 (KVCache's
+/// constructor and the planner make sure). Never throws.
 inline int window_ring_blocks(int window, int max_append, int capacity, int block) {
   const int all_blocks = (capacity + block - 1) / block;
   if (window <= 0) return all_blocks;
