@@ -103,7 +103,9 @@ int run_conversation(LoadedModel& m, const Params& o) {
   const bool progress = !o.quiet;
   ConversationOptions copt;
   copt.reuse_cache = !o.no_cache_reuse;
-  Conversation<float, KVCache<float, S, SV>> conv(model, KVCache<float, S, SV>(c), copt);
+  // A prompt cache file holds every layer's positions: local layers keep them all then.
+  const LocalLayers local = o.prompt_cache.empty() ? LocalLayers::kWindow : LocalLayers::kEveryPosition;
+  Conversation<float, KVCache<float, S, SV>> conv(model, KVCache<float, S, SV>(c, 0, 0, local), copt);
   std::vector<Message> opening;
   if (o.system) opening.push_back({"system", *o.system});
   const ChatTemplate tmpl = chat_template_for(o, m, tok);
@@ -259,7 +261,8 @@ GenerateResult<float> generate_with_prompt_cache(Transformer<float>& model, cons
                                                  const GenerateHooks<float>& hooks, std::uint64_t* kv_bytes,
                                                  int* reused) {
   const ModelConfig& c = model.config();
-  Conversation<float, KVCache<float, S, SV>> conv(model, KVCache<float, S, SV>(c));
+  // The file holds every layer's positions: local layers keep them all (LocalLayers).
+  Conversation<float, KVCache<float, S, SV>> conv(model, KVCache<float, S, SV>(c, 0, 0, LocalLayers::kEveryPosition));
   const std::vector<int> head(prompt.begin(), prompt.end() - 1);
   double head_seconds = 0;
   const int restored = prime_from_prompt_cache(conv, head, o, &head_seconds);

@@ -184,6 +184,7 @@ struct Params {
   int random_tokens = 256;                 ///< --random-tokens
   // kvdecode-plan
   std::optional<int> layers, kv_heads, head_dim;
+  std::optional<int> swa_pattern, local_window;  ///< kvdecode-plan: local layers (ModelConfig's)
   std::optional<std::string> weight_dtype;  ///< --weight-dtype: a kvdecode-quantize scheme name (checked by kvdecode-plan)
   DType dtype = DType::kF16;               ///< --dtype: the planned cache's element type
   std::optional<double> memory_gb, bandwidth_gb_s, weights_gb;
@@ -368,6 +369,12 @@ inline std::vector<Option> all_options(Params& p) {
        [&p](const S& n, const S& v) { p.kv_heads = static_cast<int>(parse_positive(n, v, kIntMax)); }});
   add({{"--head-dim"}, "N", "width of one head (Dh)", shape, kPlan, none,
        [&p](const S& n, const S& v) { p.head_dim = static_cast<int>(parse_positive(n, v, kIntMax)); }});
+  add({{"--swa-pattern"}, "P", "with --layers: every P-th layer is global, the others local (Gemma 3: 6, gpt-oss: 2); "
+       "needs --local-window", shape, kPlan, none,
+       [&p](const S& n, const S& v) { p.swa_pattern = static_cast<int>(parse_positive(n, v, kIntMax)); }});
+  add({{"--local-window"}, "W", "with --swa-pattern: the local layers' window, so their cache is a ring of W + 64 "
+       "positions (Gemma 3 27B: 1024, gpt-oss: 128)", shape, kPlan, none,
+       [&p](const S& n, const S& v) { p.local_window = static_cast<int>(parse_positive(n, v, kIntMax)); }});
   add({{"--weight-dtype"}, "T", "with --model: the weights as kvdecode-quantize would store them with scheme T (F32, "
        "F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q3_K_M, Q4_K, Q4_K_M, Q5_K, Q5_K_M, Q6_K: each tensor's "
        "type and exact bytes); default: the file's tensors as stored",

@@ -359,7 +359,9 @@ bool report_comparison(const kvd::ModelConfig& c, const Run& cached, const Run& 
   std::cout << "  the cache's price: " << kvd::format_count(cached.kv_bytes) << " bytes for "
             << prompt_len + a.tokens.size() - 1 << " positions ("
             << kvd::format_count(c.kv_bytes_per_token(kvd::DType::kF32)) << " bytes per token at f32: 2 x " << c.n_layers
-            << " layers x " << c.n_kv_heads << " KV heads x " << c.head_dim << " dims x 4 bytes)\n";
+            << " layers x " << c.n_kv_heads << " KV heads x " << c.head_dim << " dims x 4 bytes"
+            << (c.swa_pattern > 0 || c.sliding_window > 0 ? "; the windowed layers hold a ring of their window only" : "")
+            << ")\n";
   return tokens_same && logits_same;
 }
 

@@ -135,6 +135,8 @@ int run(const Options& o) {
     reject(o.kv_heads.has_value(), "--kv-heads");
     reject(o.head_dim.has_value(), "--head-dim");
     reject(o.weights_gb.has_value(), "--weights-gb");
+    reject(o.swa_pattern.has_value(), "--swa-pattern");
+    reject(o.local_window.has_value(), "--local-window");
     info = read_model(*o.model, o.allow_unused_tensors);  // FileError/FormatError -> exit 1
     in = kvd::plan_input_for(info->config, o.dtype);
     // Without --weight-dtype: the exact bytes of the tensors as the file stores them.
@@ -174,6 +176,18 @@ int run(const Options& o) {
   if (value_type != key_type) in.value_dtype = value_type;
   if (o.tokens) in.tokens_per_sequence = *o.tokens;
   if (in.tokens_per_sequence == 0) throw ArgumentError("missing --tokens N (positions per sequence)");
+  // Layers that attend to a window keep a ring of it (kv_cache.hpp): the model's, or --swa-pattern's.
+  if (info) {
+    kvd::set_window_layers(in, info->config);
+  } else if (o.swa_pattern || o.local_window) {
+    if (!o.swa_pattern || !o.local_window)
+      throw ArgumentError(msg(o.swa_pattern ? "--swa-pattern needs --local-window" : "--local-window needs --swa-pattern"));
+    kvd::ModelConfig layers;
+    layers.n_layers = in.n_layers;
+    layers.swa_pattern = *o.swa_pattern;
+    layers.local_window = *o.local_window;
+    kvd::set_window_layers(in, layers);
+  }
 
   const kvd::GpuSpec* gpu = nullptr;
   if (o.gpu) {
@@ -216,6 +230,10 @@ int run(const Options& o) {
   if (gpu) row(os, "gpu", msg(gpu->name, " (nominal ", gpu->memory_gb, " GB, ", gpu->bandwidth_gb_s, " GB/s)"));
   row(os, "bytes per token", bytes_both(p.bytes_per_token));
   row(os, "bytes per sequence", bytes_both(p.bytes_per_sequence));
+  if (in.window_layers > 0)
+    row(os, "window layers", msg(in.window_layers, " of ", in.n_layers, " layers keep ",
+                                 kvd::format_count(std::min(in.window_positions, in.tokens_per_sequence)),
+                                 " positions (a ring of their window), the others every position"));
   if (info)
     row(os, "weights", msg(bytes_both(p.weight_bytes), ", ", kvd::format_count(info->config.n_params()),
                            " parameters as ", estimated ? scheme_as : stored_as(*info),
@@ -268,7 +286,8 @@ int run(const Options& o) {
       << ",\"context_capped\":" << (context_capped ? "true" : "false")
       << ",\"gpu\":" << (gpu ? json_string(gpu->name) : "null") << ",\"memory_gb\":" << json_number(in.memory_gb)
       << ",\"bandwidth_gb_s\":" << json_number(in.bandwidth_gb_s) << ",\"bytes_per_token\":" << p.bytes_per_token
-      << ",\"bytes_per_sequence\":" << p.bytes_per_sequence << ",\"weight_bytes\":" << p.weight_bytes
+      << ",\"bytes_per_sequence\":" << p.bytes_per_sequence << ",\"window_layers\":" << in.window_layers
+      << ",\"window_positions\":" << in.window_positions << ",\"weight_bytes\":" << p.weight_bytes
       << ",\"active_weight_bytes\":" << p.active_weight_bytes
       << ",\"memory_bytes\":" << p.memory_bytes << ",\"kv_budget_bytes\":" << p.kv_budget_bytes
       << ",\"max_sequences\":" << p.max_sequences

@@ -146,6 +146,22 @@ TEST(Gemma3Exactness, EveryPathSameBitsOnTheTinyFile) {
   kvd_test::expect_every_path_same_bits(load_gguf_model<float>(kTinyPath), kPromptIds);
 }
 
+// The same on a prompt of 150 tokens: longer than the local layers' rings (19 + 64
+// positions in 7 blocks by default, 19 + 4 in 3 with max_append 5), so every ring
+// wraps, in prefill, decode, chunked and batched paths.
+TEST(Gemma3Exactness, EveryPathSameBitsWhenTheLocalRingsWrap) {
+  const ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
+  kvd_test::expect_every_path_same_bits(w, kvd_test::make_tokens(150, w.config.vocab_size, 11));
+}
+
+// The tiny gemma3 file's cache keeps a ring of the window in each local layer: fewer
+// bytes than every position (the planner's count), rewinds as far as the rings hold
+// and no further, and cache files refuse a wrapped ring (test_util.hpp, expect_local_rings).
+TEST(Gemma3Cache, LocalLayersKeepARingOfTheirWindow) {
+  const ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
+  kvd_test::expect_local_rings(w, kvd_test::make_tokens(150, w.config.vocab_size, 12));
+}
+
 // The tiny file against the independent float64 forward of test_util.hpp (textbook
 // loops, GELU through std::tanh, RoPE and windows per layer): the float model with an
 // f32 cache lands within 1e-5 of the largest logit at each of the 40 positions.

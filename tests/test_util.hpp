@@ -376,6 +376,10 @@ inline std::vector<std::vector<double>> oracle_logits(const kvd::ModelWeights<do
 /// the cache-free reference: prefill of the whole prompt, prefill then decode steps,
 /// chunked prefill, batched decode and a paged cache, with 1 and 2 threads (and the
 /// two thread counts agree). The architecture tests run it on their tiny files.
+/// A model whose layers attend to windows gets those paths with its default caches
+/// (a ring per windowed layer, kv_cache.hpp) and again with small rings (max_append
+/// 5, so prefills go in chunks of 5) and with every position kept
+/// (LocalLayers::kEveryPosition); a prompt longer than the rings wraps them.
 inline void expect_every_path_same_bits(const kvd::ModelWeights<float>& w, const std::vector<int>& tokens) {
   using namespace kvd;
   const ModelConfig c = w.config;
@@ -425,8 +429,37 @@ inline void expect_every_path_same_bits(const kvd::ModelWeights<float>& w, const
         row_eq(rows.row(1).data(), 24 + i, ref, "batched (long)");
       }
     }
+    bool windowed = false;
+    for (int l = 0; l < c.n_layers; ++l) windowed = windowed || c.layer_window(l) > 0;
+    if (windowed) {
+      {  // every position kept in every layer: the cache without rings
+        KVCache<float> full(c, 0, 0, LocalLayers::kEveryPosition);
+        const RowMatrix<float> pre = model.prefill(tokens, full, true);
+        for (long t = 0; t < n; ++t) row_eq(pre.row(t).data(), t, ref, "prefill, every position kept");
+      }
+      {  // small rings: prefill in chunks of 5, then decode
+        KVCache<float> cache(c, 0, 5);
+        const RowMatrix<float> pre = model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 23), cache, true);
+        for (long t = 0; t < 23; ++t) row_eq(pre.row(t).data(), t, ref, "small-ring prefill");
+        for (long t = 23; t < n; ++t) {
+          const RowMatrix<float> d = model.decode_step(tokens[t], cache);
+          row_eq(d.data(), t, ref, "small-ring decode");
+        }
+      }
+      {  // small rings in a batch with a full cache, at different lengths
+        KVCache<float> a(c, 0, 3), b(c, 0, 0, LocalLayers::kEveryPosition);
+        model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 13), a);
+        model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 30), b);
+        for (long i = 0; i + 30 < n; ++i) {
+          std::vector<KVCache<float>*> caches{&a, &b};
+          const RowMatrix<float> rows = model.decode_batch({tokens[13 + i], tokens[30 + i]}, caches);
+          row_eq(rows.row(0).data(), 13 + i, ref, "small-ring batched");
+          row_eq(rows.row(1).data(), 30 + i, ref, "full batched");
+        }
+      }
+    }
     {  // paged: blocks of 16 positions, prefill 17 then decode
-      BlockPool<float> pool(c, 8, 16);
+      BlockPool<float> pool(c, static_cast<int>(std::max(8L, (n + 15) / 16 + 1)), 16);
       PagedSequence<float> seq(pool);
       const RowMatrix<float> pre = model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 17), seq, true);
       for (long t = 0; t < 17; ++t) row_eq(pre.row(t).data(), t, ref, "paged prefill");
@@ -581,6 +614,93 @@ inline void expect_near_ik(const std::string& path, const std::string& ref_path,
   const double ik_f64 = check_near(oracle_at, ik_rows, V, 1e-3, "ik_llama.cpp vs float64");
   std::printf("largest error: %.3g of the largest logit against ik_llama.cpp (f16 cache); ik_llama.cpp against "
               "float64 %.3g\n", vs_ik, ik_f64);
+}
+
+/// A model with local layers (swa_pattern > 0) over `tokens` (longer than its local
+/// rings: at least local_window + 64 + 32): the default KVCache keeps a ring per
+/// local layer (local_window + 64 positions, in blocks) and every position in the
+/// global ones, so it takes fewer bytes than a cache keeping every position
+/// (LocalLayers::kEveryPosition), exactly the bytes the planner counts. The prompt
+/// wraps the rings; a rewind the rings still hold decodes on to the reference's bits,
+/// one they do not throws CacheFullError with the cache unchanged, while the full
+/// cache rewinds anywhere. A cache file refuses the wrapped ring (ArgumentError,
+/// nothing written), saves a short ring or the full cache, and either file restores
+/// into a ring (wrapping it as it goes) that decodes on to the same bits.
+inline void expect_local_rings(const kvd::ModelWeights<float>& w, const std::vector<int>& tokens) {
+  using namespace kvd;
+  const ModelConfig c = w.config;
+  const int n = static_cast<int>(tokens.size()), V = c.vocab_size, L = c.n_layers;
+  ASSERT_GT(c.swa_pattern, 0);
+  ASSERT_EQ(c.max_seq_len % 16, 0);
+  ASSERT_GE(n, c.local_window + 64 + 32) << "the prompt must wrap the rings";
+  ASSERT_LE(n, c.max_seq_len);
+  // Bytes: per layer, the ring's positions or the capacity's.
+  KVCache<float> ring(c), full(c, 0, 0, LocalLayers::kEveryPosition);
+  const std::uint64_t per_position = full.bytes_reserved() / (static_cast<std::uint64_t>(L) * c.max_seq_len);
+  std::uint64_t positions = 0;
+  int local = 0;
+  for (int l = 0; l < L; ++l) {
+    const int kept = c.layer_local(l) ? detail::window_ring_blocks(c.local_window, 64, c.max_seq_len, 16) * 16 : c.max_seq_len;
+    EXPECT_EQ(ring.stored_positions(l), kept) << "layer " << l;
+    EXPECT_EQ(full.stored_positions(l), c.max_seq_len) << "layer " << l;
+    EXPECT_EQ(ring.layer_window(l), c.layer_window(l)) << "layer " << l;
+    positions += static_cast<std::uint64_t>(kept);
+    local += c.layer_local(l) ? 1 : 0;
+  }
+  ASSERT_GT(local, 0);
+  EXPECT_LT(ring.bytes_reserved(), full.bytes_reserved());
+  EXPECT_EQ(ring.bytes_reserved(), per_position * positions);
+  PlanInput in = plan_input_for(c, DType::kF32);
+  in.memory_gb = 1;
+  EXPECT_EQ(in.window_layers, local);
+  EXPECT_EQ(plan_memory(in).bytes_per_sequence, ring.bytes_reserved());
+  in.window_layers = 0;
+  EXPECT_EQ(plan_memory(in).bytes_per_sequence, full.bytes_reserved());
+
+  Transformer<float> model(w);
+  const RowMatrix<float> ref = model.forward_reference(tokens);
+  auto decode_on = [&](KVCache<float>& cache, const std::string& what) {
+    for (int t = cache.length(); t < n; ++t) {
+      const RowMatrix<float> d = model.decode_step(tokens[t], cache);
+      ASSERT_TRUE(same_bits(d.data(), ref.row(t).data(), V)) << what << " position " << t << ": "
+                                                             << first_difference(d.data(), ref.row(t).data(), V);
+    }
+  };
+  model.prefill(tokens, ring);
+  model.prefill(tokens, full);
+  const int oldest = ring.oldest_resident();
+  EXPECT_GT(oldest, 0) << "the rings did not wrap";
+  EXPECT_EQ(full.bytes_used(), full.bytes_per_token() * static_cast<std::uint64_t>(n));
+  EXPECT_EQ(ring.bytes_used(), full.bytes_per_token() / L * static_cast<std::uint64_t>((L - local) * n + local * (n - oldest)));
+  EXPECT_EQ(full.oldest_resident(), 0);
+  // The longest rewind the rings refuse: the window of length `bad` starts before `oldest`.
+  const int bad = oldest + c.local_window - 2;
+  ASSERT_LT(detail::first_visible(bad, c.local_window), oldest);
+  EXPECT_THROW(ring.truncate(bad), CacheFullError);
+  EXPECT_EQ(ring.length(), n);
+  {  // a save of the wrapped ring: refused, nothing written
+    TempDir dir;
+    EXPECT_THROW(save_cache(ring, dir.file("ring.kvc")), ArgumentError);
+    EXPECT_TRUE(dir.names().empty());
+    save_cache(full, dir.file("full.kvc"));
+    KVCache<float> back(c);
+    restore_cache(dir.file("full.kvc"), back);
+    EXPECT_EQ(back.oldest_resident(), oldest);  // the restore wrapped the rings as the prefill did
+    back.truncate(n - 10);
+    decode_on(back, "restored from a full cache, rewound");
+    KVCache<float> short_ring(c);
+    model.prefill(std::vector<int>(tokens.begin(), tokens.begin() + c.local_window + 20), short_ring);
+    ASSERT_EQ(short_ring.oldest_resident(), 0);
+    save_cache(short_ring, dir.file("short.kvc"));
+    KVCache<float> loaded = load_cache<float>(dir.file("short.kvc"), c);
+    decode_on(loaded, "restored from a short ring");
+  }
+  ring.truncate(bad + 1);  // the oldest rewind the rings hold
+  decode_on(ring, "rewound ring");
+  full.truncate(bad);
+  decode_on(full, "rewound full cache");
+  full.truncate(1);
+  decode_on(full, "full cache rewound to 1");
 }
 
 }  // namespace kvd_test

@@ -24,8 +24,8 @@ function(expect_json)
 endfunction()
 
 expect_rc(0 --help)
-foreach(opt --model --layers --kv-heads --head-dim --weight-dtype --dtype --tokens --memory-gb --gpu
-            --bandwidth-gb-s --weights-gb --json --list-gpus)
+foreach(opt --model --layers --kv-heads --head-dim --swa-pattern --local-window --weight-dtype --dtype --tokens
+            --memory-gb --gpu --bandwidth-gb-s --weights-gb --json --list-gpus)
   string(FIND "${OUT}" "${opt}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "--help does not mention ${opt}")
@@ -41,6 +41,15 @@ expect_rc(2 --layers 80 --kv-heads 8 --head-dim 128 --tokens 0 --memory-gb 80)
 # The 70B-class example of docs/memory.md: 327,680 bytes per token in f16, 30 sequences.
 expect_rc(0 --layers 80 --kv-heads 8 --head-dim 128 -c 8000 --memory-gb 80 --json)
 expect_json(bytes_per_token 327680 max_sequences 30)
+# Gemma 3 27B at 32k (docs/memory.md): 10 global layers keep 32,768 positions, 52 local
+# ones a ring of 1024 + 64 - 1 positions in blocks of 16, plus one: 69 x 16 = 1,104;
+# 8,192 bytes per layer-position in f16. Every position in every layer: 16,642,998,272.
+expect_rc(0 --layers 62 --kv-heads 16 --head-dim 128 --swa-pattern 6 --local-window 1024 -c 32768 --memory-gb 80 --json)
+expect_json(bytes_per_token 507904 bytes_per_sequence 3154640896 window_layers 52 window_positions 1104)
+expect_rc(0 --layers 62 --kv-heads 16 --head-dim 128 -c 32768 --memory-gb 80 --json)
+expect_json(bytes_per_sequence 16642998272 window_layers 0)
+expect_rc(2 --layers 62 --kv-heads 16 --head-dim 128 --swa-pattern 6 -c 32768 --memory-gb 80)
+expect_rc(2 --layers 62 --kv-heads 16 --head-dim 128 --local-window 1024 -c 32768 --memory-gb 80)
 
 set(G ${SHARED}/models/gguf)
 if(NOT EXISTS ${G}/stories260K-F32.gguf)

@@ -55,6 +55,16 @@
 // restored (KVCache::commit_restored), so truncate() refuses to rewind it to a
 // length whose window would reach them.
 //
+// The local layers of a swa_pattern model (Gemma 3, gpt-oss) keep a ring of their
+// window by default (kv_cache.hpp), while the global layers keep every position; a
+// file holds positions [first, length) of every layer, so such a cache saves only
+// while its rings still hold every position (KVCache::oldest_resident() == 0), and
+// save_cache() refuses a longer one with ArgumentError (nothing written) rather than
+// write positions it no longer has. A cache built with LocalLayers::kEveryPosition
+// saves at any length. The file does not record the layer pattern (model_id does:
+// config_fingerprint() covers it), and restoring into a ring writes the positions in
+// order, so each local layer keeps the newest ones.
+//
 // A file is never trusted. Loading reads and checks the whole file (header
 // fields, sizes, checksum) before it touches a cache, so every failure leaves
 // the target exactly as it was. FileError means the file is damaged or not a
@@ -553,8 +563,12 @@ void write_cache(const Cache& cache, std::ostream& out, std::uint64_t model_id) 
 }
 
 /// Throws CacheMismatchError unless a sound file fits a cache of `shape` storing `dtype`.
-inline void check_compatible(const std::string& path, const CacheFileInfo& info, const CacheShape& shape, DType dtype,
+/// The file does not record the local layers (swa_pattern, local_window): its
+/// positions are every layer's, whatever each layer of the target keeps.
+inline void check_compatible(const std::string& path, const CacheFileInfo& info, CacheShape shape, DType dtype,
                              DType value_dtype, std::uint64_t model_id) {
+  shape.swa_pattern = info.shape.swa_pattern;
+  shape.local_window = info.shape.local_window;
   if (!(info.shape == shape))
     throw CacheMismatchError(msg("cache file '", path, "': saved for cache shape ", shape_text(info.shape),
                                  ", but the model's cache shape is ", shape_text(shape)));
@@ -570,6 +584,24 @@ inline void check_compatible(const std::string& path, const CacheFileInfo& info,
     throw CacheMismatchError(msg("cache file '", path, "': saved with model_id ", std::hex, "0x", info.model_id,
                                  ", expected 0x", model_id, std::dec, " (a cache of another model)"));
 }
+
+/// Throws ArgumentError naming `path` unless every layer of `cache` still holds
+/// positions [first_position(), length()), which a file records for every layer: a
+/// local layer's ring (kv_cache.hpp) drops the positions behind its window.
+template <class T, class S, class SV>
+void check_savable(const KVCache<T, S, SV>& cache, const std::string& path) {
+  const int first = cache.first_position();
+  for (int l = 0; l < cache.shape().n_layers; ++l)
+    if (cache.oldest_resident(l) > first)
+      throw ArgumentError(msg("cache file '", path, "': cannot save this cache of ", cache.length(),
+                              " positions: layer ", l, " keeps only positions [", cache.oldest_resident(l), ", ",
+                              cache.length(), ") (a ring for its window of ", cache.layer_window(l),
+                              "), and a cache file holds positions [", first, ", ", cache.length(),
+                              ") of every layer; build the cache with LocalLayers::kEveryPosition to save it"));
+}
+/// A paged sequence keeps every position its window needs in every layer.
+template <class Cache>
+void check_savable(const Cache&, const std::string&) {}
 
 /// Decodes `n` rows of head_dim values of type S from `src` into `out` as T;
 /// returns the bytes read. Every stored value is exact in T.
@@ -744,7 +776,9 @@ inline CacheFileInfo read_cache_info(const std::string& path) { return detail::c
 /// Writes positions [cache.first_position(), cache.length()) of `cache` to `path`
 /// in the format above, with `model_id` recorded for load_cache()/restore_cache() to check.
 /// Result: `path` holds the file; the cache is not modified.
-/// Failure: FileError naming the path if it cannot be written or exists and is not a
+/// Failure: ArgumentError naming the path (nothing written) if a local layer's ring
+/// no longer holds all those positions (see the top of this file: build the cache with
+/// LocalLayers::kEveryPosition to save long sequences of such a model); FileError naming the path if it cannot be written or exists and is not a
 /// regular file (a FIFO, a device, a symbolic link: never replaced). The file is written
 /// beside `path` under a unique temporary name and renamed over it only when complete
 /// and synced (detail::write_file_atomically), so on failure `path` is untouched and
@@ -752,6 +786,7 @@ inline CacheFileInfo read_cache_info(const std::string& path) { return detail::c
 template <class T, class S, class SV>
 void save_cache(const KVCache<T, S, SV>& cache, const std::string& path, std::uint64_t model_id = 0) {
   detail::cache_file::require_little_endian(path);
+  detail::cache_file::check_savable(cache, path);
   detail::write_file_atomically(path, [&](std::ostream& out) { detail::cache_file::write_cache(cache, out, model_id); });
 }
 

@@ -7,7 +7,7 @@
 // kernel reads, so a contiguous cache and a paged one serve the same kernel:
 //   K block: (n_kv_heads, head_dim, 16)   position-minor, so 16 scores are one vector
 //   V block: (n_kv_heads, 16, head_dim)   position-major, so out += w_t * v_t is a vector op
-// Layout of the whole cache: (n_layers, n_blocks, [K block | V block]).
+// Layout of the whole cache: the layers in order, each (its blocks, [K block | V block]).
 //
 // The storage types are S for keys and SV (default S) for values: float, double,
 // Eigen::bfloat16, Eigen::half, or the block types CacheQ8_0 / CacheQ4_0 (32
@@ -15,12 +15,17 @@
 // in T. Values are rounded to the storage type when written, and every reader
 // sees the stored value.
 //
-// With a sliding window (config.sliding_window = W > 0) a row attends to the
-// last W positions only, so the cache keeps only those: a ring of blocks, block
-// b living in slot b % ring_blocks. The ring also has room for the rows of one
-// call (max_append() positions), because every row of a call writes its K and V
-// before any row reads; Transformer::prefill splits longer prompts into chunks,
-// which is exact.
+// A layer that attends to a window of W positions (ModelConfig::layer_window: the
+// whole model's sliding_window, or local_window for the local layers of a
+// swa_pattern model such as Gemma 3 or gpt-oss) keeps only those: a ring of
+// blocks, block b living in slot b % ring_blocks of that layer. The ring also has
+// room for the rows of one call (max_append() positions), because every row of a
+// call writes its K and V before any row reads; Transformer::prefill splits
+// longer prompts into chunks, which is exact. Layers without a window (a
+// swa_pattern model's global layers) keep every position up to the capacity, so
+// each layer has its own number of blocks (detail::window_ring_blocks, the one
+// ring-size rule). LocalLayers::kEveryPosition builds a swa_pattern model's cache
+// with every position in every layer instead (what a cache file needs, below).
 #pragma once
 
 #include <algorithm>
@@ -29,6 +34,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kvdecode/core/config.hpp"
 #include "kvdecode/core/dtype.hpp"
@@ -361,22 +367,53 @@ inline std::size_t cache_size_mul(std::size_t a, std::size_t b, const char* what
     throw ConfigError(msg(what, ": ", a, " x ", b, " overflows size_t (limit ", static_cast<std::size_t>(-1), ")"));
   return r;
 }
+
+/// Rows one call appends to a window ring by default (KVCache's max_append = 0).
+inline constexpr int kDefaultWindowChunk = 64;
+
+/// The one ring-size rule: blocks of `block` positions that a ring for a window of
+/// `window` positions keeps when one call appends at most `max_append` positions.
+/// Every row of a call writes its K and V before any row reads, so the ring spans
+/// the window of the call's first row up to its last row (window + max_append - 1
+/// positions; position p lives at p mod the ring's positions), in blocks, plus one
+/// block to spare; never more than the `capacity` positions rounded up to blocks.
+/// window = 0 (every position kept) gives the capacity's blocks. Preconditions:
+/// capacity, max_append and block positive, capacity below 2^30 (KVCache's
+/// constructor and the planner make sure). Never throws.
+inline int window_ring_blocks(int window, int max_append, int capacity, int block) {
+  const int all_blocks = (capacity + block - 1) / block;
+  if (window <= 0) return all_blocks;
+  const long span = static_cast<long>(window) + max_append - 1;
+  const long ring = (span + block - 1) / block + 1;
+  return ring < all_blocks ? static_cast<int>(ring) : all_blocks;
+}
 }  // namespace detail
 
-/// The shape a cache must agree with: layers, KV heads and head width, and whether
-/// its heads are stored rotated (a rotated cache means nothing to an unrotated model).
+/// The shape a cache must agree with: layers, KV heads and head width, whether
+/// its heads are stored rotated (a rotated cache means nothing to an unrotated model),
+/// and which layers attend to a window (a ring built for one layer pattern cannot
+/// serve another).
 struct CacheShape {
   int n_layers = 0, n_kv_heads = 0, head_dim = 0, max_seq_len = 0;
   int sliding_window = 0;  ///< 0 = every past position is kept
   KVRotation rotation = KVRotation::kNone;  ///< heads stored rotated (ModelConfig::kv_rotation)
+  int swa_pattern = 0, local_window = 0;    ///< the local layers (ModelConfig's; 0 = none)
   static CacheShape of(const ModelConfig& c) {
-    return {c.n_layers, c.n_kv_heads, c.head_dim, c.max_seq_len, c.sliding_window, c.kv_rotation};
+    return {c.n_layers, c.n_kv_heads, c.head_dim, c.max_seq_len, c.sliding_window, c.kv_rotation,
+            c.swa_pattern, c.local_window};
   }
   bool operator==(const CacheShape& o) const {
     return n_layers == o.n_layers && n_kv_heads == o.n_kv_heads && head_dim == o.head_dim &&
-           max_seq_len == o.max_seq_len && sliding_window == o.sliding_window && rotation == o.rotation;
+           max_seq_len == o.max_seq_len && sliding_window == o.sliding_window && rotation == o.rotation &&
+           swa_pattern == o.swa_pattern && local_window == o.local_window;
   }
   bool operator!=(const CacheShape& o) const { return !(*this == o); }
+};
+
+/// What a cache for a model with local layers (ModelConfig::swa_pattern) keeps of them.
+enum class LocalLayers {
+  kWindow,         ///< a ring of local_window + max_append positions per local layer (the default)
+  kEveryPosition,  ///< every position up to the capacity, as the global layers
 };
 
 /// A contiguous KV cache for one sequence, holding up to capacity() positions.
@@ -392,16 +429,21 @@ class KVCache {
   static constexpr int kBlock = detail::kLanes;  ///< positions per block
 
   /// Default rows per call for a sliding-window cache (longer prefills are split).
-  static constexpr int kDefaultWindowChunk = 64;
+  static constexpr int kDefaultWindowChunk = detail::kDefaultWindowChunk;
 
   /// A cache for `config`'s shape holding up to `capacity` positions (0 = max_seq_len).
-  /// Allocates everything up front: capacity positions, or with a sliding window W
-  /// only a ring of W + max_append positions (rounded up to blocks), where
-  /// max_append (0 = kDefaultWindowChunk) is the most positions one call may append.
-  /// Throws ConfigError if config is invalid, capacity is outside [1, max_seq_len],
-  /// max_append is negative, a block type (q8_0, q4_0) meets a head_dim that is not
-  /// a multiple of 32, or a size overflows; std::bad_alloc if the memory is not there.
-  explicit KVCache(const ModelConfig& config, int capacity = 0, int max_append = 0) {
+  /// Allocates everything up front: per layer, capacity positions, or for a layer
+  /// that attends to a window of W positions (config.layer_window: sliding_window,
+  /// or local_window for a local layer) only a ring of W + max_append positions
+  /// (rounded up to blocks), where max_append (0 = kDefaultWindowChunk) is the most
+  /// positions one call may append. With `local` = LocalLayers::kEveryPosition the
+  /// local layers of a swa_pattern model keep every position too (sliding_window
+  /// rings stay). Throws ConfigError if config is invalid, capacity is outside
+  /// [1, max_seq_len], max_append is negative, a block type (q8_0, q4_0) meets a
+  /// head_dim that is not a multiple of 32, or a size overflows; std::bad_alloc if
+  /// the memory is not there.
+  explicit KVCache(const ModelConfig& config, int capacity = 0, int max_append = 0,
+                   LocalLayers local = LocalLayers::kWindow) {
     config.validate();
     detail::KVStore<S>::check_head_dim(config.head_dim, "KVCache keys");
     detail::KVStore<SV>::check_head_dim(config.head_dim, "KVCache values");
@@ -411,15 +453,21 @@ class KVCache {
     if (max_append < 0) throw ConfigError(detail::msg("KVCache max_append ", max_append, " must be >= 0"));
     shape_ = CacheShape::of(config);
     capacity_ = capacity;
-    const int all_blocks = (capacity + kBlock - 1) / kBlock;
-    if (shape_.sliding_window > 0) {
-      max_append_ = std::min(capacity, max_append > 0 ? max_append : kDefaultWindowChunk);
-      // Positions one call may touch: the window of its first row up to its last row.
-      const int span = shape_.sliding_window + max_append_ - 1;
-      n_blocks_ = std::min(all_blocks, (span + kBlock - 1) / kBlock + 1);
-    } else {
-      max_append_ = capacity;
-      n_blocks_ = all_blocks;
+    window_.assign(static_cast<std::size_t>(shape_.n_layers), 0);
+    bool any_window = false;
+    for (int l = 0; l < shape_.n_layers; ++l) {
+      const bool keep_all = local == LocalLayers::kEveryPosition && config.layer_local(l);
+      window_[l] = keep_all ? 0 : config.layer_window(l);
+      any_window = any_window || window_[l] > 0;
+    }
+    max_append_ = any_window ? std::min(capacity, max_append > 0 ? max_append : kDefaultWindowChunk) : capacity;
+    blocks_.assign(static_cast<std::size_t>(shape_.n_layers), 0);
+    first_block_.assign(static_cast<std::size_t>(shape_.n_layers), 0);
+    std::size_t total_blocks = 0;
+    for (int l = 0; l < shape_.n_layers; ++l) {
+      blocks_[l] = detail::window_ring_blocks(window_[l], max_append_, capacity, kBlock);
+      first_block_[l] = total_blocks;
+      total_blocks += static_cast<std::size_t>(blocks_[l]);
     }
     using detail::cache_size_mul;
     const std::size_t block_elems = cache_size_mul(
@@ -429,8 +477,7 @@ class KVCache {
     cache_size_mul(block_elems, 8, "KVCache block bytes");
     k_bytes_ = detail::KVStore<S>::bytes(block_elems);
     v_bytes_ = detail::KVStore<SV>::bytes(block_elems);
-    const std::size_t layer_bytes = cache_size_mul(static_cast<std::size_t>(n_blocks_), k_bytes_ + v_bytes_, "KVCache bytes per layer");
-    const std::size_t bytes = cache_size_mul(static_cast<std::size_t>(shape_.n_layers), layer_bytes, "KVCache bytes");
+    const std::size_t bytes = cache_size_mul(total_blocks, k_bytes_ + v_bytes_, "KVCache bytes");
     block_elems_ = static_cast<long>(block_elems);
     data_.resize(bytes);
   }
@@ -443,7 +490,8 @@ class KVCache {
   /// An explicit deep copy (same shape, capacity, contents and length).
   KVCache copy() const {
     KVCache c;
-    c.shape_ = shape_; c.capacity_ = capacity_; c.n_blocks_ = n_blocks_; c.block_elems_ = block_elems_; c.length_ = length_;
+    c.shape_ = shape_; c.capacity_ = capacity_; c.block_elems_ = block_elems_; c.length_ = length_;
+    c.window_ = window_; c.blocks_ = blocks_; c.first_block_ = first_block_;
     c.k_bytes_ = k_bytes_; c.v_bytes_ = v_bytes_;
     c.max_append_ = max_append_; c.high_water_ = high_water_; c.restored_first_ = restored_first_;
     c.data_.resize(data_.size());
@@ -458,7 +506,10 @@ class KVCache {
   int sliding_window() const { return shape_.sliding_window; }
   /// Oldest position a future row can attend to (0 without a sliding window).
   int first_position() const { return detail::first_visible(length_, shape_.sliding_window); }
-  int stored_positions() const { return n_blocks_ * kBlock; }  ///< positions the allocation holds
+  /// Positions the allocation holds for layer `layer` (in [0, n_layers); asserted).
+  int stored_positions(int layer = 0) const { return blocks_[checked_layer(layer)] * kBlock; }
+  /// The window layer `layer`'s ring keeps (0 = every position up to the capacity).
+  int layer_window(int layer) const { return window_[checked_layer(layer)]; }
   DType dtype() const { return DTypeOf<S>::value; }         ///< the keys' storage type
   DType value_dtype() const { return DTypeOf<SV>::value; }  ///< the values' storage type
 
@@ -467,7 +518,13 @@ class KVCache {
     return static_cast<std::uint64_t>(shape_.n_layers) * shape_.n_kv_heads *
            (dtype_bytes_for(DTypeOf<S>::value, shape_.head_dim) + dtype_bytes_for(DTypeOf<SV>::value, shape_.head_dim));
   }
-  std::uint64_t bytes_used() const { return bytes_per_token() * static_cast<std::uint64_t>(length_); }  ///< live positions
+  /// Bytes of the sequence's positions the layers hold: bytes_per_token() * length()
+  /// without window rings; a ring holds only its layer's newest positions.
+  std::uint64_t bytes_used() const {
+    std::uint64_t held = 0;  // layer-positions
+    for (int l = 0; l < shape_.n_layers; ++l) held += static_cast<std::uint64_t>(std::max(0, length_ - oldest_resident(l)));
+    return bytes_per_token() / static_cast<std::uint64_t>(shape_.n_layers) * held;
+  }
   std::uint64_t bytes_reserved() const { return static_cast<std::uint64_t>(data_.size()); }  ///< allocated
 
   /// Forgets every position (keeps the allocation).
@@ -475,17 +532,21 @@ class KVCache {
 
   /// Rewinds to `length` positions, dropping [length, this->length()).
   /// Throws CacheFullError (nothing changed) if length is outside [0, this->length()],
-  /// or, with a sliding window, if positions the rewound sequence would attend to
-  /// have already been overwritten in the ring.
+  /// or, for a layer with a window ring, if positions the rewound sequence would
+  /// attend to in that layer have already been overwritten in its ring (or were never
+  /// restored).
   void truncate(int length) {
     if (length < 0 || length > length_)
       throw CacheFullError(detail::msg("cannot truncate cache to ", length, " positions: it holds ", length_));
-    if (shape_.sliding_window > 0 && length > 0) {
-      const int oldest_needed = detail::first_visible(length, shape_.sliding_window);
-      if (oldest_resident() > oldest_needed)
-        throw CacheFullError(detail::msg("cannot rewind this sliding-window cache to ", length,
-                                         " positions: position ", oldest_needed, " was overwritten; the oldest kept is ",
-                                         oldest_resident()));
+    if (length > 0) {
+      for (int l = 0; l < shape_.n_layers; ++l) {
+        const int oldest_needed = detail::first_visible(length, window_[l]);
+        if (oldest_resident(l) > oldest_needed)
+          throw CacheFullError(detail::msg("cannot rewind this sliding-window cache to ", length, " positions: position ",
+                                           oldest_needed, " was overwritten; the oldest kept is ", oldest_resident(l),
+                                           shape_.swa_pattern > 0 ? detail::msg(" (layer ", l, ", window ", window_[l], ")")
+                                                                  : std::string()));
+      }
     }
     length_ = length;
   }
@@ -501,12 +562,12 @@ class KVCache {
 
   /// K[layer][pos][kv_head][d] as T. Precondition (asserted): first_position() <= pos < length().
   T key(int layer, int pos, int kv_head, int d) const {
-    KVD_ASSERT(pos >= oldest_resident() && pos < length_);
+    KVD_ASSERT(pos >= oldest_resident(layer) && pos < length_);
     return detail::from_storage<T>(k_block(layer, pos / kBlock)[(kv_head * shape_.head_dim + d) * kBlock + pos % kBlock]);
   }
   /// V[layer][pos][kv_head][d] as T. Precondition (asserted): first_position() <= pos < length().
   T value(int layer, int pos, int kv_head, int d) const {
-    KVD_ASSERT(pos >= oldest_resident() && pos < length_);
+    KVD_ASSERT(pos >= oldest_resident(layer) && pos < length_);
     return detail::from_storage<T>(v_block(layer, pos / kBlock)[(kv_head * kBlock + pos % kBlock) * shape_.head_dim + d]);
   }
 
@@ -534,11 +595,17 @@ class KVCache {
   }
   /// Undoes prepare_append(n) when a later cache of the same call could not make room.
   void cancel_append(int /*n*/) {}
-  /// Oldest position whose K and V are still held: 0, or with a sliding window the
-  /// oldest one the ring has not overwritten (or that a restore brought back).
-  int oldest_resident() const {
+  /// Oldest position whose K and V layer `layer` still holds: 0, or with a window
+  /// ring the oldest one the ring has not overwritten (or that a restore brought back).
+  int oldest_resident(int layer) const {
     const int newest_block = high_water_ > 0 ? (high_water_ - 1) / kBlock : 0;
-    return std::max(restored_first_, std::max(0, (newest_block - n_blocks_ + 1) * kBlock));
+    return std::max(restored_first_, std::max(0, (newest_block - blocks_[checked_layer(layer)] + 1) * kBlock));
+  }
+  /// Oldest position whose K and V every layer still holds (the largest oldest_resident(layer)).
+  int oldest_resident() const {
+    int oldest = restored_first_;
+    for (int l = 0; l < shape_.n_layers; ++l) oldest = std::max(oldest, oldest_resident(l));
+    return oldest;
   }
   /// After a restore wrote positions [first, length) with write(): makes them the
   /// sequence, with nothing older held. Preconditions (asserted): 0 <= first <= length <= capacity.
@@ -552,8 +619,8 @@ class KVCache {
     length_ += n;
     high_water_ = std::max(high_water_, length_);
   }
-  /// K block b of a layer: (n_kv_heads, head_dim, 16). With a sliding window the
-  /// block lives in ring slot b % n_blocks.
+  /// K block b of a layer: (n_kv_heads, head_dim, 16). With a window ring the
+  /// block lives in the layer's ring slot b % stored_positions(layer) / 16.
   KRef k_block(int layer, int b) const {
     return detail::KVStore<S>::k_ref(block_bytes(layer, b), block_elems_);
   }
@@ -562,19 +629,27 @@ class KVCache {
 
  private:
   KVCache() = default;
-  // The bytes of block b's pair [K block | V block] in a layer.
-  const std::uint8_t* block_bytes(int layer, int b) const {
-    return data_.data() + (static_cast<std::size_t>(layer) * n_blocks_ + b % n_blocks_) * (k_bytes_ + v_bytes_);
+  int checked_layer(int layer) const {
+    KVD_ASSERT(layer >= 0 && layer < shape_.n_layers);
+    return layer;
   }
-  std::uint8_t* block_bytes(int layer, int b) { return data_.data() + (static_cast<std::size_t>(layer) * n_blocks_ + b % n_blocks_) * (k_bytes_ + v_bytes_); }
+  // The bytes of block b's pair [K block | V block] in a layer: slot b % blocks of the layer's run.
+  std::size_t block_offset(int layer, int b) const {
+    return (first_block_[layer] + static_cast<std::size_t>(b % blocks_[layer])) * (k_bytes_ + v_bytes_);
+  }
+  const std::uint8_t* block_bytes(int layer, int b) const { return data_.data() + block_offset(layer, b); }
+  std::uint8_t* block_bytes(int layer, int b) { return data_.data() + block_offset(layer, b); }
 
   CacheShape shape_;
-  int capacity_ = 0, n_blocks_ = 0, length_ = 0, max_append_ = 0;
+  int capacity_ = 0, length_ = 0, max_append_ = 0;
+  std::vector<int> window_;               // (n_layers) the window each layer's ring keeps; 0 = every position
+  std::vector<int> blocks_;               // (n_layers) blocks each layer holds (its ring slots)
+  std::vector<std::size_t> first_block_;  // (n_layers) index of each layer's first block in data_
   int high_water_ = 0;  // most positions ever committed since the last clear (what the ring has overwritten)
   int restored_first_ = 0;  // oldest position a restore brought back (older ones were never written)
   long block_elems_ = 0;                // values in one K or V block: n_kv_heads * head_dim * 16
   std::size_t k_bytes_ = 0, v_bytes_ = 0;  // bytes of one K block, one V block
-  detail::AlignedBuffer<std::uint8_t> data_;  // (n_layers, n_blocks, [K block | V block]) bytes
+  detail::AlignedBuffer<std::uint8_t> data_;  // per layer in order, (blocks_[l], [K block | V block]) bytes
 };
 
 }  // namespace kvd

@@ -5,7 +5,10 @@
 // arithmetic to do before choosing a cache dtype, context length or GPU.
 //
 //   bytes per token    = 2 (K and V) * L * Hk * bytes(Dh values of the cache dtype)
-//   bytes per sequence = bytes per token * tokens per sequence
+//   bytes per sequence = bytes per token * tokens per sequence, where a layer that
+//                        attends to a window keeps only its ring (kv_cache.hpp):
+//                        bytes per token / L * ((L - Lw) * tokens + Lw * min(tokens, ring))
+//                        for Lw such layers (Gemma 3's and gpt-oss's local layers)
 //   KV budget          = memory - weight bytes
 //   max sequences      = floor(KV budget / bytes per sequence)
 //
@@ -20,6 +23,7 @@
 // throw ArgumentError rather than wrap on overflow.
 #pragma once
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <optional>
@@ -32,6 +36,7 @@
 #include "kvdecode/core/config.hpp"
 #include "kvdecode/core/dtype.hpp"
 #include "kvdecode/error.hpp"
+#include "kvdecode/cache/kv_cache.hpp"  // detail::window_ring_blocks, the ring-size rule
 
 namespace kvd {
 
@@ -156,6 +161,11 @@ struct PlanInput {
   /// experts reads K of its E experts: ModelConfig::active_weight_bytes); 0 = weight_bytes.
   std::uint64_t active_weight_bytes = 0;
   double bandwidth_gb_s = 0;            ///< memory bandwidth, 10^9 bytes/s; 0 = unknown
+  /// Of the n_layers, those that attend to a window and keep only a ring of
+  /// window_positions (ModelConfig::layer_window > 0: Gemma 3's and gpt-oss's local
+  /// layers, or every layer with a sliding_window); 0 = every layer keeps every position.
+  int window_layers = 0;
+  std::uint64_t window_positions = 0;   ///< positions each of those layers keeps (its ring)
 
   /// Largest memory_gb accepted (10^9 GB = 10^18 bytes), so memory bytes fit in 64 bits.
   static constexpr double kMaxMemoryGb = 1e9;
@@ -172,6 +182,10 @@ struct PlanInput {
     positive("n_layers", n_layers);
     positive("n_kv_heads", n_kv_heads);
     positive("head_dim", head_dim);
+    if (window_layers < 0 || window_layers > n_layers)
+      throw ArgumentError(detail::msg("PlanInput.window_layers = ", window_layers, " must be in [0, n_layers = ", n_layers, "]"));
+    if (window_layers > 0 && window_positions == 0)
+      throw ArgumentError(detail::msg("PlanInput.window_positions = 0 must be positive with window_layers = ", window_layers));
     if (tokens_per_sequence == 0)
       throw ArgumentError("PlanInput.tokens_per_sequence = 0 must be positive (> 0)");
     if (!std::isfinite(memory_gb) || !(memory_gb > 0) || memory_gb > kMaxMemoryGb)
@@ -182,9 +196,34 @@ struct PlanInput {
   }
 };
 
+/// Sets in.window_layers and in.window_positions from `config`'s layers
+/// (ModelConfig::layer_window: its local layers, or every layer with a
+/// sliding_window): the rings KVCache builds with its default max_append for a
+/// sequence of in.tokens_per_sequence positions. A layer whose ring would hold the
+/// whole sequence counts as keeping every position. Only config.n_layers,
+/// sliding_window, swa_pattern and local_window are read. Never throws.
+inline void set_window_layers(PlanInput& in, const ModelConfig& config) {
+  in.window_layers = 0;
+  in.window_positions = 0;
+  constexpr int kBlock = 16;  // the cache's block of positions (kv_cache.hpp)
+  // Sequences beyond 2^30 positions: their rings are what 2^30 gives (no int overflow).
+  const int capacity = static_cast<int>(std::min<std::uint64_t>(in.tokens_per_sequence, std::uint64_t{1} << 30));
+  if (capacity <= 0) return;
+  for (int l = 0; l < config.n_layers; ++l) {
+    const int w = config.layer_window(l);
+    if (w <= 0) continue;
+    const std::uint64_t ring = static_cast<std::uint64_t>(
+        detail::window_ring_blocks(w, std::min(capacity, detail::kDefaultWindowChunk), capacity, kBlock)) * kBlock;
+    if (ring >= in.tokens_per_sequence) continue;  // the ring would hold the whole sequence
+    in.window_layers += 1;
+    in.window_positions = ring;  // one window for every windowed layer
+  }
+}
+
 /// A PlanInput with the cache shape of `config` (n_layers, n_kv_heads,
-/// head_dim), tokens_per_sequence = config.max_seq_len and the given cache
-/// dtype; memory_gb, weight_bytes and bandwidth_gb_s are left for the caller
+/// head_dim, and the layers that keep a window ring: set_window_layers()),
+/// tokens_per_sequence = config.max_seq_len and the given cache dtype;
+/// memory_gb, weight_bytes and bandwidth_gb_s are left for the caller
 /// (memory_gb must be set before plan_memory()). Never throws; plan_memory()
 /// validates the result.
 inline PlanInput plan_input_for(const ModelConfig& config, DType dtype) {
@@ -194,13 +233,14 @@ inline PlanInput plan_input_for(const ModelConfig& config, DType dtype) {
   in.head_dim = config.head_dim;
   in.dtype = dtype;
   in.tokens_per_sequence = config.max_seq_len > 0 ? static_cast<std::uint64_t>(config.max_seq_len) : 0;
+  set_window_layers(in, config);
   return in;
 }
 
 /// The result of plan_memory(). All byte counts are exact.
 struct MemoryPlan {
   std::uint64_t bytes_per_token = 0;     ///< 2 * L * Hk * bytes(Dh cache values)
-  std::uint64_t bytes_per_sequence = 0;  ///< bytes_per_token * tokens_per_sequence
+  std::uint64_t bytes_per_sequence = 0;  ///< bytes_per_token * tokens_per_sequence, less what window rings drop
   std::uint64_t weight_bytes = 0;        ///< as given (0 = unknown)
   std::uint64_t active_weight_bytes = 0; ///< read per decode step: as given, else weight_bytes
   std::uint64_t memory_bytes = 0;        ///< memory_gb * 10^9, rounded to nearest
@@ -271,7 +311,18 @@ inline MemoryPlan plan_memory(const PlanInput& in) {
   MemoryPlan p;
   p.bytes_per_token = in.value_dtype ? kv_bytes_per_token(in.n_layers, in.n_kv_heads, in.head_dim, in.dtype, *in.value_dtype)
                                      : kv_bytes_per_token(in.n_layers, in.n_kv_heads, in.head_dim, in.dtype);
-  p.bytes_per_sequence = detail::checked_arg_mul(p.bytes_per_token, in.tokens_per_sequence, "bytes per sequence");
+  if (in.window_layers == 0) {
+    p.bytes_per_sequence = detail::checked_arg_mul(p.bytes_per_token, in.tokens_per_sequence, "bytes per sequence");
+  } else {  // bytes_per_token is a whole multiple of n_layers
+    const std::uint64_t per_layer = p.bytes_per_token / static_cast<std::uint64_t>(in.n_layers);
+    const std::uint64_t ring = std::min(in.tokens_per_sequence, in.window_positions);
+    const std::uint64_t full = detail::checked_arg_mul(static_cast<std::uint64_t>(in.n_layers - in.window_layers),
+                                                       in.tokens_per_sequence, "layer positions");
+    const std::uint64_t rings = detail::checked_arg_mul(static_cast<std::uint64_t>(in.window_layers), ring, "layer positions");
+    if (full > std::numeric_limits<std::uint64_t>::max() - rings)
+      throw ArgumentError(detail::msg("layer positions: ", full, " + ", rings, " overflows 64 bits"));
+    p.bytes_per_sequence = detail::checked_arg_mul(per_layer, full + rings, "bytes per sequence");
+  }
   p.weight_bytes = in.weight_bytes;
   if (in.active_weight_bytes > in.weight_bytes)
     throw ArgumentError(detail::msg("PlanInput.active_weight_bytes = ", in.active_weight_bytes, " exceeds weight_bytes = ",

@@ -206,8 +206,9 @@ inline PromptCacheInfo read_prompt_cache_info(const std::string& path) {
 /// Writes `cache` and the tokens it holds to `path` with `model_id`
 /// (model_fingerprint of the model that computed it) and the model's vocab_size.
 /// Cache: KVCache or PagedSequence. The cache is not modified.
-/// Failure: ArgumentError (nothing written) if tokens.size() != cache.length() or a
-/// token is outside [0, vocab_size); FileError naming the path if it cannot be
+/// Failure: ArgumentError (nothing written) if tokens.size() != cache.length(), a
+/// token is outside [0, vocab_size), or a local layer's ring no longer holds every
+/// position (cache_io.hpp: save_cache); FileError naming the path if it cannot be
 /// written or exists and is not a regular file (written beside it under a unique
 /// temporary name, synced and renamed: `path` is then untouched).
 template <class Cache>
@@ -224,6 +225,7 @@ void save_prompt_cache(const Cache& cache, const std::vector<int>& tokens, int v
     if (tokens[i] < 0 || tokens[i] >= vocab_size)
       throw ArgumentError(detail::msg("save_prompt_cache: token ", i, " = ", tokens[i], " is outside [0, ", vocab_size, ")"));
   cf::require_little_endian(path);
+  cf::check_savable(cache, path);
   std::vector<unsigned char> head(pf::kHeaderBytes + 4 * tokens.size() + 8);
   std::memcpy(head.data(), pf::kMagic, 4);
   detail::store_u32_le(head.data() + 4, pf::kVersion);

@@ -285,10 +285,11 @@ class Transformer {
       throw CacheMismatchError(detail::msg(
           "cache shape (layers ", cache.shape().n_layers, ", kv_heads ", cache.shape().n_kv_heads, ", head_dim ",
           cache.shape().head_dim, ", max_seq_len ", cache.shape().max_seq_len, ", sliding_window ",
-          cache.shape().sliding_window, ", rotation ", kv_rotation_name(cache.shape().rotation),
+          cache.shape().sliding_window, ", rotation ", kv_rotation_name(cache.shape().rotation), ", swa_pattern ",
+          cache.shape().swa_pattern, ", local_window ", cache.shape().local_window,
           ") does not match the model (layers ", cfg.n_layers, ", kv_heads ", cfg.n_kv_heads, ", head_dim ",
           cfg.head_dim, ", max_seq_len ", cfg.max_seq_len, ", sliding_window ", cfg.sliding_window, ", rotation ",
-          kv_rotation_name(cfg.kv_rotation), ")"));
+          kv_rotation_name(cfg.kv_rotation), ", swa_pattern ", cfg.swa_pattern, ", local_window ", cfg.local_window, ")"));
   }
 
   // Checks every precondition of forward() and sizes the workspace; changes no cache.
