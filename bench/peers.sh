@@ -20,7 +20,8 @@
 #    llama-batched-bench -npp D -ntg N -npl 1, the same prefill then N one-token steps).
 #    kvdecode: kvdecode-generate --json, one process per figure (prefill_tokens_per_second
 #    of a random N-token prompt; decode_tokens_per_second of N steps after a 1-token or
-#    D-token prompt), greedy, --ignore-eos, OpenMP's own wait policy (WAIT_POLICY), f32 KV cache. The
+#    D-token prompt), greedy, --ignore-eos, OpenMP's own wait policy (WAIT_POLICY), an f16 KV cache
+#    as the peers' (CACHE). The
 #    peers run at their own defaults (f16 KV cache; flash attention off in llama.cpp, on
 #    in ik_llama.cpp), one repetition after their warm-up, batch 2048, ubatch 512.
 #    Metric b8 adds kvdecode-roofline's decode_batch of 8 sequences against 1 at position
@@ -31,6 +32,7 @@
 #   TYPES   (F16 Q8_0 Q4_0 Q4_K_M Q5_K_M Q6_K)    ROUNDS (2)    THREADS (2)
 #   METRICS (pp256 pp1024 tg32 tg32@2048; add b8)  ENGINES (exact fast llama ik; also default)
 #   B8_TYPES (Q4_K_M Q4_0 Q8_0)  OUT (WORK_DIR/results)  JOBS (2: build parallelism)
+#   CACHE   (f16: kvdecode's --cache-dtype, the peers' default KV type; f32 or bf16)
 #   SKIP_BUILD (0; 1: use BUILD_DIR's programs as they are)
 #   WAIT_POLICY (unset: libgomp's default, threads spin briefly between parallel regions as
 #           the peers' threads do; PASSIVE: they sleep at once, kinder to a shared machine
@@ -54,6 +56,7 @@ METRICS=$(list "${METRICS:-pp256 pp1024 tg32 tg32@2048}")
 ENGINES=$(list "${ENGINES:-exact fast llama ik}")
 B8_TYPES=$(list "${B8_TYPES:-Q4_K_M Q4_0 Q8_0}")
 ROUNDS=${ROUNDS:-2}
+CACHE=${CACHE:-f16}
 THREADS=${THREADS:-2}
 JOBS=${JOBS:-2}
 OUT=${OUT:-$WORK/results}
@@ -177,7 +180,7 @@ run_ours() {  # round, type, engine (exact|default|fast), metric
   local positions=$(( $(echo "$prompt" | tr ',' '\n' | wc -l) + steps ))
   local base=$OUT/logs/ours-$e-$t-$m-r$r
   omp_env timed "$BIN/kvdecode-generate" -m "$WORK/$t.gguf" -c "$positions" --prompt-ids "$prompt" \
-    -n "$steps" -t "$THREADS" --temp 0 --ignore-eos --json --quiet "${flags[@]}" > "$base.json" 2> "$base.err" || true
+    -n "$steps" -t "$THREADS" --temp 0 --ignore-eos --cache-dtype "$CACHE" --json --quiet "${flags[@]}" > "$base.json" 2> "$base.err" || true
   json=$(tail -1 "$base.json")
   record "$r" "$t" "$e" "$m" "$(echo "$json" | field "$key")"
 }
@@ -226,7 +229,7 @@ run_peer() {  # round, type, engine (llama|ik)
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
   echo "isa: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avxvnni)$' | tr '\n' ' ')"
   echo "kvdecode: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
-  echo "threads: $THREADS, rounds: $ROUNDS, types: $TYPES, metrics: $METRICS"
+  echo "threads: $THREADS, rounds: $ROUNDS, types: $TYPES, metrics: $METRICS, kvdecode cache: $CACHE"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$OUT/env.txt"
 log "$(tr '\n' ';' < "$OUT/env.txt")"
