@@ -281,6 +281,16 @@ TEST(ExactMath, SpecialValues) {
 #endif
 }
 
+/// RoPE's angles must stay within exact_sincos's range: frequency factors that push
+/// (max_seq_len - 1) * freq past 2^40 are a ConfigError naming the pair.
+TEST(ExactMath, RopeRejectsAnglesBeyondSinCosRange) {
+  kvd::Vector<float> factors(32);
+  factors.setConstant(1e-13f);  // freq of pair 0 = 1e13 > 2^40
+  EXPECT_THROW(kvd::RoPE<float>(64, 2, 1e4, kvd::RopeStyle::kAdjacent, 0, factors), kvd::ConfigError);
+  factors.setConstant(1.0f);
+  EXPECT_NO_THROW(kvd::RoPE<float>(64, 2, 1e4, kvd::RopeStyle::kAdjacent, 0, factors));
+}
+
 /// Same bits on every platform and compiler: a hash over fixed arguments (generated
 /// from integers, so that the arguments themselves are the same everywhere).
 TEST(ExactMath, PinnedBits) {
