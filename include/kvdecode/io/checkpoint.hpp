@@ -43,6 +43,7 @@
 #include "kvdecode/io/bytes.hpp"
 #include "kvdecode/io/file.hpp"
 #include "kvdecode/core/config.hpp"
+#include "kvdecode/core/exact_math.hpp"
 #include "kvdecode/error.hpp"
 #include "kvdecode/io/load_options.hpp"
 #include "kvdecode/weights/model_weights.hpp"
@@ -488,9 +489,11 @@ class F32Writer {
     for (int table = 0; table < 2; ++table) {
       for (int pos = 0; pos < c.max_seq_len; ++pos) {
         for (int i = 0; i < half; ++i) {
-          const double freq = 1.0 / std::pow(c.rope_theta, 2.0 * i / c.head_dim);
+          const double freq = 1.0 / detail::exact_pow(c.rope_theta, 2.0 * i / c.head_dim);
           const double angle = pos * freq;
-          row[static_cast<std::size_t>(i)] = static_cast<float>(table == 0 ? std::cos(angle) : std::sin(angle));
+          double sin_a = 0, cos_a = 0;
+          detail::exact_sincos(angle, &sin_a, &cos_a);
+          row[static_cast<std::size_t>(i)] = static_cast<float>(table == 0 ? cos_a : sin_a);
         }
         write(row.data(), row.size());
       }

@@ -64,6 +64,7 @@
 
 #include "kvdecode/weights/architecture.hpp"
 #include "kvdecode/core/config.hpp"
+#include "kvdecode/core/exact_math.hpp"
 #include "kvdecode/io/file.hpp"
 #include "kvdecode/io/json.hpp"
 #include "kvdecode/error.hpp"
@@ -162,7 +163,7 @@ inline std::vector<double> llama3_freq_factors(double theta, int rot, double fac
   const double low_wavelen = old_ctx / low, high_wavelen = old_ctx / high;
   std::vector<double> out(static_cast<std::size_t>(rot / 2));
   for (int i = 0; i < rot / 2; ++i) {
-    const double freq = std::pow(theta, -2.0 * i / rot);
+    const double freq = detail::exact_pow(theta, -2.0 * i / rot);  // the C library's pow may differ
     const double wavelen = 2 * kPi / freq;
     if (wavelen < high_wavelen) {
       out[i] = 1.0;

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kvdecode/core/exact_math.hpp"
 #include "kvdecode/model/exp.hpp"
 #include "kvdecode/matmul/matmul.hpp"
 #include "kvdecode/weights/model_weights.hpp"
@@ -142,7 +143,9 @@ struct RopeScalingParams {
 ///           ceil(d(beta_slow))) (ggml's rope_yarn, ext_factor 1, attn_factor 1); without
 ///           truncate, lo and hi keep their fractions (HF's rope_scaling.truncate false).
 /// The cos/sin table is computed once, in double, for every position < max_seq_len,
-/// so every path rotates with the same values.
+/// so every path rotates with the same values. Its pow, log, cos and sin are
+/// core/exact_math.hpp's, correctly rounded without the C library, so the table is
+/// the same on every platform (and equals the one glibc's functions give).
 template <class T>
 class RoPE {
  public:
@@ -156,15 +159,17 @@ class RoPE {
     double lo = 0, hi = 0, mscale = 1.0;
     if (yarn) {
       const double kPi = 3.14159265358979323846;
-      auto corr_dim = [&](double b) { return rot_ * std::log(scaling.orig_ctx / (b * 2 * kPi)) / (2 * std::log(theta)); };
+      auto corr_dim = [&](double b) {
+        return rot_ * detail::exact_log(scaling.orig_ctx / (b * 2 * kPi)) / (2 * detail::exact_log(theta));
+      };
       const double lo_d = corr_dim(scaling.beta_fast), hi_d = corr_dim(scaling.beta_slow);
       lo = std::max(0.0, scaling.truncate ? std::floor(lo_d) : lo_d);
       hi = std::min(static_cast<double>(rot_ - 1), scaling.truncate ? std::ceil(hi_d) : hi_d);
-      mscale = std::fma(0.1, std::log(scaling.factor), 1.0);  // explicit: -ffp-contract must not decide
+      mscale = std::fma(0.1, detail::exact_log(scaling.factor), 1.0);  // explicit: -ffp-contract must not decide
     }
     table_.resize(static_cast<std::size_t>(max_seq_len) * half * 2);
     for (int i = 0; i < half; ++i) {
-      double freq = std::pow(theta, -2.0 * i / rot_);
+      double freq = detail::exact_pow(theta, -2.0 * i / rot_);
       if (factors.size() == half) freq /= static_cast<double>(factors[i]);
       if (yarn) {
         const double y = (i - lo) / std::max(0.001, hi - lo);
@@ -173,10 +178,15 @@ class RoPE {
       } else if (scaling.factor != 1.0) {
         freq /= scaling.factor;
       }
+      if (static_cast<double>(max_seq_len - 1) * freq > detail::kSinCosMaxArg)
+        throw ConfigError(detail::msg("RoPE: angle (max_seq_len - 1) * frequency = ", (max_seq_len - 1), " * ", freq,
+                                      " of pair ", i, " exceeds 2^40"));
       for (int pos = 0; pos < max_seq_len; ++pos) {
         const double angle = pos * freq;
-        table_[(static_cast<std::size_t>(pos) * half + i) * 2] = static_cast<T>(std::cos(angle) * mscale);
-        table_[(static_cast<std::size_t>(pos) * half + i) * 2 + 1] = static_cast<T>(std::sin(angle) * mscale);
+        double sin_a = 0, cos_a = 0;
+        detail::exact_sincos(angle, &sin_a, &cos_a);
+        table_[(static_cast<std::size_t>(pos) * half + i) * 2] = static_cast<T>(cos_a * mscale);
+        table_[(static_cast<std::size_t>(pos) * half + i) * 2 + 1] = static_cast<T>(sin_a * mscale);
       }
     }
   }

@@ -483,11 +483,11 @@ inline void quantize_block(const float* x, BlockIQ4_XS& b) {
 /// mxfp4: ggml's exponent, floor(log2(max |x|)) - 2 (so the largest value lands
 /// between the levels 4 and 8 of the doubled table), and the one above it; each
 /// with the nearest levels, keeping the smaller squared error. e8m0 stays in
-/// [0, 254] (0xFF is NaN).
+/// [0, 254] (0xFF is NaN). floor(log2) is std::ilogb, exact in every C library.
 inline void quantize_block(const float* x, BlockMXFP4& b) {
   float amax = 0;
   for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-  const int e0 = amax > 0 ? std::clamp(static_cast<int>(std::floor(std::log2(amax))) - 2 + 127, 0, 253) : 0;
+  const int e0 = amax > 0 ? std::clamp(std::ilogb(amax) - 2 + 127, 0, 253) : 0;
   float best = -1;
   for (int e = e0; e <= e0 + 1; ++e) {
     const float d = e8m0_to_fp32_half(static_cast<std::uint8_t>(e));
