@@ -492,7 +492,8 @@ TEST(GgufPreTokenizers, EachNamedOneCompilesAndCutsDigitsItsWay) {
   tokens.push_back("12");
   tokens.push_back("123");
   const std::vector<std::pair<std::string, std::size_t>> pres = {
-      {"default", 1}, {"gpt-2", 1}, {"llama-bpe", 1}, {"qwen2", 3}, {"smollm", 3}, {"tekken", 3}, {"mistral", 3}};
+      {"default", 1}, {"gpt-2", 1}, {"llama-bpe", 1}, {"qwen2", 3}, {"smollm", 3}, {"tekken", 3}, {"mistral", 3},
+      {"gpt-4o", 1}};
   for (const auto& [pre, n] : pres) {
     kvd::GGUFWriter w;
     w.set_string("tokenizer.ggml.model", "gpt2");
@@ -505,6 +506,29 @@ TEST(GgufPreTokenizers, EachNamedOneCompilesAndCutsDigitsItsWay) {
     const std::string text = "Hello, World! It's 2024\n\tcode();  ";
     EXPECT_EQ(tok->decode(tok->encode(text, false)), text) << pre;
   }
+}
+
+// gpt-oss's "gpt-4o" pre-tokenizer (o200k) cuts a word where lower case turns to
+// upper, keeps an upper-then-lower word whole, and keeps a contraction of either case
+// on its word; GPT-2's keeps every run of letters whole.
+TEST(GgufPreTokenizers, Gpt4oCutsWhereCaseTurnsUpper) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(kvd::detail::byte_level_alphabet().utf8[b]);
+  for (const char* t : {"aB", "Ab", "AB", "AB'", "AB'S"}) tokens.push_back(t);
+  auto load = [&](const std::string& pre) {
+    kvd::GGUFWriter w;
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.pre", pre);
+    w.set_string_array("tokenizer.ggml.tokens", tokens);
+    w.set_string_array("tokenizer.ggml.merges", {"a B", "A b", "A B", "AB '", "AB' S"});
+    return kvd::load_tokenizer_gguf(kvd::GGUFFile::from_bytes(w.bytes(), "pre.gguf"));
+  };
+  const auto o200k = load("gpt-4o"), gpt2 = load("gpt-2");
+  EXPECT_EQ(o200k->encode("aB", false).size(), 2u);   // "a" | "B"
+  EXPECT_EQ(o200k->encode("Ab", false).size(), 1u);   // one piece, merged
+  EXPECT_EQ(o200k->encode("AB'S", false).size(), 1u);  // the contraction stays on its word
+  EXPECT_EQ(gpt2->encode("aB", false).size(), 1u);
+  EXPECT_EQ(gpt2->encode("AB'S", false).size(), 3u);  // GPT-2's contractions are lower case only: "AB" | "'" | "S"
 }
 
 // GGUF vocabularies crafted with the writer.

@@ -48,6 +48,12 @@ inline bool gguf_pre_tokenizer(const std::string& pre, GgufPreTokenizer& out) {
       "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
       "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
       "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  // o200k (tiktoken's, tokenizer.json's regex): case changes cut words, contractions
+  // of either case stay on their word, digits in threes (gpt-oss's vocabulary).
+  static const char* const kGpt4o =
+      "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+      "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+      "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
   auto is = [&](std::initializer_list<const char*> names) {
     for (const char* n : names) if (pre == n) return true;
     return false;
@@ -63,6 +69,8 @@ inline bool gguf_pre_tokenizer(const std::string& pre, GgufPreTokenizer& out) {
     out.regexes = {kQwen2};
   } else if (is({"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"})) {
     out.regexes = {"\\p{N}", kGpt2};
+  } else if (is({"gpt-4o"})) {
+    out.regexes = {kGpt4o};
   } else if (is({"tekken", "mistral"})) {
     out.regexes = {kTekken};
     out.ignore_merges = true;
