@@ -257,6 +257,20 @@ inline void hf_gemma_options(const nlohmann::json& j, const std::string& file, c
   }
 }
 
+/// config.json's rope_scaling: "" when absent or null, else its rope_type (or the
+/// older "type"), with `rs` pointing at the object. Throws FormatError naming the
+/// field when it is not an object or names no type.
+inline std::string hf_rope_scaling(const nlohmann::json& j, const std::string& file, const nlohmann::json*& rs) {
+  const auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return std::string();
+  if (!it->is_object()) hf_fail(file, msg("field 'rope_scaling' = ", json_value_text(*it), " is not an object"));
+  rs = &*it;
+  for (const char* k : {"rope_type", "type"})
+    if (const auto t = it->find(k); t != it->end() && t->is_string() && !t->get<std::string>().empty())
+      return t->get<std::string>();
+  hf_fail(file, "field 'rope_scaling.rope_type' is missing");
+}
+
 /// gpt-oss's fields of config.json into c (arch is the gpt-oss row): its block's options,
 /// the window, layer_types, the RoPE base and YaRN. FormatError naming the field (and,
 /// for layer_types, the entry) for a value kvdecode does not run.
@@ -292,17 +306,9 @@ inline void hf_gpt_oss_options(const nlohmann::json& j, const std::string& file,
                           "sliding_attention on even layers, full_attention on odd ones)"));
     }
   }
-  const auto rs = j.find("rope_scaling");
-  if (rs == j.end() || rs->is_null()) return;
-  if (!rs->is_object()) hf_fail(file, msg("field 'rope_scaling' = ", json_value_text(*rs), " is not an object"));
-  std::string type;
-  for (const char* k : {"rope_type", "type"})
-    if (const auto t = rs->find(k); t != rs->end() && t->is_string()) {
-      type = t->get<std::string>();
-      break;
-    }
-  if (type.empty()) hf_fail(file, "field 'rope_scaling.rope_type' is missing");
-  if (type == "default") return;
+  const nlohmann::json* rs = nullptr;
+  const std::string type = hf_rope_scaling(j, file, rs);
+  if (type.empty() || type == "default") return;
   if (type != "yarn")
     hf_fail(file, msg("field 'rope_scaling.rope_type' = '", type, "' is not supported for GptOssForCausalLM (yarn)"));
   const double factor = hf_number(*rs, file, "factor", 0, true);
@@ -436,15 +442,8 @@ inline HFModelInfo hf_model_info(const std::string& folder, const HFLoadOptions&
   }
 
   // rope_scaling: llama3 or linear.
-  if (const auto rs = j.find("rope_scaling"); !arch->gpt_oss && rs != j.end() && !rs->is_null()) {
-    if (!rs->is_object()) hf_fail(file, msg("field 'rope_scaling' = ", detail::json_value_text(*rs), " is not an object"));
-    std::string type;
-    for (const char* k : {"rope_type", "type"})
-      if (const auto t = rs->find(k); t != rs->end() && t->is_string()) {
-        type = t->get<std::string>();
-        break;
-      }
-    if (type.empty()) hf_fail(file, "field 'rope_scaling.rope_type' is missing");
+  const nlohmann::json* rs = nullptr;
+  if (const std::string type = arch->gpt_oss ? std::string() : detail::hf_rope_scaling(j, file, rs); !type.empty()) {
     const double factor = detail::hf_number(*rs, file, "factor", 0, true);
     const int half = c.rotary_dim() / 2;
     if (arch->gemma && (type == "linear" || type == "default")) {
