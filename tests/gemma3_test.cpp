@@ -352,15 +352,6 @@ std::vector<std::pair<std::string, std::string>> with(std::vector<std::pair<std:
 
 ModelWeights<float> hf_gemma_weights() { return ModelWeights<float>::random(tiny_gemma3(), 12); }
 
-// Loads the folder's config and expects a FormatError whose message holds `part`.
-void expect_hf_error(const std::filesystem::path& dir, const std::string& part) {
-  try {
-    load_hf_model<float>(dir.string());
-    FAIL() << "no throw";
-  } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
 
 }  // namespace
 
@@ -397,44 +388,44 @@ TEST(Gemma3Hf, LayerTypesGiveThePattern) {
   write_hf_gemma(dir.path() / "hf", w, fields);
   EXPECT_EQ(hf_model_info((dir.path() / "hf").string()).config, w.config);
   write_hf_gemma(dir.path() / "bad", w, with(fields, "layer_types", "[" + s + "," + f + "," + s + "," + s + "," + s + "," + f + "]"));
-  expect_hf_error(dir.path() / "bad", "field 'layer_types'");
+  kvd_test::expect_hf_error(dir.path() / "bad", "field 'layer_types'");
 }
 
 TEST(Gemma3HfBadInput, BadQueryPreAttnScalarIsRefusedNamingTheField) {
   kvd_test::TempDir dir;
   const ModelWeights<float> w = hf_gemma_weights();
   write_hf_gemma(dir.path() / "zero", w, with(hf_gemma_fields(w.config), "query_pre_attn_scalar", "0"));
-  expect_hf_error(dir.path() / "zero", "field 'query_pre_attn_scalar' = 0");
+  kvd_test::expect_hf_error(dir.path() / "zero", "field 'query_pre_attn_scalar' = 0");
   write_hf_gemma(dir.path() / "text", w, with(hf_gemma_fields(w.config), "query_pre_attn_scalar", "\"256\""));
-  expect_hf_error(dir.path() / "text", "field 'query_pre_attn_scalar'");
+  kvd_test::expect_hf_error(dir.path() / "text", "field 'query_pre_attn_scalar'");
 }
 
 TEST(Gemma3HfBadInput, UnknownActivationIsRefusedNamingTheField) {
   kvd_test::TempDir dir;
   const ModelWeights<float> w = hf_gemma_weights();
   write_hf_gemma(dir.path() / "hf", w, with(hf_gemma_fields(w.config), "hidden_activation", "\"gelu\""));
-  expect_hf_error(dir.path() / "hf", "field 'hidden_activation' = \"gelu\" is not supported");
+  kvd_test::expect_hf_error(dir.path() / "hf", "field 'hidden_activation' = \"gelu\" is not supported");
 }
 
 TEST(Gemma3HfBadInput, LogitSoftcappingIsRefusedNamingTheField) {
   kvd_test::TempDir dir;
   const ModelWeights<float> w = hf_gemma_weights();
   write_hf_gemma(dir.path() / "hf", w, with(hf_gemma_fields(w.config), "final_logit_softcapping", "30.0"));
-  expect_hf_error(dir.path() / "hf", "field 'final_logit_softcapping'");
+  kvd_test::expect_hf_error(dir.path() / "hf", "field 'final_logit_softcapping'");
 }
 
 TEST(Gemma3HfBadInput, UnknownSlidingWindowPatternIsRefusedNamingTheField) {
   kvd_test::TempDir dir;
   const ModelWeights<float> w = hf_gemma_weights();
   write_hf_gemma(dir.path() / "hf", w, with(hf_gemma_fields(w.config), "sliding_window_pattern", "0"));
-  expect_hf_error(dir.path() / "hf", "field 'sliding_window_pattern' = 0");
+  kvd_test::expect_hf_error(dir.path() / "hf", "field 'sliding_window_pattern' = 0");
 }
 
 TEST(Gemma3HfBadInput, MissingSlidingWindowIsRefusedNamingTheField) {
   kvd_test::TempDir dir;
   const ModelWeights<float> w = hf_gemma_weights();
   write_hf_gemma(dir.path() / "hf", w, with(hf_gemma_fields(w.config), "sliding_window", ""));
-  expect_hf_error(dir.path() / "hf", "field 'sliding_window' is missing");
+  kvd_test::expect_hf_error(dir.path() / "hf", "field 'sliding_window' is missing");
 }
 
 TEST(Gemma3HfBadInput, UnsupportedRopeScalingIsRefusedNamingTheField) {
@@ -442,12 +433,12 @@ TEST(Gemma3HfBadInput, UnsupportedRopeScalingIsRefusedNamingTheField) {
   const ModelWeights<float> w = hf_gemma_weights();
   write_hf_gemma(dir.path() / "hf", w,
                  with(hf_gemma_fields(w.config), "rope_scaling", "{\"rope_type\":\"yarn\",\"factor\":8.0}"));
-  expect_hf_error(dir.path() / "hf", "field 'rope_scaling.rope_type' = 'yarn'");
+  kvd_test::expect_hf_error(dir.path() / "hf", "field 'rope_scaling.rope_type' = 'yarn'");
 }
 
 TEST(Gemma3HfBadInput, MissingPostNormIsRefusedNamingTheTensor) {
   kvd_test::TempDir dir;
   const ModelWeights<float> w = hf_gemma_weights();
   write_hf_gemma(dir.path() / "hf", w, hf_gemma_fields(w.config), "model.layers.1.post_feedforward_layernorm.weight");
-  expect_hf_error(dir.path() / "hf", "model.layers.1.post_feedforward_layernorm.weight");
+  kvd_test::expect_hf_error(dir.path() / "hf", "model.layers.1.post_feedforward_layernorm.weight");
 }

@@ -691,14 +691,6 @@ ModelWeights<float> with_mxfp4_experts(const ModelWeights<float>& w) {
   return q;
 }
 
-void expect_hf_error(const std::filesystem::path& dir, const std::string& part) {
-  try {
-    load_hf_model<float>(dir.string());
-    FAIL() << "no throw";
-  } catch (const FormatError& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
 
 // Logits of every prompt position, cache-free and through prefill.
 std::vector<float> prompt_logits(const ModelWeights<float>& w) {
@@ -819,7 +811,7 @@ TEST(GptOssHf, ExpertsPerTokenAndUntruncatedYarn) {
   write_hf_gpt_oss(dir.path() / "alias", w, with(with(base, "num_experts_per_tok", ""), "experts_per_token", "4"));
   EXPECT_EQ(hf_model_info((dir.path() / "alias").string()).config, w.config);
   write_hf_gpt_oss(dir.path() / "both", w, with(base, "experts_per_token", "3"));
-  expect_hf_error(dir.path() / "both", "field 'experts_per_token' = 3 disagrees with num_experts_per_tok = 4");
+  kvd_test::expect_hf_error(dir.path() / "both", "field 'experts_per_token' = 3 disagrees with num_experts_per_tok = 4");
   const std::string untruncated = detail::msg("{\"rope_type\":\"yarn\",\"factor\":32.0,\"original_max_position_embeddings\":",
                                               w.config.yarn_orig_ctx, ",\"truncate\":false}");
   write_hf_gpt_oss(dir.path() / "untrunc", w, with(base, "rope_scaling", untruncated));
@@ -847,7 +839,7 @@ void expect_field_error(const std::string& key, const std::string& value, const 
   kvd_test::TempDir dir;
   const ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
   write_hf_gpt_oss(dir.path() / "hf", w, with(hf_gpt_oss_fields(w.config), key, value));
-  expect_hf_error(dir.path() / "hf", part);
+  kvd_test::expect_hf_error(dir.path() / "hf", part);
 }
 void expect_tensor_error(const std::string& skip, const std::function<void(std::vector<RawTensor>&)>& edit,
                          const std::string& part, bool mxfp4 = false) {
@@ -855,7 +847,7 @@ void expect_tensor_error(const std::string& skip, const std::function<void(std::
   ModelWeights<float> w = load_gguf_model<float>(kTinyPath);
   if (mxfp4) w = with_mxfp4_experts(w);
   write_hf_gpt_oss(dir.path() / "hf", w, hf_gpt_oss_fields(w.config), skip, edit);
-  expect_hf_error(dir.path() / "hf", part);
+  kvd_test::expect_hf_error(dir.path() / "hf", part);
 }
 }  // namespace
 

@@ -703,4 +703,14 @@ inline void expect_local_rings(const kvd::ModelWeights<float>& w, const std::vec
   decode_on(full, "full cache rewound to 1");
 }
 
+/// Loading the Hugging Face folder `dir` throws a kvd::FormatError whose message holds `part`.
+inline void expect_hf_error(const std::filesystem::path& dir, const std::string& part) {
+  try {
+    kvd::load_hf_model<float>(dir.string());
+    FAIL() << "no throw";
+  } catch (const kvd::FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace kvd_test
