@@ -34,6 +34,10 @@
 #   B8_TYPES (Q4_K_M Q4_0 Q8_0)  OUT (WORK_DIR/results)  JOBS (2: build parallelism)
 #   CACHE   (f16: kvdecode's --cache-dtype, the peers' default KV type; f32 or bf16)
 #   SKIP_BUILD (0; 1: use BUILD_DIR's programs as they are)
+#   ISA     (native: every engine built for this CPU; avx2: every engine built for AVX2 + FMA
+#           + F16C, what a user of an AVX2-only CPU runs, on whatever CPU this is: the peers
+#           with -DGGML_NATIVE=OFF in DIR/build-avx2, kvdecode with -march=x86-64-v3 in
+#           BUILD_DIR, which must then be a tree of its own, e.g. build-avx2)
 #   WAIT_POLICY (unset: libgomp's default, threads spin briefly between parallel regions as
 #           the peers' threads do; PASSIVE: they sleep at once, kinder to a shared machine
 #           but 20% slower in decode on an idle one and 40% on a mixture of experts)
@@ -79,8 +83,15 @@ for e in $ENGINES; do
 done
 
 BIN=$BUILD/bin
-LLAMA=$LLAMA_CPP_DIR/build/bin
-IK=$IK_LLAMA_DIR/build/bin
+ISA=${ISA:-native}
+case $ISA in
+  native) peer_build=build peer_isa=(-DGGML_NATIVE=ON) ours_isa=() ;;
+  avx2) peer_build=build-avx2 peer_isa=(-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON)
+        ours_isa=(-DKVDECODE_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3) ;;
+  *) die "ISA '$ISA' is not native or avx2" ;;
+esac
+LLAMA=$LLAMA_CPP_DIR/$peer_build/bin
+IK=$IK_LLAMA_DIR/$peer_build/bin
 RAW=$OUT/raw.csv
 if [ -n "${FROM_RAW:-}" ]; then
   # Report only: the raw.csv files of earlier (partial) runs, their rounds numbered on.
@@ -105,20 +116,27 @@ omp_env() {
 build_peer() {  # dir, label, targets (space-separated), extra cmake options...
   local dir=$1 label=$2 targets=$3 missing=""
   shift 3
-  for t in $targets; do [ -x "$dir/build/bin/$t" ] || missing="$missing $t"; done
+  for t in $targets; do [ -x "$dir/$peer_build/bin/$t" ] || missing="$missing $t"; done
   [ -z "$missing" ] && return 0
-  log "building $label:$missing (in $dir/build, log $OUT/logs/build-$label.log)"
-  cmake -S "$dir" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF "$@" \
+  log "building $label:$missing (in $dir/$peer_build, log $OUT/logs/build-$label.log)"
+  cmake -S "$dir" -B "$dir/$peer_build" -DCMAKE_BUILD_TYPE=Release "${peer_isa[@]}" -DLLAMA_CURL=OFF "$@" \
     > "$OUT/logs/build-$label.log" 2>&1
   # shellcheck disable=SC2086
-  nice -n 5 cmake --build "$dir/build" -j "$JOBS" --target $missing >> "$OUT/logs/build-$label.log" 2>&1
+  nice -n 5 cmake --build "$dir/$peer_build" -j "$JOBS" --target $missing >> "$OUT/logs/build-$label.log" 2>&1
 }
 build_peer "$LLAMA_CPP_DIR" llama.cpp "llama-bench llama-quantize llama-batched-bench"
 build_peer "$IK_LLAMA_DIR" ik_llama.cpp "llama-bench llama-quantize" \
   -DGGML_IQK_FA_ALL_QUANTS=OFF -DGGML_IQK_FLASH_ATTENTION=ON -DBUILD_SHARED_LIBS=ON
+# A tree configured for the other ISA would measure the wrong code.
+if [ -f "$BUILD/CMakeCache.txt" ]; then
+  tree_isa=native
+  grep -q '^KVDECODE_NATIVE:BOOL=OFF' "$BUILD/CMakeCache.txt" && grep -q '^CMAKE_CXX_FLAGS:STRING=.*-march=x86-64-v3' "$BUILD/CMakeCache.txt" &&
+    tree_isa=avx2
+  [ "$tree_isa" = "$ISA" ] || die "$BUILD is configured for $tree_isa, not ISA=$ISA: name another BUILD_DIR"
+fi
 if [ "${SKIP_BUILD:-0}" = 0 ]; then
   [ -f "$BUILD/CMakeCache.txt" ] ||
-    cmake -S "$repo" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVDECODE_BUILD_BENCHMARKS=ON > "$OUT/logs/build-kvdecode.log" 2>&1
+    cmake -S "$repo" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DKVDECODE_BUILD_BENCHMARKS=ON "${ours_isa[@]}" > "$OUT/logs/build-kvdecode.log" 2>&1
   ours_targets="kvdecode-generate kvdecode-random-gguf kvdecode-quantize kvdecode-peers-chart"
   [[ " $METRICS " == *" b8 "* ]] && ours_targets="$ours_targets kvdecode-roofline"
   log "building $ours_targets (in $BUILD, log $OUT/logs/build-kvdecode.log)"
@@ -229,6 +247,7 @@ run_peer() {  # round, type, engine (llama|ik)
   echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores"
   echo "isa: $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512bw|avx512vl|avx512_vnni|avx512_bf16|avxvnni)$' | tr '\n' ' ')"
   echo "kvdecode: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "builds: ISA=$ISA (kvdecode in $BUILD, peers in $peer_build)"
   echo "threads: $THREADS, rounds: $ROUNDS, types: $TYPES, metrics: $METRICS, kvdecode cache: $CACHE"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$OUT/env.txt"
