@@ -7,7 +7,8 @@
 # aggregate tokens/s of 1 and of 8 concurrent streams (128 tokens each, greedy,
 # ignore_eos), p50/p99 time to first token, whether repeating the same 8 requests gave
 # identical text, and the time to first token of a 1000-token prompt cold and with its
-# prefix cached. Prints one JSON line per measurement.
+# prefix cached. Prints one JSON line per measurement. THREADS (2), WAIT_POLICY (unset),
+# CACHE (f16: kvdecode-server's --cache-dtype, llama-server's default KV type).
 set -euo pipefail
 model=${1:?usage: bench/server.sh MODEL.gguf [LLAMA_SERVER]}
 llama=${2:-}
@@ -33,7 +34,11 @@ measure() {  # name
   echo "{\"server\": \"$1\", \"measure\": $(node "$here/server_bench.mjs" "$url" prefix 1000)}"
 }
 
-OMP_WAIT_POLICY=PASSIVE "$server" -m "$model" -t "$threads" -c 2048 -np 8 --port $port --quiet &
+# OpenMP's own wait policy unless WAIT_POLICY names one (PASSIVE: threads sleep at once
+# between parallel regions, kinder to a shared machine, slower on an idle one), as
+# bench/peers.sh; llama-server's threads spin at its barriers.
+if [ -n "${WAIT_POLICY:-}" ]; then export OMP_WAIT_POLICY=$WAIT_POLICY; else unset OMP_WAIT_POLICY; fi
+"$server" -m "$model" -t "$threads" -c 2048 -np 8 --cache-dtype "${CACHE:-f16}" --port $port --quiet &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 wait_ready
