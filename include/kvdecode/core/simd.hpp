@@ -320,6 +320,10 @@ KVD_ALWAYS_INLINE inline void prefetch_l2(const void* p) {
   (void)p;
 #endif
 }
+/// prefetch_l2 of the line `bytes` past p, which may lie outside any object (never faults).
+KVD_ALWAYS_INLINE inline void prefetch_l2_at(const void* p, std::size_t bytes) {
+  prefetch_l2(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(p) + bytes));
+}
 
 /// Rounds n up to a multiple of kLanes.
 constexpr long round_up_lanes(long n) { return (n + kLanes - 1) / kLanes * kLanes; }

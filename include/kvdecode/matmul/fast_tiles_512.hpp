@@ -11,6 +11,7 @@
 // KVDECODE_FAST_TILES_512.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -125,6 +126,7 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
   if constexpr (kFastLevels<Dec>) table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fast_level_table<Dec>()));
   const std::size_t pbb = w.panel_block_bytes();
   const long nblk = w.n_blocks();
+  const long ahead = static_cast<long>(panel_blocks_ahead(pbb));
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < nblk; ++b) {
     const unsigned char* pb[NP];
@@ -134,8 +136,12 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
       Dec5 dec[NP];
       KVD_UNROLL(4) for (int i = 0; i < NP; ++i) {
         dec[i].begin(pb[i], s);
-        prefetch_half_panel_share(pb[i], pbb, s, kSubs, 0);
-        prefetch_half_panel_share(pb[i], pbb, s, kSubs, 1);
+        // panel_blocks_ahead() ahead in panel p0 + i; past its end, in the same stream of
+        // the next tile (panel p0 + i + NP: a thread's column tiles are contiguous), so
+        // that a tile's first blocks are not fetched on demand.
+        const long ba = b + ahead;
+        const std::size_t at = (static_cast<std::size_t>(p0 + i + (ba < nblk ? 0 : NP)) * nblk + (ba < nblk ? ba : ba - nblk)) * pbb;
+        prefetch_panel_block_share(w.data, at, pbb, s, kSubs);
       }
       __m512i t[MR][NP];
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
