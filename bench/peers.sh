@@ -47,6 +47,10 @@
 # per_cpu.csv (tokens per CPU-second, mean of the rounds), table.md (both, with the
 # ratios ours / each peer), peers.svg (the chart of best.csv),
 # env.txt (machine, load, versions), roofline.txt (b8), logs/. Progress lines go to stderr; the table to stdout.
+# The CPU share covers the whole process. kvdecode loads and repacks its file on one
+# thread, so at THREADS > 1 its share is below 1 on an idle machine too (0.6-0.85 for
+# these files) and per_cpu.csv flatters it: there, compare best.csv. At THREADS=1 the
+# share measures only what other processes took.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
