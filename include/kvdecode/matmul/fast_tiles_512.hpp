@@ -131,17 +131,21 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
   for (long b = 0; b < nblk; ++b) {
     const unsigned char* pb[NP];
     KVD_UNROLL(4) for (int i = 0; i < NP; ++i) pb[i] = w.data + (static_cast<std::size_t>(p0 + i) * nblk + b) * pbb;
+    // What to prefetch, as a byte offset into w.data: panel_blocks_ahead() ahead in
+    // panel p0 + i, or past its end the same stream of the next tile (panel p0 + i + NP:
+    // a thread's column tiles are contiguous), so that a tile's first blocks are not
+    // fetched on demand.
+    const bool in_panel = b + ahead < nblk;
+    const long ba = in_panel ? b + ahead : b + ahead - nblk;
+    std::size_t ahead_at[NP];
+    KVD_UNROLL(4) for (int i = 0; i < NP; ++i)
+      ahead_at[i] = (static_cast<std::size_t>(p0 + i + (in_panel ? 0 : NP)) * nblk + ba) * pbb;
     for (int s = 0; s < kSubs; ++s) {
       const long k0 = b * Dec::kBlock + S * s;
       Dec5 dec[NP];
       KVD_UNROLL(4) for (int i = 0; i < NP; ++i) {
         dec[i].begin(pb[i], s);
-        // panel_blocks_ahead() ahead in panel p0 + i; past its end, in the same stream of
-        // the next tile (panel p0 + i + NP: a thread's column tiles are contiguous), so
-        // that a tile's first blocks are not fetched on demand.
-        const long ba = b + ahead;
-        const std::size_t at = (static_cast<std::size_t>(p0 + i + (ba < nblk ? 0 : NP)) * nblk + (ba < nblk ? ba : ba - nblk)) * pbb;
-        prefetch_panel_block_share(w.data, at, pbb, s, kSubs);
+        prefetch_panel_block_share(w.data, ahead_at[i], pbb, s, kSubs);
       }
       __m512i t[MR][NP];
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r)

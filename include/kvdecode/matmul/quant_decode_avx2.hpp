@@ -403,10 +403,18 @@ KVDECODE_GCC_NOIPA inline void factor_panel_block_avx2(const unsigned char* pb, 
 inline constexpr std::size_t kStreamAheadBytes = 8192;
 inline std::size_t panel_blocks_ahead(std::size_t pbb) { return std::max<std::size_t>(2, kStreamAheadBytes / pbb); }
 
+/// The cache lines [line0, line1) of a panel block of pbb bytes that sub-block s of
+/// n_subs prefetches: its share, so that the prefetches keep pace with the reads.
+inline void panel_share_lines(std::size_t pbb, int s, int n_subs, std::size_t& line0, std::size_t& line1) {
+  line0 = pbb * s / n_subs / 64;
+  line1 = (pbb * (s + 1) / n_subs + 63) / 64;
+}
+
 /// Prefetches into L2 sub-block s's share (of n_subs) of the panel block at byte `at` of
 /// the weights w (never faults, so `at` may lie past their end).
 inline void prefetch_panel_block_share(const unsigned char* w, std::size_t at, std::size_t pbb, int s, int n_subs) {
-  const std::size_t line0 = pbb * s / n_subs / 64, line1 = (pbb * (s + 1) / n_subs + 63) / 64;
+  std::size_t line0, line1;
+  panel_share_lines(pbb, s, n_subs, line0, line1);
   for (std::size_t l = line0; l < line1; ++l) prefetch_l2_at(w, at + 64 * l);
 }
 
@@ -415,7 +423,8 @@ inline void prefetch_panel_block_share(const unsigned char* w, std::size_t at, s
 /// (Into L1: the 256-bit tiles lost up to 2.5x in decode with prefetch_panel_block_share's
 /// distance and L2 hint on Zen 4.)
 inline void prefetch_half_panel_share(const unsigned char* pb, std::size_t pbb, int s, int n_subs, long h) {
-  const std::size_t line0 = pbb * s / n_subs / 64, line1 = (pbb * (s + 1) / n_subs + 63) / 64;
+  std::size_t line0, line1;
+  panel_share_lines(pbb, s, n_subs, line0, line1);
   for (std::size_t l = line0 + static_cast<std::size_t>(h); l < line1; l += 2) prefetch_read_at(pb, 2 * pbb + 64 * l);
 }
 #if defined(__GNUC__) && !defined(__clang__)
