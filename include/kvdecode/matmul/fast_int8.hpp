@@ -144,7 +144,8 @@ inline void fast_run_tiles(const FastRows& rows, long M, const QuantPanels& w, f
 #if defined(KVDECODE_FAST_AVX2)
 /// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles
 /// (half panels, or with the 512-bit tiles whole panels); rows go in blocks that
-/// keep their rounded values in L2, and tiles of up to 4 rows (7 for M = 5 to 7). M >= kFastPlanesMinM for the heavy decoders: the byte planes (fast_planes.hpp).
+/// keep their rounded values in L2, and tiles of up to 4 rows (7 for M = 5 to 7; 8
+/// for the 512-bit tiles of the 5- and 6-bit types). M >= kFastPlanesMinM for the heavy decoders: the byte planes (fast_planes.hpp).
 inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
   auto run = [&](auto dec, [[maybe_unused]] auto row) {
     using Dec = decltype(dec);
@@ -162,7 +163,8 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
     if constexpr (kFastTiles512<Dec>) {
       // whole panels: column tiles of 2 np half panels, from an even h0
       using Dec5 = typename Avx512DecoderOf<decltype(row)>::type;
-      return fast_run_tiles(rows, M, w, y, ldy, parallel, mr_max, 2 * fast_panels_of<Dec>(mr_max),
+      const int mr512 = static_cast<int>(M <= fast_max_rows_512<Dec>() ? M : kFastTileRows);
+      return fast_run_tiles(rows, M, w, y, ldy, parallel, mr512, 2 * fast_panels_of<Dec>(mr512),
                             [&](int mr, int nh, long m0, long h0, float* ym) {
                               fast_tile_512_any<Dec, Dec5>(mr, nh / 2, rows, m0, w, h0 / 2, ym, ldy);
                             });

@@ -165,7 +165,11 @@ inline void fast_planes_tile(const FastRows& rows, long m0, const unsigned char*
   [[maybe_unused]] constexpr int W = Dec::kFastCodes == FastCodes::kSix ? 2 : 4;
   const long K = rows.K, nbq = K / kFastBlock;
   const std::int8_t* q0 = rows.q.data() + m0 * K;
-  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) IV::fstore(y + r * ldy, IV::fzero());
+  // the float sums of the tile, in registers: the same values a store and a load of y would carry
+  typename IV::F acc[MR];
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) acc[r] = IV::fzero();
+  const float *const rd = rows.d.data(), *const rxq = rows.xq.data(), *const rxq16 = rows.xq16.data();
+  const std::int32_t *const rq = rows.qsum.data(), *const rq16 = rows.qsum16.data();
   for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
     typename IV::I t32[MR];
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = IV::zero();
@@ -198,21 +202,20 @@ inline void fast_planes_tile(const FastRows& rows, long m0, const unsigned char*
     const typename IV::F Dv = IV::fload(D + L * s);
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
       const long row = m0 + r;
-      const typename IV::F d = IV::fset1(rows.d.data()[row * nbq + k0 / kFastBlock]);
+      const typename IV::F d = IV::fset1(rd[row * nbq + k0 / kFastBlock]);
       typename IV::I I = t32[r];
       if constexpr (kOffset != 0) {
-        const std::int32_t Q = S == kFastBlock ? rows.qsum.data()[row * nbq + k0 / kFastBlock] : rows.qsum16.data()[row * (K / 16) + k0 / 16];
+        const std::int32_t Q = S == kFastBlock ? rq[row * nbq + k0 / kFastBlock] : rq16[row * (K / 16) + k0 / 16];
         I = IV::sub(I, IV::set1(kOffset * Q));
       }
-      float* yp = y + r * ldy;
-      typename IV::F a = IV::fmadd(IV::mul(IV::to_float(I), d), Dv, IV::fload(yp));
+      acc[r] = IV::fmadd(IV::mul(IV::to_float(I), d), Dv, acc[r]);
       if constexpr (Dec::kMin) {
-        const float xq = S == kFastBlock ? rows.xq.data()[row * nbq + k0 / kFastBlock] : rows.xq16.data()[row * (K / 16) + k0 / 16];
-        a = IV::fmadd(IV::fset1(xq), IV::fload(N + L * s), a);
+        const float xq = S == kFastBlock ? rxq[row * nbq + k0 / kFastBlock] : rxq16[row * (K / 16) + k0 / 16];
+        acc[r] = IV::fmadd(IV::fset1(xq), IV::fload(N + L * s), acc[r]);
       }
-      IV::fstore(yp, a);
     }
   }
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) IV::fstore(y + r * ldy, acc[r]);
 }
 
 template <class IV, class Dec, int MR = IV::kRows>

@@ -67,7 +67,7 @@ struct FastRows {
   }
 };
 
-/// The scalar definition of fast_round_block().
+/// The scalar definition of one block's rounding (fast_round_block_bytes()).
 inline float fast_round_block_portable(const float* x, std::int32_t* qi) {
   float amax = 0.f;
   for (long k = 0; k < kFastBlock; ++k) {
@@ -85,55 +85,119 @@ inline float fast_round_block_portable(const float* x, std::int32_t* qi) {
   return d;
 }
 
-/// One block of 32 values rounded (top of fast_int8.hpp): the integer codes in natural order, the scale.
-inline float fast_round_block(const float* x, std::int32_t* qi) {
 #if defined(KVDECODE_VEC_AVX2)
-  // The same operations as the scalar code: max skipping NaNs (vmaxps returns
-  // its second operand when either is NaN), one multiply, round to nearest even.
-  __m256 m = _mm256_setzero_ps();
+/// One block of 32 values rounded (top of fast_int8.hpp) with the same operations as
+/// fast_round_block_portable(): max skipping NaNs (vmaxps returns its second operand
+/// when either is NaN), one multiply, round to nearest even. Its codes are stored as
+/// bytes at q in the rounded rows' order (4, 8 or 16: fast_pos()), and the sums of its
+/// two halves of 16 codes in half: the bytes are only moved, and integer sums are
+/// exact in any order.
+inline float fast_round_block_bytes(const float* x, int order, std::int8_t* q, std::int32_t half[2]) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m = _mm256_setzero_ps();
   for (int v = 0; v < 4; ++v) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * v), abs_mask), m);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, m);
-  float amax = 0.f;
-  for (float a : lanes) amax = a > amax ? a : amax;
+  // the largest lane: no NaN reaches m (vmaxps keeps its second operand), so any order of maxima gives it
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float amax = _mm_cvtss_f32(m4);
   const float d = amax / 127.f;
   const float id = d != 0.f ? 1.f / d : 0.f;
   const __m256 vid = _mm256_set1_ps(id), lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
+  __m256i c[4];
   for (int v = 0; v < 4; ++v) {
     __m256 r = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * v), vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     r = _mm256_and_ps(r, _mm256_cmp_ps(r, r, _CMP_ORD_Q));  // NaN -> 0
-    r = _mm256_min_ps(_mm256_max_ps(r, lo), hi);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qi + 8 * v), _mm256_cvtps_epi32(r));
+    c[v] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
   }
+  // bytes in value order: the packs leave dword i of each lane holding 4 values of c[i]
+  __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if (order == 8)
+    b = _mm256_shuffle_epi8(b, _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,  //
+                                                0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
+  else if (order == 16)
+    b = _mm256_shuffle_epi8(b, _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,  //
+                                                0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), b);
+  // half 0 is c[0] + c[1], half 1 is c[2] + c[3]
+  __m256i s = _mm256_hadd_epi32(_mm256_add_epi32(c[0], c[1]), _mm256_add_epi32(c[2], c[3]));
+  s = _mm256_hadd_epi32(s, s);
+  const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  half[0] = _mm_cvtsi128_si32(s4);
+  half[1] = _mm_extract_epi32(s4, 1);
   return d;
-#else
-  return fast_round_block_portable(x, qi);
-#endif
 }
+#elif defined(KVDECODE_VEC_NEON)
+/// fast_round_block_bytes() with NEON: vmaxnmq keeps the number when one operand
+/// is NaN (the scalar max's skip), vrndnq rounds to nearest even; the same codes,
+/// moved into the rows' order by a table lookup, and exact integer sums.
+inline float fast_round_block_bytes(const float* x, int order, std::int8_t* q, std::int32_t half[2]) {
+  float32x4_t m = vdupq_n_f32(0.f);
+  for (int v = 0; v < 8; ++v) m = vmaxnmq_f32(vabsq_f32(vld1q_f32(x + 4 * v)), m);
+  const float amax = vmaxnmvq_f32(m);
+  const float d = amax / 127.f;
+  const float id = d != 0.f ? 1.f / d : 0.f;
+  const float32x4_t vid = vdupq_n_f32(id), lo = vdupq_n_f32(-127.f), hi = vdupq_n_f32(127.f);
+  int32x4_t c[8];
+  for (int v = 0; v < 8; ++v) {
+    float32x4_t r = vrndnq_f32(vmulq_f32(vld1q_f32(x + 4 * v), vid));
+    r = vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(r), vceqq_f32(r, r)));  // NaN -> 0
+    c[v] = vcvtq_s32_f32(vminq_f32(vmaxq_f32(r, lo), hi));
+  }
+  int8x16_t b[2];
+  for (int h = 0; h < 2; ++h) {
+    const int16x8_t w0 = vcombine_s16(vmovn_s32(c[4 * h]), vmovn_s32(c[4 * h + 1]));
+    const int16x8_t w1 = vcombine_s16(vmovn_s32(c[4 * h + 2]), vmovn_s32(c[4 * h + 3]));
+    b[h] = vcombine_s8(vmovn_s16(w0), vmovn_s16(w1));
+    half[h] = vaddvq_s32(vaddq_s32(vaddq_s32(c[4 * h], c[4 * h + 1]), vaddq_s32(c[4 * h + 2], c[4 * h + 3])));
+  }
+  if (order == 8 || order == 16) {
+    static const std::uint8_t k8[16] = {0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15};
+    static const std::uint8_t k16[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+    const uint8x16_t t = vld1q_u8(order == 8 ? k8 : k16);
+    for (int h = 0; h < 2; ++h) b[h] = vqtbl1q_s8(b[h], t);
+  }
+  vst1q_s8(q, b[0]);
+  vst1q_s8(q + 16, b[1]);
+  return d;
+}
+#endif
 
 /// Rows [m0, m1) of x (stride ldx, K values) rounded into `rows`.
 inline void fast_round_rows(const float* x, long ldx, long m0, long m1, FastRows& rows, bool portable = false) {
   const long K = rows.K, nb = K / kFastBlock;
+  const int order = rows.order;
+  std::int8_t* const q0 = rows.q.data();
+  float *const dd = rows.d.data(), *const xq = rows.xq.data(), *const xq16 = rows.xq16.data();
+  std::int32_t *const qsum = rows.qsum.data(), *const qsum16 = rows.qsum16.data();
   for (long m = m0; m < m1; ++m)
     for (long j = 0; j < nb; ++j) {
-      std::int32_t qi[kFastBlock];
       const float* xb = x + m * ldx + j * kFastBlock;
-      const float d = portable ? fast_round_block_portable(xb, qi) : fast_round_block(xb, qi);
-      std::int8_t* q = rows.q.data() + m * K + j * kFastBlock;
-      std::int32_t s = 0, half[2] = {0, 0};
-      for (int k = 0; k < kFastBlock; ++k) {
-        q[fast_pos(rows.order, k)] = static_cast<std::int8_t>(qi[k]);
-        s += qi[k];
-        half[k / 16] += qi[k];
+      std::int8_t* q = q0 + m * K + j * kFastBlock;
+      std::int32_t half[2] = {0, 0};
+      float d;
+#if defined(KVDECODE_VEC_AVX2) || defined(KVDECODE_VEC_NEON)
+      if (!portable) {
+        d = fast_round_block_bytes(xb, order, q, half);
+      } else
+#endif
+      {
+        std::int32_t qi[kFastBlock];
+        d = fast_round_block_portable(xb, qi);
+        for (int k = 0; k < kFastBlock; ++k) {
+          q[fast_pos(order, k)] = static_cast<std::int8_t>(qi[k]);
+          half[k / 16] += qi[k];
+        }
       }
+      const std::int32_t s = half[0] + half[1];
       for (int h = 0; h < 2; ++h) {
-        rows.qsum16.data()[(m * nb + j) * 2 + h] = half[h];
-        rows.xq16.data()[(m * nb + j) * 2 + h] = d * static_cast<float>(half[h]);
+        qsum16[(m * nb + j) * 2 + h] = half[h];
+        xq16[(m * nb + j) * 2 + h] = d * static_cast<float>(half[h]);
       }
-      rows.d.data()[m * nb + j] = d;
-      rows.qsum.data()[m * nb + j] = s;
-      rows.xq.data()[m * nb + j] = d * static_cast<float>(s);
+      dd[m * nb + j] = d;
+      qsum[m * nb + j] = s;
+      xq[m * nb + j] = d * static_cast<float>(s);
     }
 }
 

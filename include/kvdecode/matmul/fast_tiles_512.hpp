@@ -59,12 +59,28 @@ inline constexpr bool kFastTiles512 =
     false;
 #endif
 
-/// Panels per 512-bit tile: 4 for 1 row, 2 beyond (4 to 14 accumulators of 32); the
-/// 5- and 6-bit types hold a word of high bits per panel besides.
+/// Whether Dec's codes cost more to build than the nibble planes' (the 5- and 6-bit
+/// types: their high bits), so that tiles of up to 8 rows share them.
+template <class Dec>
+inline constexpr bool kFastHeavy512 = Dec::kFastCodes == FastCodes::kFive || Dec::kFastCodes == FastCodes::kSix;
+
+/// Panels per 512-bit tile: 4 for 1 row, 2 beyond (4 to 14 sums of 32 bits and as many
+/// floats); the 5- and 6-bit types hold a word of high bits per panel besides, and
+/// take 1 panel beyond 4 rows (up to 8 sums and 8 floats).
 template <class Dec>
 constexpr int fast_panels_of(int mr) {
-  if constexpr (Dec::kFastCodes == FastCodes::kFive || Dec::kFastCodes == FastCodes::kSix) return mr <= 1 ? 3 : 2;
+  if constexpr (kFastHeavy512<Dec>) return mr <= 1 ? 3 : mr <= 4 ? 2 : 1;
   return mr <= 1 ? 4 : 2;
+}
+
+/// The most rows of a 512-bit tile: 8 for the 5- and 6-bit types, whose codes then
+/// serve a batch of 8 once (one Zen 4 core in L2, M = 8, G multiply-adds/s, two
+/// tiles of 4 -> one of 8: q5_K 89 -> 121, q6_K 87 -> 92-98; q4_0 149 -> 139 and
+/// q8_0 140 -> 136 keep two of 4), else fast_max_rows<Dec>().
+template <class Dec>
+constexpr int fast_max_rows_512() {
+  if constexpr (kFastHeavy512<Dec>) return 8;
+  return fast_max_rows<Dec>();
 }
 
 /// The 512-bit decoder's word of high bits of a 5-bit type (both halves of the panel).
@@ -120,8 +136,11 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
   static_assert(Dec5::kBlock == Dec::kBlock && Dec5::kSub == S && Dec5::kMin == Dec::kMin,
                 "a block type's AVX2 and AVX-512 decoders disagree on its sub-blocks");
   const long K = rows.K, nbq = K / kFastBlock;
-  KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
-    KVD_UNROLL(4) for (int i = 0; i < NP; ++i) _mm512_storeu_ps(y + r * ldy + (p0 + i) * 16, _mm512_setzero_ps());
+  // the float sums of the tile, in registers: the same values a store and a load of y would carry
+  __m512 acc[MR][NP];
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) KVD_UNROLL(4) for (int i = 0; i < NP; ++i) acc[r][i] = _mm512_setzero_ps();
+  const float *const rd = rows.d.data(), *const rxq = rows.xq.data();
+  const std::int32_t *const rq = rows.qsum.data(), *const rq16 = rows.qsum16.data();
   [[maybe_unused]] __m512i table = _mm512_setzero_si512();
   if constexpr (kFastLevels<Dec>) table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fast_level_table<Dec>()));
   const std::size_t pbb = w.panel_block_bytes();
@@ -162,28 +181,26 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
       }
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
         const long row = m0 + r, e = row * nbq + k0 / kFastBlock, e16 = row * (K / 16) + k0 / 16;
-        const __m512 d = _mm512_set1_ps(rows.d.data()[e]);
+        const __m512 d = _mm512_set1_ps(rd[e]);
+        [[maybe_unused]] __m512i off;
+        if constexpr (kOffset != 0) off = _mm512_set1_epi32(kOffset * (kSix ? rq16[e16] : rq[e]));
         KVD_UNROLL(4) for (int i = 0; i < NP; ++i) {
           __m512i I = t[r][i];
-          if constexpr (kOffset != 0) {
-            const std::int32_t Q = kSix ? rows.qsum16.data()[e16] : rows.qsum.data()[e];
-            I = _mm512_sub_epi32(I, _mm512_set1_epi32(kOffset * Q));
-          }
-          float* yp = y + r * ldy + (p0 + i) * 16;
-          __m512 a = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d), dec[i].D, _mm512_loadu_ps(yp));
-          if constexpr (Dec::kMin) a = _mm512_fmadd_ps(_mm512_set1_ps(rows.xq.data()[e]), dec[i].N, a);
-          _mm512_storeu_ps(yp, a);
+          if constexpr (kOffset != 0) I = _mm512_sub_epi32(I, off);
+          acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d), dec[i].D, acc[r][i]);
+          if constexpr (Dec::kMin) acc[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(rxq[e]), dec[i].N, acc[r][i]);
         }
       }
     }
   }
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
+    KVD_UNROLL(4) for (int i = 0; i < NP; ++i) _mm512_storeu_ps(y + r * ldy + (p0 + i) * 16, acc[r][i]);
 }
 
-/// The 512-bit tile shapes of Dec: up to fast_max_rows<Dec>() rows, fast_panels_of<Dec>(mr) panels.
-/// (8-row tiles for a batch of 8 gained nothing measurable on Zen 5 over two of 4.)
+/// The 512-bit tile shapes of Dec: up to fast_max_rows_512<Dec>() rows, fast_panels_of<Dec>(mr) panels.
 template <class Dec>
 struct FastShape512 {
-  static constexpr int kMaxRows = fast_max_rows<Dec>();
+  static constexpr int kMaxRows = fast_max_rows_512<Dec>();
   static constexpr int halves(int mr) { return fast_panels_of<Dec>(mr); }
 };
 /// The tile of mr rows and np panels (FastShape512<Dec>).
