@@ -67,6 +67,15 @@ struct FastRows {
   }
 };
 
+/// A block's scale d = amax / 127 from its largest |x|, and in id the factor the
+/// values are multiplied by before rounding (1 / d, 0 where d is 0): one
+/// definition for the scalar and every vector path.
+inline float fast_block_scale(float amax, float* id) {
+  const float d = amax / 127.f;
+  *id = d != 0.f ? 1.f / d : 0.f;
+  return d;
+}
+
 /// The scalar definition of one block's rounding (fast_round_block_bytes()).
 inline float fast_round_block_portable(const float* x, std::int32_t* qi) {
   float amax = 0.f;
@@ -74,8 +83,8 @@ inline float fast_round_block_portable(const float* x, std::int32_t* qi) {
     const float a = std::fabs(x[k]);
     amax = a > amax ? a : amax;  // skips NaN
   }
-  const float d = amax / 127.f;
-  const float id = d != 0.f ? 1.f / d : 0.f;
+  float id;
+  const float d = fast_block_scale(amax, &id);
   for (long k = 0; k < kFastBlock; ++k) {
     float r = std::nearbyint(x[k] * id);  // the default rounding mode: to nearest, ties to even
     if (!(r == r)) r = 0.f;
@@ -101,8 +110,8 @@ inline float fast_round_block_bytes(const float* x, int order, std::int8_t* q, s
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
   const float amax = _mm_cvtss_f32(m4);
-  const float d = amax / 127.f;
-  const float id = d != 0.f ? 1.f / d : 0.f;
+  float id;
+  const float d = fast_block_scale(amax, &id);
   const __m256 vid = _mm256_set1_ps(id), lo = _mm256_set1_ps(-127.f), hi = _mm256_set1_ps(127.f);
   __m256i c[4];
   for (int v = 0; v < 4; ++v) {
@@ -136,8 +145,8 @@ inline float fast_round_block_bytes(const float* x, int order, std::int8_t* q, s
   float32x4_t m = vdupq_n_f32(0.f);
   for (int v = 0; v < 8; ++v) m = vmaxnmq_f32(vabsq_f32(vld1q_f32(x + 4 * v)), m);
   const float amax = vmaxnmvq_f32(m);
-  const float d = amax / 127.f;
-  const float id = d != 0.f ? 1.f / d : 0.f;
+  float id;
+  const float d = fast_block_scale(amax, &id);
   const float32x4_t vid = vdupq_n_f32(id), lo = vdupq_n_f32(-127.f), hi = vdupq_n_f32(127.f);
   int32x4_t c[8];
   for (int v = 0; v < 8; ++v) {
@@ -165,7 +174,8 @@ inline float fast_round_block_bytes(const float* x, int order, std::int8_t* q, s
 #endif
 
 /// Rows [m0, m1) of x (stride ldx, K values) rounded into `rows`.
-inline void fast_round_rows(const float* x, long ldx, long m0, long m1, FastRows& rows, bool portable = false) {
+inline void fast_round_rows(const float* x, long ldx, long m0, long m1, FastRows& rows,
+                            [[maybe_unused]] bool portable = false) {
   const long K = rows.K, nb = K / kFastBlock;
   const int order = rows.order;
   std::int8_t* const q0 = rows.q.data();
