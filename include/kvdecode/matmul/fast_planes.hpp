@@ -24,13 +24,14 @@ namespace kvd::detail {
 #if defined(KVDECODE_FAST_AVX2)
 // ---- Large M (prefill): the codes decoded once into byte planes ---------------------
 // The small-M tiles (fast_tiles.hpp) rebuild every code for each tile of at most 4 rows, which for the
-// heavy decoders (q3_K, q5, q6_K) costs more than the integer products. For large M
+// heavy decoders (q3_K, q5, q6_K), and for q8_0's transposed bytes, costs more than the integer products. For large M
 // each half panel's codes over all of k are decoded once, per thread, into byte
 // planes: per sub-block of S values, S / 4 vectors of 32 bytes, vector v holding
 // the 4 values of 8 outputs whose rounded activations are the row's bytes
 // [k0 + 4 v, k0 + 4 v + 4) (the rows' order makes that so for every type), as
 // unsigned codes (the type's offset is subtracted after the integer sum, as in
-// those tiles). The same integer sums and float steps, so the same bits.
+// those tiles; q8_0 without VNNI: its signed codes, multiplied as in its tiles by
+// fast_q8_dot16). The same integer sums and float steps, so the same bits.
 
 /// Sub-block s of half h of panel block pb as byte planes (out: Dec::kSub / 4
 /// vectors of 32 bytes, vstride bytes apart) and its scales D (8 floats) and
@@ -58,7 +59,12 @@ inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned cha
       put(2 * g + 1, hi);
     }
   } else if constexpr (Dec::kFastCodes == FastCodes::kBytes) {
+    // the planes hold fast_q8_codes()'s bytes: code + 128 for vpdpbusd, without VNNI the signed code
+#if defined(KVDECODE_FAST_VNNI)
     static_assert(fast_code_offset<Dec>() == 128, "q8_0's planes hold code + 128, for vpdpbusd");
+#else
+    static_assert(fast_code_offset<Dec>() == 0, "q8_0's planes hold its signed codes, for fast_q8_dot16");
+#endif
     for (int g = 0; g < 4; ++g) {
       __m256i lo, hi;
       fast_q8_codes(pb, g, h, lo, hi);
@@ -107,6 +113,7 @@ struct FastPlaneVec256 {
   KVD_ALWAYS_INLINE static I widen(I acc32, I acc16) {
     return _mm256_add_epi32(acc32, _mm256_madd_epi16(acc16, _mm256_set1_epi16(1)));
   }
+  KVD_ALWAYS_INLINE static I dot_signed(I acc32, I c, I s8) { return fast_q8_dot16(acc32, c, s8); }
   KVD_ALWAYS_INLINE static I zero() { return _mm256_setzero_si256(); }
   KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   KVD_ALWAYS_INLINE static I set1(std::int32_t a) { return _mm256_set1_epi32(a); }
@@ -183,6 +190,17 @@ inline void fast_planes_tile(const FastRows& rows, long m0, const unsigned char*
           t32[r] = IV::dot(t32[r], c, IV::set1(a));
         }
       });
+    } else if constexpr (Dec::kFastCodes == FastCodes::kBytes) {
+      // q8_0's signed codes (256 bits, no VNNI): each vector's pair sums widened at once
+      // (fast_q8_dot16). A loop, not unrolled: unrolled, GCC reassociates the sums and spills.
+      KVD_UNROLL(1) for (int v = 0; v < S / 4; ++v) {
+        const typename IV::I c = IV::load(codes + (k0 + 4 * v) * L);
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+          std::int32_t a;
+          std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
+          t32[r] = IV::dot_signed(t32[r], c, IV::set1(a));
+        }
+      }
     } else {
       KVD_UNROLL(1) for (int v0 = 0; v0 < S / 4; v0 += W) {
         typename IV::I t16[MR];
@@ -265,8 +283,10 @@ void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, floa
   });
 }
 
-/// Whether large M takes the byte planes for Dec: the heavy decoders (q5, q3_K, q6_K);
-/// every type with the 512-bit planes (one Zen 5 core in L2, M = 64, G multiply-adds/s,
+/// Whether large M takes the byte planes for Dec: the heavy decoders (q5, q3_K, q6_K)
+/// and q8_0, whose tiles transpose its codes for every 4 rows (one Zen 4 core in L2,
+/// M = 64 and 256, G multiply-adds/s, tiles -> planes: -march=x86-64-v3 45-46 -> 58-60,
+/// with 256-bit VNNI 57-69 -> 75-109; the same bits); every type with the 512-bit planes (one Zen 5 core in L2, M = 64, G multiply-adds/s,
 /// 256-bit tiles -> 512-bit planes: q4_0 75 -> 91-96, q4_1 73 -> 87-92, q4_K 71 -> 87,
 /// q2_K 55 -> 68).
 /// One core in L2 at M = 64 (Zen 3, G multiply-adds/s, tiles -> planes, noisy):
@@ -279,7 +299,8 @@ inline constexpr bool kFastPlanes = !kFastLevels<Dec> &&
 #if defined(KVDECODE_FAST_PLANES_512)
     true;
 #else
-    (kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3 || Dec::kFastCodes == FastCodes::kSix);
+    (kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3 || Dec::kFastCodes == FastCodes::kSix ||
+     Dec::kFastCodes == FastCodes::kBytes);
 #endif
 #endif  // KVDECODE_FAST_AVX2
 
