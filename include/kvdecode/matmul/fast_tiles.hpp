@@ -129,19 +129,34 @@ struct FastBits256 {
   KVD_ALWAYS_INLINE static I shr32(I a, int n) { return _mm256_srli_epi32(a, n); }
   KVD_ALWAYS_INLINE static I shr16(I a, int n) { return _mm256_srli_epi16(a, n); }
   KVD_ALWAYS_INLINE static I shr32_var(I a, int n) { return _mm256_srl_epi32(a, _mm_cvtsi32_si128(n)); }
+  KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
+  KVD_ALWAYS_INLINE static I shuffle8(I a, I idx) { return _mm256_shuffle_epi8(a, idx); }
+  /// a with bit 4 set in each byte where x has every bit of m's byte (one bit each)
+  KVD_ALWAYS_INLINE static I or_bit4_if(I a, I x, I m) {
+    return _mm256_or_si256(a, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, m), m), _mm256_set1_epi8(16)));
+  }
+};
+
+/// vpshufb indices that copy byte g of each 32-bit lane to its 4 bytes, for g = 0..3
+/// (16 bytes per 128-bit lane, repeated to 64 bytes).
+alignas(64) inline constexpr unsigned char kFastLaneByte[4][64] = {
+#define KVD_LANE_BYTE(g) \
+  {g, g, g, g, 4 + g, 4 + g, 4 + g, 4 + g, 8 + g, 8 + g, 8 + g, 8 + g, 12 + g, 12 + g, 12 + g, 12 + g, \
+   g, g, g, g, 4 + g, 4 + g, 4 + g, 4 + g, 8 + g, 8 + g, 8 + g, 8 + g, 12 + g, 12 + g, 12 + g, 12 + g, \
+   g, g, g, g, 4 + g, 4 + g, 4 + g, 4 + g, 8 + g, 8 + g, 8 + g, 8 + g, 12 + g, 12 + g, 12 + g, 12 + g, \
+   g, g, g, g, 4 + g, 4 + g, 4 + g, 4 + g, 8 + g, 8 + g, 8 + g, 8 + g, 12 + g, 12 + g, 12 + g, 12 + g}
+    KVD_LANE_BYTE(0), KVD_LANE_BYTE(1), KVD_LANE_BYTE(2), KVD_LANE_BYTE(3)
+#undef KVD_LANE_BYTE
 };
 
 /// q5: ors group g's 8 high bits (bits 8 g .. 8 g + 7 of the high word) into bit 4
 /// of the nibble planes' bytes: lo holds values 8 g + 2 b, hi values 8 g + 2 b + 1.
 template <class B = FastBits256>
 KVD_ALWAYS_INLINE inline void fast_or_high_bits(typename B::I hword, int g, typename B::I& lo, typename B::I& hi) {
-  // bits 2 b and 2 b + 1 of the group to byte b, then to bit 4 of lo and hi
-  typename B::I x = B::and_(B::shr32_var(hword, 8 * g), B::set32(0xFF));
-  x = B::and_(B::or_(x, B::shl32(x, 12)), B::set32(0x000F000F));
-  x = B::and_(B::or_(x, B::shl32(x, 6)), B::set32(0x03030303));
-  const typename B::I b4 = B::set8(16);
-  lo = B::or_(lo, B::and_(B::shl32(x, 4), b4));
-  hi = B::or_(hi, B::and_(B::shl32(x, 3), b4));
+  // the group's byte in all 4 bytes of its lane; byte b then tests bit 2 b (lo) and 2 b + 1 (hi)
+  const typename B::I x = B::shuffle8(hword, B::load(kFastLaneByte[g]));
+  lo = B::or_bit4_if(lo, x, B::set32(0x40100401));
+  hi = B::or_bit4_if(hi, x, B::set32(static_cast<int>(0x80200802u)));
 }
 
 /// The low 16 bits of each lane of v, nibble n -> byte n (bits 0..3).

@@ -45,6 +45,12 @@ struct FastBits512 {
   KVD_ALWAYS_INLINE static I shr32(I a, int n) { return _mm512_srli_epi32(a, static_cast<unsigned>(n)); }
   KVD_ALWAYS_INLINE static I shr16(I a, int n) { return _mm512_srli_epi16(a, static_cast<unsigned>(n)); }
   KVD_ALWAYS_INLINE static I shr32_var(I a, int n) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n)); }
+  KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm512_load_si512(p); }
+  KVD_ALWAYS_INLINE static I shuffle8(I a, I idx) { return _mm512_shuffle_epi8(a, idx); }
+  /// a with bit 4 set in each byte where x has m's bit (one bit per byte of m; a's bit 4 is clear, so + 16 sets it)
+  KVD_ALWAYS_INLINE static I or_bit4_if(I a, I x, I m) {
+    return _mm512_mask_add_epi8(a, _mm512_test_epi8_mask(x, m), a, _mm512_set1_epi8(16));
+  }
 };
 
 /// Whether Dec's fast codes take the 512-bit small-M tiles: the nibble planes, q6_K,
