@@ -15,6 +15,8 @@
 // block types, beside the default mode in the same run.
 // BM_Matmul16InCache: f16 and bf16 weights the same way (192 x 2048, 768 KiB),
 // default mode against the fast mode's bf16 dot products (fast_bf16.hpp).
+// BM_DotPeak: one core's peak of the 512-bit vpdpbusd and vdpbf16ps, the ceiling of
+// both in-cache figures of the fast mode.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -155,6 +157,50 @@ void BM_Matmul16InCache(benchmark::State& st) {
   st.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(M * N * K) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+#if defined(KVDECODE_FAST_TILES_512) || defined(KVDECODE_FAST_BF16)
+/// The peak of the fast mode's 512-bit dot-product instruction on one core: 12
+/// independent register chains of vpdpbusd (kind 0: 64 int8 multiply-adds per
+/// instruction) or vdpbf16ps (kind 1: 32 bf16 multiply-adds), CPU time. The ceiling
+/// of BM_QuantMatmulInCache's fast figures (kind 0) and BM_Matmul16InCache's bf16
+/// ones (kind 1), which also spend issue slots on their fixed float steps, code
+/// rebuilds and loads. Counter: GMAC/s.
+template <int kKind>
+__attribute__((noinline)) float dot_chains(long n) {
+  __m512 f[12];
+  __m512i q[12];
+  __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(2);
+  for (int i = 0; i < 12; ++i) f[i] = _mm512_setzero_ps(), q[i] = _mm512_setzero_si512();
+  for (long k = 0; k < n; ++k) {
+    for (int i = 0; i < 12; ++i) {
+      if constexpr (kKind == 0) {
+#if defined(KVDECODE_FAST_TILES_512)
+        q[i] = _mm512_dpbusd_epi32(q[i], a, b);
+#endif
+      } else {
+#if defined(KVDECODE_FAST_BF16)
+        f[i] = _mm512_dpbf16_ps(f[i], reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+#endif
+      }
+    }
+    __asm__ volatile("" : "+v"(a), "+v"(b));  // loop-carried operands: the chains are not hoisted
+  }
+  float sum = 0;
+  alignas(64) float lanes[16];
+  for (int i = 0; i < 12; ++i) {
+    _mm512_store_ps(lanes, _mm512_add_ps(f[i], _mm512_cvtepi32_ps(q[i])));
+    sum += lanes[0];
+  }
+  return sum;
+}
+void BM_DotPeak(benchmark::State& st) {
+  const long n = 1L << 20;
+  for (auto _ : st) benchmark::DoNotOptimize(st.range(0) == 0 ? dot_chains<0>(n) : dot_chains<1>(n));
+  st.SetLabel(st.range(0) == 0 ? "vpdpbusd zmm" : "vdpbf16ps zmm");
+  st.counters["GMAC/s"] = benchmark::Counter(12.0 * n * (st.range(0) == 0 ? 64 : 32) * 1e-9,
+                                             benchmark::Counter::kIsIterationInvariantRate);
+}
+#endif
+
 const int kRegister = [] {
   const WeightType types[] = {WeightType::kQ8_0, WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ5_0,
                               WeightType::kQ5_1, WeightType::kQ2_K, WeightType::kQ3_K, WeightType::kQ4_K,
@@ -187,6 +233,17 @@ const int kRegister = [] {
       if (kvd::detail::fast_bf16_type(t, 2048)) d->Args({static_cast<long>(t), M, 1});
     }
   d->Unit(benchmark::kMicrosecond);
+#if defined(KVDECODE_FAST_TILES_512) || defined(KVDECODE_FAST_BF16)
+  auto* e = benchmark::RegisterBenchmark("BM_DotPeak", BM_DotPeak);
+  e->ArgName("bf16");
+#if defined(KVDECODE_FAST_TILES_512)
+  e->Arg(0);
+#endif
+#if defined(KVDECODE_FAST_BF16)
+  e->Arg(1);
+#endif
+  e->Unit(benchmark::kMillisecond);
+#endif
   return 0;
 }();
 
