@@ -194,16 +194,16 @@ KVD_ALWAYS_INLINE inline __m256i fast_k2_codes(__m256i wv, [[maybe_unused]] __m2
 
 /// q6_K: group g (0, 1) of a sub-block as two byte planes, lo (values 8 g + 2 b) and
 /// hi (8 g + 2 b + 1), 6-bit unsigned codes (code + 32), from the low word wv and
-/// the sub-block's high word hw.
+/// the sub-block's high word hw, whose byte b holds the pairs of values 2 b, 2 b + 1,
+/// 8 + 2 b and 9 + 2 b at bits 0, 2, 4 and 6 (q6_high_shift()): each plane's pairs
+/// are one shift (none for lo of group 1) and a mask away from bits 4..5.
 template <class B = FastBits256>
 KVD_ALWAYS_INLINE inline void fast_q6_planes(typename B::I wv, typename B::I hw, int g, typename B::I& lo,
                                              typename B::I& hi) {
-  // the group's 8 pairs of high bits (16 bits), nibble n -> byte n: byte n then
-  // holds the high bits of values 2n (bits 0..1) and 2n + 1 (bits 2..3)
-  const typename B::I v = fast_nibbles_to_bytes<B>(g == 0 ? B::and_(hw, B::set32(0xFFFF)) : B::shr32(hw, 16));
-  const typename B::I m4 = B::set8(15);
-  lo = B::or_(B::and_(wv, m4), B::shl32(B::and_(v, B::set8(3)), 4));
-  hi = B::or_(B::and_(B::shr16(wv, 4), m4), B::shl32(B::and_(v, B::set8(12)), 2));
+  const typename B::I m4 = B::set8(15), m45 = B::set8(0x30);
+  const typename B::I hl = g == 0 ? B::shl32(hw, 4) : hw, hh = g == 0 ? B::shl32(hw, 2) : B::shr32(hw, 2);
+  lo = B::or_(B::and_(wv, m4), B::and_(hl, m45));
+  hi = B::or_(B::and_(B::shr16(wv, 4), m4), B::and_(hh, m45));
 }
 
 /// The 4 rounded values at qa as one 32-bit word (a tile broadcasts it to every lane).

@@ -205,16 +205,13 @@ struct FastHalfNeon {
           l = vorrq_u8(l, vandq_u8(vshlq_u8(t, sl), b4));
           u = vorrq_u8(u, vandq_u8(vshlq_u8(t, sh), b4));
         } else if constexpr (kCodes == FastCodes::kSix) {
-          // the group's 16 bits of high pairs (half g of the word): byte b of a lane gets
-          // the byte holding values 2 b and 2 b + 1's pairs (nibble b % 2 of it)
-          constexpr int o = 2 * g;
-          const uint8x16_t idx = {o, o, o + 1, o + 1, 4 + o, 4 + o, 5 + o, 5 + o, 8 + o, 8 + o, 9 + o, 9 + o, 12 + o, 12 + o, 13 + o, 13 + o};
-          const uint8x16_t t = vqtbl1q_u8(hw[k], idx);
-          const int8x16_t sl = {4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0};
-          const int8x16_t sh = {2, -2, 2, -2, 2, -2, 2, -2, 2, -2, 2, -2, 2, -2, 2, -2};
+          // byte b of the high word holds the pairs of values 2 b, 2 b + 1 (group 0) and
+          // 8 + 2 b, 9 + 2 b (group 1) at bits 0, 2, 4, 6 (q6_high_shift): to bits 4..5
           const uint8x16_t b45 = vdupq_n_u8(0x30);
-          l = vorrq_u8(l, vandq_u8(vshlq_u8(t, sl), b45));
-          u = vorrq_u8(u, vandq_u8(vshlq_u8(t, sh), b45));
+          const uint8x16_t hl = g == 0 ? vshlq_n_u8(hw[k], 4) : hw[k];
+          const uint8x16_t hh = g == 0 ? vshlq_n_u8(hw[k], 2) : vshrq_n_u8(hw[k], 2);
+          l = vorrq_u8(l, vandq_u8(hl, b45));
+          u = vorrq_u8(u, vandq_u8(hh, b45));
         }
         if constexpr (kCodes == FastCodes::kLevels) {
           lo[k] = vqtbl1q_s8(levels, l);

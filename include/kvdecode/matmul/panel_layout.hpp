@@ -63,6 +63,18 @@ inline int code_bits(QuantFieldKind k) {
   }
 }
 
+/// q6_K's high pairs in their code word (one sub-block of 16 values, one output):
+/// byte n holds the pairs of values 2 n, 2 n + 1, 8 + 2 n and 9 + 2 n at bits 0, 2,
+/// 4 and 6. The fast mode's code vectors of group g (values 8 g + 2 n and 8 g + 2 n
+/// + 1 in byte n, fast_tiles.hpp) then take their pairs with one shift and one mask.
+constexpr int q6_high_shift(int j) { return 8 * ((j % 8) / 2) + 4 * (j / 8) + 2 * (j % 2); }
+
+/// The bit of its code word where code j (0 .. 32 / b - 1) of a word starts: b j,
+/// except q6_K's high pairs (q6_high_shift()).
+inline int code_word_shift(QuantFieldKind k, int j) {
+  return k == QuantFieldKind::kQ6High256 ? q6_high_shift(j) : code_bits(k) * j;
+}
+
 /// Where value i's code sits in ggml's field bytes: byte index and bit shift.
 inline void code_position(QuantFieldKind k, int i, int& byte, int& shift) {
   switch (k) {
@@ -88,7 +100,7 @@ inline void field_to_words(const QuantField& q, const unsigned char* field, std:
     int byte, shift;
     code_position(q.kind, i, byte, shift);
     const std::uint32_t code = (field[byte] >> shift) & ((1u << b) - 1);
-    words[i / per_word] |= code << (b * (i % per_word));
+    words[i / per_word] |= code << code_word_shift(q.kind, i % per_word);
   }
 }
 inline void words_to_field(const QuantField& q, const std::uint32_t* words, unsigned char* field) {
@@ -97,7 +109,7 @@ inline void words_to_field(const QuantField& q, const std::uint32_t* words, unsi
   for (int i = 0; i < n; ++i) {
     int byte, shift;
     code_position(q.kind, i, byte, shift);
-    const std::uint32_t code = (words[i / per_word] >> (b * (i % per_word))) & ((1u << b) - 1);
+    const std::uint32_t code = (words[i / per_word] >> code_word_shift(q.kind, i % per_word)) & ((1u << b) - 1);
     field[byte] = static_cast<unsigned char>(field[byte] | code << shift);
   }
 }

@@ -257,7 +257,7 @@ struct Avx2DecoderOf<BlockTypeQ5_K> {
 };
 
 /// q6_K: 16 sub-blocks of 16, D = d sc, code = 6-bit - 32. Value 16 s + kk: low 4
-/// bits in low word 2 s + kk / 8, high 2 bits in high word s (bits 2 kk, 2 kk + 1).
+/// bits in low word 2 s + kk / 8, high 2 bits in high word s (from bit q6_high_shift(kk)).
 /// As in the AVX-512 decoder, the upper high bit is inverted once per sub-block and
 /// an arithmetic shift turns the two high bits into (high - 2) << 4, the two's
 /// complement of the code's high part minus 32.
@@ -280,7 +280,8 @@ struct Avx2DecodeQ6_K {
   __m256 code() const {
     const __m256i lo = q2_bits<4 * (kk % 8), 4>(q2_words(ql + 64 * (kk / 8)));
     // the 2 high bits to the top, then arithmetically down to bits 4..5 (sign above), low bits cleared
-    const __m256i hi = _mm256_slli_epi32(_mm256_srai_epi32(kk == 15 ? hw : _mm256_slli_epi32(hw, 30 - 2 * kk), 30), 4);
+    constexpr int kUp = 30 - q6_high_shift(kk);
+    const __m256i hi = _mm256_slli_epi32(_mm256_srai_epi32(kUp == 0 ? hw : _mm256_slli_epi32(hw, kUp), 30), 4);
     return _mm256_cvtepi32_ps(_mm256_or_si256(lo, hi));
   }
 };

@@ -268,7 +268,8 @@ struct Avx512DecoderOf<BlockTypeQ5_K> {
 };
 
 /// q6_K: 16 sub-blocks of 16, y = (d sc) (code - 32), as ggml writes it.
-/// Value 16 s + kk: low 4 bits in low word 2 s + kk / 8, high 2 bits in high word s.
+/// Value 16 s + kk: low 4 bits in low word 2 s + kk / 8, high 2 bits in high word s
+/// (from bit q6_high_shift(kk)).
 /// code - 32 comes out of the bit merge directly: with the upper bit of every
 /// high pair inverted once per sub-block, an arithmetic shift puts bit 4 in place
 /// and copies the inverted bit 5 into bits 5..31, which is the two's complement
@@ -289,7 +290,8 @@ struct DecodeQ6_K {
     const __m512i v = _mm512_loadu_si512(ql + 64 * (kk / 8));
     const __m512i lo = kk % 8 == 0 ? v : _mm512_srli_epi32(v, 4 * (kk % 8));
     // the 2 high bits to the top, then arithmetically down to bits 4..5 (sign above)
-    const __m512i hi = _mm512_srai_epi32(kk == 15 ? hw : _mm512_slli_epi32(hw, 30 - 2 * kk), 26);
+    constexpr int kUp = 30 - q6_high_shift(kk);
+    const __m512i hi = _mm512_srai_epi32(kUp == 0 ? hw : _mm512_slli_epi32(hw, kUp), 26);
     const __m512i code_minus_32 = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi32(15), 0xE4);
     return _mm512_cvtepi32_ps(code_minus_32);
   }

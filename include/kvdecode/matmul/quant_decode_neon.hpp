@@ -297,7 +297,7 @@ struct NeonDecoderOf<BlockTypeQ5_K> {
 };
 
 /// q6_K: 16 sub-blocks of 16, D = d sc, code = 6-bit - 32. Value 16 s + kk: low 4
-/// bits in low word 2 s + kk / 8, high 2 bits in high word s (bits 2 kk, 2 kk + 1).
+/// bits in low word 2 s + kk / 8, high 2 bits in high word s (from bit q6_high_shift(kk)).
 /// As in the AVX2 decoder, the upper high bit is inverted once per sub-block and an
 /// arithmetic shift turns the two high bits into high - 2 (sign above), which sli
 /// puts above the low 4 bits: the two's complement of the code minus 32.
@@ -318,7 +318,7 @@ struct NeonDecodeQ6_K {
   }
   template <int kk>
   float32x4_t code() const {
-    const int32x4_t top = vreinterpretq_s32_u32(vshlq_n_u32(hw, 30 - 2 * kk));
+    const int32x4_t top = vreinterpretq_s32_u32(vshlq_n_u32(hw, 30 - q6_high_shift(kk)));
     const uint32x4_t hi = vreinterpretq_u32_s32(vshrq_n_s32(top, 30));
     return vcvtq_f32_s32(vreinterpretq_s32_u32(q4_nibble_with<4 * (kk % 8)>(q4_words(ql + 64 * (kk / 8)), hi)));
   }

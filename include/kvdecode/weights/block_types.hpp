@@ -28,7 +28,7 @@ enum class QuantFieldKind {
   kHighBits256, ///< q5_K's qh, q3_K's hmask (32 bytes): 256 1-bit codes (value i: byte i % 32, bit i / 32)
   kCrumbs256,   ///< q2_K/q3_K's 64 code bytes: 256 2-bit codes
   kQ6Low256,    ///< q6_K's ql (128 bytes): the low 4 bits of 256 codes
-  kQ6High256    ///< q6_K's qh (64 bytes): the high 2 bits of 256 codes
+  kQ6High256    ///< q6_K's qh (64 bytes): the high 2 bits of 256 codes (in their words: matmul/panel_layout.hpp's q6_high_shift)
 };
 
 /// One field of a block: `count` elements of `width` bytes at byte `offset` of
