@@ -34,7 +34,8 @@ enum class QuantFieldKind {
 /// One field of a block: `count` elements of `width` bytes at byte `offset` of
 /// ggml's block. Code fields (every kind but kPlain) are rewritten as 32-bit
 /// code words: word w of a row holds the b-bit codes of values (32/b) w + j at
-/// bits b j (b = 4, 1 or 2), and the 16 rows' words w are side by side. One
+/// bits b j (b = 4, 1 or 2; q6_K's high pairs in the order of
+/// matmul/panel_layout.hpp's q6_high_shift()), and the 16 rows' words w are side by side. One
 /// 64-byte load then holds the codes of 32/b consecutive k for 16 outputs, and
 /// each code comes out with one shift. The bytes are the same in number.
 struct QuantField {
