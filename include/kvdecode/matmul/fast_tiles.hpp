@@ -128,7 +128,6 @@ struct FastBits256 {
   KVD_ALWAYS_INLINE static I shl32(I a, int n) { return _mm256_slli_epi32(a, n); }
   KVD_ALWAYS_INLINE static I shr32(I a, int n) { return _mm256_srli_epi32(a, n); }
   KVD_ALWAYS_INLINE static I shr16(I a, int n) { return _mm256_srli_epi16(a, n); }
-  KVD_ALWAYS_INLINE static I shr32_var(I a, int n) { return _mm256_srl_epi32(a, _mm_cvtsi32_si128(n)); }
   KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
   KVD_ALWAYS_INLINE static I shuffle8(I a, I idx) { return _mm256_shuffle_epi8(a, idx); }
   /// a with bit 4 set in each byte where x has every bit of m's byte (one bit each)

@@ -44,7 +44,6 @@ struct FastBits512 {
   KVD_ALWAYS_INLINE static I shl32(I a, int n) { return _mm512_slli_epi32(a, static_cast<unsigned>(n)); }
   KVD_ALWAYS_INLINE static I shr32(I a, int n) { return _mm512_srli_epi32(a, static_cast<unsigned>(n)); }
   KVD_ALWAYS_INLINE static I shr16(I a, int n) { return _mm512_srli_epi16(a, static_cast<unsigned>(n)); }
-  KVD_ALWAYS_INLINE static I shr32_var(I a, int n) { return _mm512_srl_epi32(a, _mm_cvtsi32_si128(n)); }
   KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm512_load_si512(p); }
   KVD_ALWAYS_INLINE static I shuffle8(I a, I idx) { return _mm512_shuffle_epi8(a, idx); }
   /// a with bit 4 set in each byte where x has m's bit (one bit per byte of m; a's bit 4 is clear, so + 16 sets it)
