@@ -171,9 +171,18 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
         dec[i].begin(pb[i], s);
         prefetch_panel_block_share(w.data, ahead_at[i], pbb, s, kSubs);
       }
+      // The integer sums start at -kOffset Q_s rather than 0 (exact in 32 bits), so
+      // the code offset costs no subtraction per panel after the loop (q6_K at M = 8,
+      // one Zen 4 core in L2: 105-110 -> 116-118 G multiply-adds/s; the others level).
       __m512i t[MR][NP];
-      KVD_UNROLL(8) for (int r = 0; r < MR; ++r)
-        KVD_UNROLL(4) for (int i = 0; i < NP; ++i) t[r][i] = _mm512_setzero_si512();
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
+        __m512i t0 = _mm512_setzero_si512();
+        if constexpr (kOffset != 0) {
+          const long row = m0 + r, e = row * nbq + k0 / kFastBlock, e16 = row * (K / 16) + k0 / 16;
+          t0 = _mm512_set1_epi32(-kOffset * (kSix ? rq16[e16] : rq[e]));
+        }
+        KVD_UNROLL(4) for (int i = 0; i < NP; ++i) t[r][i] = t0;
+      }
       KVD_UNROLL(4) for (int g = 0; g < S / 8; ++g) {
         __m512i lo[NP], hi[NP];
         KVD_UNROLL(4) for (int i = 0; i < NP; ++i) fast_codes512<Dec>(dec[i], pb[i], s, g, table, lo[i], hi[i]);
@@ -185,14 +194,10 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
         }
       }
       KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
-        const long row = m0 + r, e = row * nbq + k0 / kFastBlock, e16 = row * (K / 16) + k0 / 16;
+        const long e = (m0 + r) * nbq + k0 / kFastBlock;
         const __m512 d = _mm512_set1_ps(rd[e]);
-        [[maybe_unused]] __m512i off;
-        if constexpr (kOffset != 0) off = _mm512_set1_epi32(kOffset * (kSix ? rq16[e16] : rq[e]));
         KVD_UNROLL(4) for (int i = 0; i < NP; ++i) {
-          __m512i I = t[r][i];
-          if constexpr (kOffset != 0) I = _mm512_sub_epi32(I, off);
-          acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(I), d), dec[i].D, acc[r][i]);
+          acc[r][i] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(t[r][i]), d), dec[i].D, acc[r][i]);
           if constexpr (Dec::kMin) acc[r][i] = _mm512_fmadd_ps(_mm512_set1_ps(rxq[e]), dec[i].N, acc[r][i]);
         }
       }
