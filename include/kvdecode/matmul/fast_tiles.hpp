@@ -219,6 +219,40 @@ inline void fast_tile_zero(float* y, long ldy, long h0) {
     KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(y + r * ldy + (h0 + i) * 8, _mm256_setzero_ps());
 }
 
+/// The float sums of an AVX2 tile of MR rows x NH half panels. With kRegs in
+/// registers, stored once at the end; else in y itself, zeroed first and read and
+/// written once per sub-block (the 16 ymm registers hold MR x NH sums beside the
+/// integer sums, codes and constants only for small tiles: sums in registers for
+/// up to 4 of them, 2 for the codes with more constants, took one Zen 4 core in L2,
+/// x86-64-v3, G multiply-adds/s, q4_0 at M = 1 57 -> 63, q4_K 45 -> 48, q5_0
+/// 31 -> 33, q6_K at M = 4 and 8 49 -> 54). The same values either way.
+template <int MR, int NH, bool kRegs>
+struct FastSums256 {
+  float* y;
+  long ldy, h0;
+  __m256 v[kRegs ? MR : 1][kRegs ? NH : 1];
+  KVD_ALWAYS_INLINE FastSums256(float* y_, long ldy_, long h0_) : y(y_), ldy(ldy_), h0(h0_) {
+    if constexpr (kRegs) {
+      KVD_UNROLL(4) for (int r = 0; r < MR; ++r) KVD_UNROLL(4) for (int i = 0; i < NH; ++i) v[r][i] = _mm256_setzero_ps();
+    } else {
+      fast_tile_zero<MR, NH>(y, ldy, h0);
+    }
+  }
+  KVD_ALWAYS_INLINE float* at(int r, int i) const { return y + r * ldy + (h0 + i) * 8; }
+  KVD_ALWAYS_INLINE __m256 get(int r, int i) const {
+    if constexpr (kRegs) return v[r][i];
+    return _mm256_loadu_ps(at(r, i));
+  }
+  KVD_ALWAYS_INLINE void set(int r, int i, __m256 a) {
+    if constexpr (kRegs) v[r][i] = a;
+    else _mm256_storeu_ps(at(r, i), a);
+  }
+  /// y's MR x NH vectors hold the sums after this
+  KVD_ALWAYS_INLINE void finish() const {
+    if constexpr (kRegs) KVD_UNROLL(4) for (int r = 0; r < MR; ++r) KVD_UNROLL(4) for (int i = 0; i < NH; ++i) _mm256_storeu_ps(at(r, i), v[r][i]);
+  }
+};
+
 /// Panel block b of each of the NH half panels from h0.
 template <int NH>
 KVD_ALWAYS_INLINE inline void fast_panel_blocks(const QuantPanels& w, long nblk, std::size_t pbb, long h0, long b,
@@ -240,7 +274,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
   constexpr int kOffset = fast_code_offset<Dec>();  // q4_0: codes - 8, q5_0: codes - 16
   constexpr int kSubs = Dec::kBlock / kFastBlock;
   const long K = rows.K, nbq = K / kFastBlock;
-  fast_tile_zero<MR, NH>(y, ldy, h0);
+  FastSums256<MR, NH, MR * NH <= (kWide ? 2 : 4)> acc(y, ldy, h0);
   const __m256i m4 = _mm256_set1_epi8(15);
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   [[maybe_unused]] __m256i table = _mm256_setzero_si256();
@@ -329,14 +363,14 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
           __m256i I = kWide ? t[r][i] : _mm256_madd_epi16(t[r][i], ones);
 #endif
           if constexpr (kOffset != 0) I = _mm256_sub_epi32(I, _mm256_set1_epi32(kOffset * rows.qsum.data()[e]));
-          float* yp = y + r * ldy + (h0 + i) * 8;
-          __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp));
+          __m256 a = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, acc.get(r, i));
           if constexpr (Dec::kMin) a = _mm256_fmadd_ps(_mm256_set1_ps(rows.xq.data()[e]), dec[i].N, a);
-          _mm256_storeu_ps(yp, a);
+          acc.set(r, i, a);
         }
       }
     }
   }
+  acc.finish();
 }
 
 /// The q2_K (kThree = false) and q3_K tile: MR rows x NH half panels, sub-blocks of
@@ -409,7 +443,7 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
 template <int MR, int NH>
 inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   const long K = rows.K, nbq = K / kFastBlock;
-  fast_tile_zero<MR, NH>(y, ldy, h0);
+  FastSums256<MR, NH, MR * NH <= 4> acc(y, ldy, h0);
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   const std::size_t pbb = w.panel_block_bytes();
   const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
@@ -457,12 +491,12 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
         const __m256i off = _mm256_set1_epi32(fast_code_offset<Avx2DecodeQ6_K>() * rows.qsum16.data()[row * (K / 16) + k0 / 16]);
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
           const __m256i I = _mm256_sub_epi32(t[r][i], off);  // codes - 32
-          float* yp = y + r * ldy + (h0 + i) * 8;
-          _mm256_storeu_ps(yp, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, _mm256_loadu_ps(yp)));
+          acc.set(r, i, _mm256_fmadd_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(I), d), dec[i].D, acc.get(r, i)));
         }
       }
     }
   }
+  acc.finish();
 }
 
 #if defined(__AVX512VL__)
