@@ -301,15 +301,18 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) t[r][i] = _mm256_setzero_si256();
-      // A loop, not unrolled: unrolled, GCC reassociates the 16-bit sums and
-      // computes every product of the sub-block first, spilling them to the stack.
-      // VNNI has no 16-bit sums, and unrolled its tiles keep the broadcasts in registers.
+      // The groups: without VNNI the 4-bit codes' loop is not unrolled: unrolled, GCC
+      // reassociates the 16-bit sums and computes every product of the sub-block first,
+      // spilling them to the stack (one Zen 4 core in L2, x86-64-v3, G multiply-adds/s
+      // at M = 1: q4_0 62 -> 56, q4_K 48 -> 44). The codes that widen their sums per
+      // group (5-bit, level and q8_0 codes) and every VNNI tile are unrolled (q5_K
+      // 25 -> 30 at M = 1 and 50 -> 53 at M = 4, q8_0 30 -> 31, q5_0 and q5_1 level).
 #if defined(KVDECODE_FAST_VNNI)
-      KVD_UNROLL(4)
+      constexpr bool kUnrollGroups = true;
 #else
-      KVD_UNROLL(1)
+      constexpr bool kUnrollGroups = kWide;
 #endif
-      for (int g = 0; g < 4; ++g) {
+      auto group = [&](int g) KVD_ALWAYS_INLINE {
         // every half panel's two code vectors, then each row's two broadcasts used
         // for all of them: 2 NH + MR NH + 2 + 1 registers
         __m256i lo[NH], hi[NH];
@@ -350,6 +353,11 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
 #endif
           }
         }
+      };
+      if constexpr (kUnrollGroups) {
+        static_for<4>([&](auto gg) KVD_ALWAYS_INLINE { group(decltype(gg)::value); });
+      } else {
+        KVD_UNROLL(1) for (int g = 0; g < 4; ++g) group(g);
       }
       Dec dec[NH];
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i) dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
