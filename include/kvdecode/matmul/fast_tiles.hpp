@@ -270,7 +270,7 @@ template <class Dec, int MR, int NH>
 inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   constexpr bool kFive = kFastFive<Dec>, kLevels = kFastLevels<Dec>;
   constexpr bool kBytes = Dec::kFastCodes == FastCodes::kBytes;
-  [[maybe_unused]] constexpr bool kWide = kFive || kLevels || kBytes;  // 32-bit sums without VNNI
+  constexpr bool kWide = kFive || kLevels || kBytes;  // 32-bit sums without VNNI; more constants in registers
   constexpr int kOffset = fast_code_offset<Dec>();  // q4_0: codes - 8, q5_0: codes - 16
   constexpr int kSubs = Dec::kBlock / kFastBlock;
   const long K = rows.K, nbq = K / kFastBlock;
