@@ -145,7 +145,7 @@ inline void fast_run_tiles(const FastRows& rows, long M, const QuantPanels& w, f
 /// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles
 /// (half panels, or with the 512-bit tiles whole panels); rows go in blocks that
 /// keep their rounded values in L2, and tiles of up to 4 rows (7 for M = 5 to 7; 8
-/// for the 512-bit tiles of the 5- and 6-bit types). M >= kFastPlanesMinM for the heavy decoders and q8_0: the byte planes (fast_planes.hpp).
+/// for the 512-bit tiles of the 5- and 6-bit types). M >= kFastPlanesMinM, for every type but the table types: the byte planes (fast_planes.hpp).
 inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
   auto run = [&](auto dec, [[maybe_unused]] auto row) {
     using Dec = decltype(dec);

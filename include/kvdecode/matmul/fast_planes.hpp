@@ -1,6 +1,6 @@
-// The fast mode's large-M path (fast_int8.hpp): each half panel's (or, with
-// 512-bit planes, each panel's) codes over all of k decoded once into byte planes,
-// then tiles of rows over them. The same integer sums and float steps as the
+// The fast mode's large-M path (fast_int8.hpp): each panel's (q8_0 without the
+// 512-bit planes: each half panel's) codes over all of k decoded once into byte
+// planes, then tiles of rows over them. The same integer sums and float steps as the
 // small-M tiles (fast_tiles.hpp), so the same bits. Empty unless KVDECODE_FAST_AVX2.
 #pragma once
 
@@ -23,12 +23,13 @@ namespace kvd::detail {
 
 #if defined(KVDECODE_FAST_AVX2)
 // ---- Large M (prefill): the codes decoded once into byte planes ---------------------
-// The small-M tiles (fast_tiles.hpp) rebuild every code for each tile of at most 4 rows, which for the
-// heavy decoders (q3_K, q5, q6_K), and for q8_0's transposed bytes, costs more than the integer products. For large M
-// each half panel's codes over all of k are decoded once, per thread, into byte
-// planes: per sub-block of S values, S / 4 vectors of 32 bytes, vector v holding
-// the 4 values of 8 outputs whose rounded activations are the row's bytes
-// [k0 + 4 v, k0 + 4 v + 4) (the rows' order makes that so for every type), as
+// The small-M tiles (fast_tiles.hpp) rebuild every code for each tile of at most 4
+// rows (q8_0: transpose its bytes), which costs about as much as the integer
+// products. For large M each half panel's codes over all of k are decoded once, per
+// thread, into byte planes: per sub-block of S values, S / 4 vectors of 32 bytes
+// (a panel's two halves side by side: 64), vector v holding the 4 values of 8
+// outputs whose rounded activations are the row's bytes [k0 + 4 v, k0 + 4 v + 4)
+// (the rows' order makes that so for every type), as
 // unsigned codes (the type's offset is subtracted after the integer sum, as in
 // those tiles; q8_0 without VNNI: its signed codes, multiplied as in its tiles by
 // fast_q8_dot16). The same integer sums and float steps, so the same bits.
@@ -113,6 +114,7 @@ struct FastPlaneVec256 {
   KVD_ALWAYS_INLINE static I widen(I acc32, I acc16) {
     return _mm256_add_epi32(acc32, _mm256_madd_epi16(acc16, _mm256_set1_epi16(1)));
   }
+  KVD_ALWAYS_INLINE static I widen0(I acc16) { return _mm256_madd_epi16(acc16, _mm256_set1_epi16(1)); }
   KVD_ALWAYS_INLINE static I dot_signed(I acc32, I c, I s8) { return fast_q8_dot16(acc32, c, s8); }
   KVD_ALWAYS_INLINE static I zero() { return _mm256_setzero_si256(); }
   KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -160,96 +162,123 @@ struct FastPlaneVec512 {
 #endif
 #endif  // 512-bit planes
 
-/// A tile over byte planes: MR rows x IV::kOutputs outputs (a half panel, or with
-/// 512 bits a panel) over all of k. codes: the planes over k (kOutputs bytes per
-/// value); D, N: kOutputs floats per sub-block. Without kDot: 16-bit sums over W
-/// vectors (W 4 values of codes below 32, 2 for q6_K's 6-bit codes: 2 x 2 x 63 x
-/// 127 = 32004), then widened.
-template <class IV, class Dec, int MR>
+/// A tile over byte planes: MR rows x NV vectors of IV::kOutputs outputs (a half
+/// panel; two half panels side by side; or with 512 bits a panel) over all of k.
+/// codes: the planes over k (NV kOutputs bytes per value); D, N: NV kOutputs floats
+/// per sub-block. Without kDot: 16-bit sums over W vectors (W 4 values of 5-bit
+/// codes, 2 for q6_K's 6-bit codes: 2 x 2 x 63 x 127 = 32004; the whole sub-block
+/// of 4-bit codes: 8 x 2 x 15 x 127 = 30480), then widened.
+template <class IV, class Dec, int MR, int NV = 1>
 inline void fast_planes_tile(const FastRows& rows, long m0, const unsigned char* codes, const float* D, const float* N,
                              float* y, long ldy) {
-  constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>(), L = IV::kOutputs;
-  [[maybe_unused]] constexpr int W = Dec::kFastCodes == FastCodes::kSix ? 2 : 4;
+  constexpr int S = Dec::kSub, kOffset = fast_code_offset<Dec>(), V = IV::kOutputs, L = V * NV;
+  [[maybe_unused]] constexpr int W =
+      Dec::kFastCodes == FastCodes::kSix ? 2 : Dec::kFastCodes == FastCodes::kNibbles ? S / 4 : 4;
   const long K = rows.K, nbq = K / kFastBlock;
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   // the float sums of the tile, in registers: the same values a store and a load of y would carry
-  typename IV::F acc[MR];
-  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) acc[r] = IV::fzero();
+  typename IV::F acc[MR][NV];
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) KVD_UNROLL(2) for (int i = 0; i < NV; ++i) acc[r][i] = IV::fzero();
   const float *const rd = rows.d.data(), *const rxq = rows.xq.data(), *const rxq16 = rows.xq16.data();
   const std::int32_t *const rq = rows.qsum.data(), *const rq16 = rows.qsum16.data();
+  // each row's 4 values at k broadcast once, for the NV code vectors at k
+  auto row_word = [&](int r, long k) KVD_ALWAYS_INLINE {
+    std::int32_t a;
+    std::memcpy(&a, q0 + r * K + k, 4);
+    return IV::set1(a);
+  };
+  auto load_codes = [&](long k, typename IV::I (&c)[NV]) KVD_ALWAYS_INLINE {
+    KVD_UNROLL(2) for (int i = 0; i < NV; ++i) c[i] = IV::load(codes + k * L + 4 * V * i);
+  };
   for (long k0 = 0, s = 0; k0 < K; k0 += S, ++s) {
-    typename IV::I t32[MR];
-    KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = IV::zero();
+    typename IV::I t32[MR][NV];
     if constexpr (IV::kDot) {
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) KVD_UNROLL(2) for (int i = 0; i < NV; ++i) t32[r][i] = IV::zero();
       static_for<S / 4>([&](auto vv) KVD_ALWAYS_INLINE {
         constexpr int v = decltype(vv)::value;
-        const typename IV::I c = IV::load(codes + (k0 + 4 * v) * L);
+        typename IV::I c[NV];
+        load_codes(k0 + 4 * v, c);
         KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
-          std::int32_t a;
-          std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
-          t32[r] = IV::dot(t32[r], c, IV::set1(a));
+          const typename IV::I a = row_word(r, k0 + 4 * v);
+          KVD_UNROLL(2) for (int i = 0; i < NV; ++i) t32[r][i] = IV::dot(t32[r][i], c[i], a);
         }
       });
     } else if constexpr (Dec::kFastCodes == FastCodes::kBytes) {
       // q8_0's signed codes (256 bits, no VNNI): each vector's pair sums widened at once
       // (fast_q8_dot16). A loop, not unrolled: unrolled, GCC reassociates the sums and spills.
+      KVD_UNROLL(8) for (int r = 0; r < MR; ++r) KVD_UNROLL(2) for (int i = 0; i < NV; ++i) t32[r][i] = IV::zero();
       KVD_UNROLL(1) for (int v = 0; v < S / 4; ++v) {
-        const typename IV::I c = IV::load(codes + (k0 + 4 * v) * L);
+        typename IV::I c[NV];
+        load_codes(k0 + 4 * v, c);
         KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
-          std::int32_t a;
-          std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
-          t32[r] = IV::dot_signed(t32[r], c, IV::set1(a));
+          const typename IV::I a = row_word(r, k0 + 4 * v);
+          KVD_UNROLL(2) for (int i = 0; i < NV; ++i) t32[r][i] = IV::dot_signed(t32[r][i], c[i], a);
         }
       }
     } else {
       KVD_UNROLL(1) for (int v0 = 0; v0 < S / 4; v0 += W) {
-        typename IV::I t16[MR];
-        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t16[r] = IV::zero();
-        static_for<W>([&](auto vv) KVD_ALWAYS_INLINE {
-          const int v = v0 + decltype(vv)::value;
-          const typename IV::I c = IV::load(codes + (k0 + 4 * v) * L);
+        typename IV::I t16[MR][NV];
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) KVD_UNROLL(2) for (int i = 0; i < NV; ++i) t16[r][i] = IV::zero();
+        // (unrolled by 2: the 4-bit codes' 8 vectors rolled cost GCC a register move per sum)
+        KVD_UNROLL(2) for (int v = v0; v < v0 + W; ++v) {
+          typename IV::I c[NV];
+          load_codes(k0 + 4 * v, c);
           KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
-            std::int32_t a;
-            std::memcpy(&a, q0 + r * K + k0 + 4 * v, 4);
-            t16[r] = IV::dot16(t16[r], c, IV::set1(a));
+            const typename IV::I a = row_word(r, k0 + 4 * v);
+            KVD_UNROLL(2) for (int i = 0; i < NV; ++i) t16[r][i] = IV::dot16(t16[r][i], c[i], a);
           }
-        });
-        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) t32[r] = IV::widen(t32[r], t16[r]);
+        }
+        KVD_UNROLL(8) for (int r = 0; r < MR; ++r) KVD_UNROLL(2) for (int i = 0; i < NV; ++i)
+          t32[r][i] = v0 == 0 ? IV::widen0(t16[r][i]) : IV::widen(t32[r][i], t16[r][i]);
       }
     }
-    const typename IV::F Dv = IV::fload(D + L * s);
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
       const long row = m0 + r;
       const typename IV::F d = IV::fset1(rd[row * nbq + k0 / kFastBlock]);
-      typename IV::I I = t32[r];
-      if constexpr (kOffset != 0) {
-        const std::int32_t Q = S == kFastBlock ? rq[row * nbq + k0 / kFastBlock] : rq16[row * (K / 16) + k0 / 16];
-        I = IV::sub(I, IV::set1(kOffset * Q));
-      }
-      acc[r] = IV::fmadd(IV::mul(IV::to_float(I), d), Dv, acc[r]);
-      if constexpr (Dec::kMin) {
-        const float xq = S == kFastBlock ? rxq[row * nbq + k0 / kFastBlock] : rxq16[row * (K / 16) + k0 / 16];
-        acc[r] = IV::fmadd(IV::fset1(xq), IV::fload(N + L * s), acc[r]);
+      KVD_UNROLL(2) for (int i = 0; i < NV; ++i) {
+        typename IV::I I = t32[r][i];
+        if constexpr (kOffset != 0) {
+          const std::int32_t Q = S == kFastBlock ? rq[row * nbq + k0 / kFastBlock] : rq16[row * (K / 16) + k0 / 16];
+          I = IV::sub(I, IV::set1(kOffset * Q));
+        }
+        acc[r][i] = IV::fmadd(IV::mul(IV::to_float(I), d), IV::fload(D + L * s + V * i), acc[r][i]);
+        if constexpr (Dec::kMin) {
+          const float xq = S == kFastBlock ? rxq[row * nbq + k0 / kFastBlock] : rxq16[row * (K / 16) + k0 / 16];
+          acc[r][i] = IV::fmadd(IV::fset1(xq), IV::fload(N + L * s + V * i), acc[r][i]);
+        }
       }
     }
   }
-  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) IV::fstore(y + r * ldy, acc[r]);
+  KVD_UNROLL(8) for (int r = 0; r < MR; ++r) KVD_UNROLL(2) for (int i = 0; i < NV; ++i) IV::fstore(y + r * ldy + V * i, acc[r][i]);
 }
 
-template <class IV, class Dec, int MR = IV::kRows>
+template <class IV, class Dec, int MR, int NV = 1>
 inline void fast_planes_tile_any(int mr, const FastRows& rows, long m0, const unsigned char* codes, const float* D,
                                  const float* N, float* y, long ldy) {
   if constexpr (MR >= 1) {
-    if (mr == MR) return fast_planes_tile<IV, Dec, MR>(rows, m0, codes, D, N, y, ldy);
-    return fast_planes_tile_any<IV, Dec, MR - 1>(mr, rows, m0, codes, D, N, y, ldy);
+    if (mr == MR) return fast_planes_tile<IV, Dec, MR, NV>(rows, m0, codes, D, N, y, ldy);
+    return fast_planes_tile_any<IV, Dec, MR - 1, NV>(mr, rows, m0, codes, D, N, y, ldy);
   }
 }
 
-/// Large M: threads take ranges of units (half panels; with kWide, the 512-bit
-/// planes, whole panels); each unit is decoded over all of k into the thread's
-/// planes (L bytes per value: 8 outputs or 16), then every row tile runs over them.
-template <class Dec, bool kWide>
+/// Rows of a 256-bit byte-plane tile over a whole panel (two half panels side by
+/// side, each row's broadcast serving both code vectors), for every type but q8_0:
+/// 3 in 16 registers, 4 in 32. One Zen 4 core in L2, M = 64 and 256, G multiply-adds/s,
+/// 6 rows x a half panel -> 3 rows x a panel, -march=x86-64-v3: q4_0 87 -> 104, q4_K
+/// 94 -> 102 (both from 78 and 72 in the tiles), q5_0 81 -> 92, q5_K 83 -> 94, q6_K
+/// 70 -> 80, q3_K 63 -> 75; q8_0 61 -> 59 keeps half panels. -march=x86-64-v4 (32
+/// registers), 4 rows: q4_0 85 -> 107, q5_K 86 -> 96, q6_K 70 -> 82, q3_K 67 -> 80.
+inline constexpr int kFastPlanePairRows = kFastVectorRegisters == 32 ? 4 : 3;
+
+/// Large M: threads take ranges of units (whole panels, the halves side by side;
+/// q8_0's 256-bit planes: half panels); each unit is decoded over all of k into the
+/// thread's planes (L bytes per value: 16 outputs or 8), then every row tile runs
+/// over them (k512: the 512-bit tiles).
+template <class Dec, bool k512>
 void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
+  // 256-bit tiles over whole panels (kFastPlanePairRows), but for q8_0
+  constexpr bool kPair = !k512 && Dec::kFastCodes != FastCodes::kBytes;
+  constexpr bool kWide = k512 || kPair;
   constexpr int S = Dec::kSub, kSubs = Dec::kBlock / S, L = kWide ? 16 : 8;
   const long K = rows.K;
   parallel_parts(kWide ? w.n_panels() : 2 * w.n_panels(), parallel, [&](long u0, long u1) {
@@ -267,41 +296,37 @@ void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, floa
                                   codes.data() + j * S * L + 32 * h, D.data() + L * j + 8 * h, N.data() + L * j + 8 * h,
                                   4 * L);
           }
-      constexpr long kRows = kWide ? kFastPlaneRows512 : kFastPlaneRows;
+      constexpr long kRows = kPair ? kFastPlanePairRows : k512 ? kFastPlaneRows512 : kFastPlaneRows;
       for (long m0 = 0; m0 < M; m0 += kRows) {
         const int mr = static_cast<int>(std::min<long>(kRows, M - m0));
+        if constexpr (kPair) {
+          fast_planes_tile_any<FastPlaneVec256, Dec, kFastPlanePairRows, 2>(mr, rows, m0, codes.data(), D.data(),
+                                                                            N.data(), y + m0 * ldy + u * L, ldy);
+          continue;
+        }
 #if defined(KVDECODE_FAST_PLANES_512)
-        if constexpr (kWide) {
-          fast_planes_tile_any<FastPlaneVec512, Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + u * L,
-                                                     ldy);
+        if constexpr (k512) {
+          fast_planes_tile_any<FastPlaneVec512, Dec, kFastPlaneRows512>(mr, rows, m0, codes.data(), D.data(), N.data(),
+                                                                        y + m0 * ldy + u * L, ldy);
           continue;
         }
 #endif
-        fast_planes_tile_any<FastPlaneVec256, Dec>(mr, rows, m0, codes.data(), D.data(), N.data(), y + m0 * ldy + u * L, ldy);
+        fast_planes_tile_any<FastPlaneVec256, Dec, kFastPlaneRows>(mr, rows, m0, codes.data(), D.data(), N.data(),
+                                                                   y + m0 * ldy + u * L, ldy);
       }
     }
   });
 }
 
-/// Whether large M takes the byte planes for Dec: the heavy decoders (q5, q3_K, q6_K)
-/// and q8_0, whose tiles transpose its codes for every 4 rows (one Zen 4 core in L2,
-/// M = 64 and 256, G multiply-adds/s, tiles -> planes: -march=x86-64-v3 45-46 -> 58-60,
-/// with 256-bit VNNI 57-69 -> 75-109; the same bits); every type with the 512-bit planes (one Zen 5 core in L2, M = 64, G multiply-adds/s,
-/// 256-bit tiles -> 512-bit planes: q4_0 75 -> 91-96, q4_1 73 -> 87-92, q4_K 71 -> 87,
-/// q2_K 55 -> 68).
-/// One core in L2 at M = 64 (Zen 3, G multiply-adds/s, tiles -> planes, noisy):
-/// q5_0 26.6 -> 36.1, q5_1 29.3 -> 43.5, q5_K 29.1 -> 39.4, q3_K 23.8 -> 32.9, q6_K
-/// 28.3 -> 34.8; q4_K 40-43 -> 30-42 and q2_K 28-34 -> 22-32 stay with the tiles,
-/// whose two half panels share each broadcast. The table types' levels have no
-/// byte planes: they take the tiles at every M.
+/// Whether large M takes the byte planes for Dec: every type but the table types,
+/// whose levels have no byte planes (they take the tiles at every M). Against the
+/// small-M tiles, which rebuild the codes for each tile of rows (q8_0: transpose
+/// them), one Zen 4 core in L2, M = 64 and 256, G multiply-adds/s, -march=x86-64-v3:
+/// q8_0 45-46 -> 58-60 (with 256-bit VNNI 57-69 -> 75-109), q4_0 78 -> 104, q4_K
+/// 72 -> 102, q2_K 69 -> 76; the 512-bit planes on Zen 5, M = 64: q4_0 75 -> 91-96,
+/// q4_1 73 -> 87-92, q4_K 71 -> 87, q2_K 55 -> 68.
 template <class Dec>
-inline constexpr bool kFastPlanes = !kFastLevels<Dec> &&
-#if defined(KVDECODE_FAST_PLANES_512)
-    true;
-#else
-    (kFastFive<Dec> || Dec::kFastCodes == FastCodes::kCrumbs3 || Dec::kFastCodes == FastCodes::kSix ||
-     Dec::kFastCodes == FastCodes::kBytes);
-#endif
+inline constexpr bool kFastPlanes = !kFastLevels<Dec>;
 #endif  // KVDECODE_FAST_AVX2
 
 }  // namespace kvd::detail

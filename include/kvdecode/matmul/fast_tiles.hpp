@@ -529,7 +529,10 @@ inline constexpr int kFastPlaneRows = 6;
 /// (M = 8, a batch of 8 decoding sequences, keeps the tiles: one Zen 4 core, G
 /// multiply-adds/s, tiles -> planes at M = 8: q4_K 96 -> 87 and q4_0, q8_0 the same
 /// on 2048 x 2048; q6_K 44.6 -> 51.7 there but 24.4 -> 23.9 and 20.1 -> 17.4 on the
-/// 32000 x 2048 classifier, whose default-mode kernel ran at 36.9 and 28.7.)
+/// 32000 x 2048 classifier, whose default-mode kernel ran at 36.9 and 28.7. Again
+/// with the whole-panel planes, -march=x86-64-v3, kvdecode-roofline's batch 8 on the
+/// 1.1B shape, tokens/s, planes from M = 16 -> 8: Q4_K_M 105-115 -> 88, Q6_K
+/// 61 -> 53, Q8_0 87 -> 70, though in L2 the planes led at M = 8.)
 inline constexpr long kFastPlanesMinM = 16;
 /// Half panels per tile: 4 for 1 or 2 rows, 2 beyond (8 to 16 accumulators).
 constexpr int fast_halves(int mr) { return mr <= 2 ? 4 : 2; }
