@@ -103,7 +103,6 @@ struct FastPlaneVec256 {
   using I = __m256i;
   using F = __m256;
   static constexpr int kOutputs = 8;
-  static constexpr int kRows = kFastPlaneRows;
 #if defined(KVDECODE_FAST_VNNI)
   static constexpr bool kDot = true;
   KVD_ALWAYS_INLINE static I dot(I acc, I u8, I s8) { return fast_dpbusd(acc, u8, s8); }
@@ -142,7 +141,6 @@ struct FastPlaneVec512 {
   using I = __m512i;
   using F = __m512;
   static constexpr int kOutputs = 16;
-  static constexpr int kRows = kFastPlaneRows512;
   static constexpr bool kDot = true;
   KVD_ALWAYS_INLINE static I dot(I acc, I u8, I s8) { return _mm512_dpbusd_epi32(acc, u8, s8); }
   KVD_ALWAYS_INLINE static I zero() { return _mm512_setzero_si512(); }
@@ -234,18 +232,14 @@ inline void fast_planes_tile(const FastRows& rows, long m0, const unsigned char*
     }
     KVD_UNROLL(8) for (int r = 0; r < MR; ++r) {
       const long row = m0 + r;
-      const typename IV::F d = IV::fset1(rd[row * nbq + k0 / kFastBlock]);
+      const long e32 = row * nbq + k0 / kFastBlock, e16 = row * (K / 16) + k0 / 16;  // the row's block, 16-value group
+      const typename IV::F d = IV::fset1(rd[e32]);
       KVD_UNROLL(2) for (int i = 0; i < NV; ++i) {
         typename IV::I I = t32[r][i];
-        if constexpr (kOffset != 0) {
-          const std::int32_t Q = S == kFastBlock ? rq[row * nbq + k0 / kFastBlock] : rq16[row * (K / 16) + k0 / 16];
-          I = IV::sub(I, IV::set1(kOffset * Q));
-        }
+        if constexpr (kOffset != 0) I = IV::sub(I, IV::set1(kOffset * (S == kFastBlock ? rq[e32] : rq16[e16])));
         acc[r][i] = IV::fmadd(IV::mul(IV::to_float(I), d), IV::fload(D + L * s + V * i), acc[r][i]);
-        if constexpr (Dec::kMin) {
-          const float xq = S == kFastBlock ? rxq[row * nbq + k0 / kFastBlock] : rxq16[row * (K / 16) + k0 / 16];
-          acc[r][i] = IV::fmadd(IV::fset1(xq), IV::fload(N + L * s + V * i), acc[r][i]);
-        }
+        if constexpr (Dec::kMin)
+          acc[r][i] = IV::fmadd(IV::fset1(S == kFastBlock ? rxq[e32] : rxq16[e16]), IV::fload(N + L * s + V * i), acc[r][i]);
       }
     }
   }

@@ -522,7 +522,8 @@ inline constexpr int kFastTileRows = 4;
 /// (q4_K 60 -> 53, 62 -> 55). The 512-bit tiles of the 5- and 6-bit types take up to
 /// 8 rows (fast_max_rows_512(), fast_tiles_512.hpp).
 inline constexpr int kFastMaxRows = kFastVectorRegisters == 32 ? 7 : kFastTileRows;
-/// Rows of a byte-plane tile (large M): 2 MR sums, a code vector, a broadcast and a constant in 16 registers.
+/// Rows of a half-panel byte-plane tile (large M; q8_0's 256-bit planes, the others take
+/// kFastPlanePairRows over whole panels): 2 MR sums, a code vector, a broadcast and a constant in 16 registers.
 /// (12 rows in 32 registers measured slower: 43 against 67 G multiply-adds/s for q5_0 at M = 64, Zen 5.)
 inline constexpr int kFastPlaneRows = 6;
 /// The smallest M that takes the byte planes.
