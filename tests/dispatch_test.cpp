@@ -61,6 +61,9 @@ TEST(CpuFeatures, AgreeWithTheCompilersDetection) {
   EXPECT_EQ(f.avx512bw, __builtin_cpu_supports("avx512bw") != 0);
   EXPECT_EQ(f.avx512vl, __builtin_cpu_supports("avx512vl") != 0);
   EXPECT_EQ(f.avx512vnni, __builtin_cpu_supports("avx512vnni") != 0);
+#if !defined(__clang__)  // clang 14 has no "avxvnni" feature name
+  EXPECT_EQ(f.avxvnni, __builtin_cpu_supports("avxvnni") != 0);
+#endif
 }
 #endif
 
@@ -75,7 +78,7 @@ TEST(Dispatch, UnknownCapIsAConfigErrorNamingItAndTheLevels) {
   } catch (const ConfigError& e) {
     const std::string m = e.what();
     EXPECT_HAS(m, "KVDECODE_MAX_ISA='avx9000'");
-    EXPECT_HAS(m, "x86-64, x86-64-v3, x86-64-v4, x86-64-v4+vnni+bf16");
+    EXPECT_HAS(m, "x86-64, x86-64-v3, x86-64-v3+vnni, x86-64-v4, x86-64-v4+vnni+bf16");
   }
 }
 
@@ -101,6 +104,7 @@ TEST(Dispatch, PicksTheBestLevelThisCpuRunsAndReportsIt) {
   const detail::CpuFeatures f = detail::read_cpu_features();
   const char* want = f.x86_64_v4() && f.avx512vnni && f.avx512bf16 ? "x86-64-v4+vnni+bf16"
                      : f.x86_64_v4()                              ? "x86-64-v4"
+                     : f.x86_64_v3() && f.avxvnni                 ? "x86-64-v3+vnni"
                      : f.x86_64_v3()                              ? "x86-64-v3"
                                                                   : "x86-64";
   EXPECT_EQ(c.name, want) << c.levels;
@@ -117,7 +121,7 @@ struct Level {
 // Every level this CPU runs (through pick_dispatch_level with each cap).
 std::vector<Level> runnable_levels() {
   std::vector<Level> out;
-  for (const char* cap : {"x86-64-v3", "x86-64-v4", "x86-64-v4+vnni+bf16"}) {
+  for (const char* cap : {"x86-64-v3", "x86-64-v3+vnni", "x86-64-v4", "x86-64-v4+vnni+bf16"}) {
     ScopedEnv env("KVDECODE_MAX_ISA", cap);
     const detail::DispatchChoice c = detail::pick_dispatch_level(kLayout);
     if (c.kernels && c.name == cap) out.push_back({cap, c.kernels});

@@ -27,6 +27,7 @@ struct CpuFeatures {
        movbe = false, xsave = false;                                                                           // v3
   bool avx512f = false, avx512bw = false, avx512cd = false, avx512dq = false, avx512vl = false;                // v4
   bool avx512vnni = false, avx512bf16 = false;  // the fast mode's int8 and bf16 dot products
+  bool avxvnni = false;  // the int8 dot product on 256-bit vectors without AVX-512 (Alder Lake and later)
 
   bool x86_64_v2() const { return sse3 && ssse3 && sse41 && sse42 && popcnt && cx16 && lahf; }
   bool x86_64_v3() const { return x86_64_v2() && avx && avx2 && bmi1 && bmi2 && f16c && fma && lzcnt && movbe && xsave; }
@@ -78,6 +79,7 @@ inline CpuFeatures read_cpu_features() {
     f.avx512vnni = zmm_saved && (c & (1u << 11));
     if (max_sub >= 1) {
       __cpuid_count(7, 1, a, b, c, d);
+      f.avxvnni = ymm_saved && (a & (1u << 4));
       f.avx512bf16 = zmm_saved && (a & (1u << 5));
     }
   }

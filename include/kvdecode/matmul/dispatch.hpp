@@ -46,6 +46,7 @@
 // code of a level runs before that: its files have no static initializers.
 #define KVDECODE_DISPATCH_LEVELS(X)                                 \
   X(x86_64_v3, "x86-64-v3", "-march=x86-64-v3")                     \
+  X(x86_64_v3_vnni, "x86-64-v3+vnni", "-march=x86-64-v3 -mavxvnni") \
   X(x86_64_v4, "x86-64-v4", "-march=x86-64-v4")                     \
   X(x86_64_v4_vnni_bf16, "x86-64-v4+vnni+bf16", "-march=x86-64-v4 -mavx512vnni -mavx512bf16")
 
@@ -95,11 +96,13 @@ inline constexpr std::uint32_t kCpuV3 = 1u << 1;          ///< x86-64-v3 (AVX2, 
 inline constexpr std::uint32_t kCpuV4 = 1u << 2;          ///< x86-64-v4 (AVX512 F, BW, CD, DQ, VL)
 inline constexpr std::uint32_t kCpuAvx512Vnni = 1u << 3;  ///< AVX512-VNNI
 inline constexpr std::uint32_t kCpuAvx512Bf16 = 1u << 4;  ///< AVX512-BF16
+inline constexpr std::uint32_t kCpuAvxVnni = 1u << 5;     ///< AVX-VNNI (vpdpbusd on 256-bit vectors, VEX-encoded)
 
 /// The bits of a running CPU's features.
 inline std::uint32_t cpu_feature_bits(const CpuFeatures& f) {
   return (f.x86_64_v2() ? kCpuV2 : 0u) | (f.x86_64_v3() ? kCpuV3 : 0u) | (f.x86_64_v4() ? kCpuV4 : 0u) |
-         (f.avx512vnni ? kCpuAvx512Vnni : 0u) | (f.avx512bf16 ? kCpuAvx512Bf16 : 0u);
+         (f.avx512vnni ? kCpuAvx512Vnni : 0u) | (f.avx512bf16 ? kCpuAvx512Bf16 : 0u) |
+         (f.avxvnni ? kCpuAvxVnni : 0u);
 }
 
 /// The bits the including translation unit's flags let the compiler use.
@@ -118,6 +121,9 @@ inline constexpr std::uint32_t kCompiledFeatureBits =
 #endif
 #if defined(__AVX512BF16__)
     kCpuAvx512Bf16 |
+#endif
+#if defined(__AVXVNNI__)
+    kCpuAvxVnni |
 #endif
     0u;
 
