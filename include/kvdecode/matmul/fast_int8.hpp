@@ -159,6 +159,7 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
       }
     }
     const int mr_max = static_cast<int>(M <= fast_max_rows<Dec>() ? M : kFastTileRows);
+    constexpr std::size_t kPbb = kLanes * sizeof(typename decltype(row)::Block);  // a panel block's bytes
 #if defined(KVDECODE_FAST_TILES_512)
     if constexpr (kFastTiles512<Dec>) {
       // whole panels: column tiles of 2 np half panels, from an even h0
@@ -166,12 +167,12 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
       const int mr512 = static_cast<int>(M <= fast_max_rows_512<Dec>() ? M : kFastTileRows);
       return fast_run_tiles(rows, M, w, y, ldy, parallel, mr512, 2 * fast_panels_of<Dec>(mr512),
                             [&](int mr, int nh, long m0, long h0, float* ym) {
-                              fast_tile_512_any<Dec, Dec5>(mr, nh / 2, rows, m0, w, h0 / 2, ym, ldy);
+                              fast_tile_512_any<Dec, Dec5, kPbb>(mr, nh / 2, rows, m0, w, h0 / 2, ym, ldy);
                             });
     }
 #endif
     fast_run_tiles(rows, M, w, y, ldy, parallel, mr_max, fast_halves_of<Dec>(mr_max),
-                   [&](int mr, int nh, long m0, long h0, float* ym) { fast_tile_avx2_any<Dec>(mr, nh, rows, m0, w, h0, ym, ldy); });
+                   [&](int mr, int nh, long m0, long h0, float* ym) { fast_tile_avx2_any<Dec, kPbb>(mr, nh, rows, m0, w, h0, ym, ldy); });
   };
   const bool fast = visit_block_type(w.type(), [&](auto row) {
     using Row = decltype(row);

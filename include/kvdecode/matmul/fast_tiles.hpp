@@ -266,7 +266,7 @@ KVD_ALWAYS_INLINE inline void fast_panel_blocks(const QuantPanels& w, long nblk,
 /// The running sums live in y, the sub-block's partial sums in registers (16-bit for
 /// 4-bit codes, widened to 32 per group of 8 for 5-bit ones, per plane for levels,
 /// whose products reach 127 * 127, and per product pair for q8_0's).
-template <class Dec, int MR, int NH>
+template <class Dec, int MR, int NH, std::size_t kPbb>
 inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   constexpr bool kFive = kFastFive<Dec>, kLevels = kFastLevels<Dec>;
   constexpr bool kBytes = Dec::kFastCodes == FastCodes::kBytes;
@@ -279,7 +279,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   [[maybe_unused]] __m256i table = _mm256_setzero_si256();
   if constexpr (kLevels) table = fast_level_table<Dec>();
-  const std::size_t pbb = w.panel_block_bytes();
+  constexpr std::size_t pbb = kPbb;
   const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < nblk; ++b) {
@@ -385,13 +385,13 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
 /// 16 values, one code word per row (value v at bits 2 v); rows of order 16.
 /// Vector j = (w >> 2 j) & 3 holds values j, j + 4, j + 8, j + 12 in its bytes;
 /// q3_K ors in its high bit at bit 2 (code + 4) and subtracts 4 Q_s after.
-template <bool kThree, int MR, int NH>
+template <bool kThree, int MR, int NH, std::size_t kPbb>
 inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   using Dec = std::conditional_t<kThree, Avx2DecodeQ3_K, Avx2DecodeQ2_K>;
   const long K = rows.K, nbq = K / kFastBlock;
   fast_tile_zero<MR, NH>(y, ldy, h0);
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
-  const std::size_t pbb = w.panel_block_bytes();
+  constexpr std::size_t pbb = kPbb;
   const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < nblk; ++b) {
@@ -448,12 +448,12 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
 
 /// The q6_K tile: MR rows x NH half panels; per group of 8 values the two nibble
 /// planes get their two high bits (bits 4..5 of each byte) from the high word.
-template <int MR, int NH>
+template <int MR, int NH, std::size_t kPbb>
 inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y, long ldy) {
   const long K = rows.K, nbq = K / kFastBlock;
   FastSums256<MR, NH, MR * NH <= 4> acc(y, ldy, h0);
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
-  const std::size_t pbb = w.panel_block_bytes();
+  constexpr std::size_t pbb = kPbb;
   const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
   const std::int8_t* q0 = rows.q.data() + m0 * K;
   for (long b = 0; b < nblk; ++b) {
@@ -566,16 +566,19 @@ struct FastShapeAvx2 {
   static constexpr int kMaxRows = fast_max_rows<Dec>();
   static constexpr int halves(int mr) { return fast_halves_of<Dec>(mr); }
 };
-/// The tile of mr rows and nh half panels (FastShapeAvx2<Dec>).
-template <class Dec>
+/// The tile of mr rows and nh half panels (FastShapeAvx2<Dec>). kPbb: the bytes of a
+/// panel block (w.panel_block_bytes(), asserted), a constant so that a sub-block's
+/// prefetches compile to straight-line code.
+template <class Dec, std::size_t kPbb>
 inline void fast_tile_avx2_any(int mr, int nh, const FastRows& rows, long m0, const QuantPanels& w, long h0, float* y,
                                long ldy) {
+  KVD_ASSERT(w.panel_block_bytes() == kPbb);
   with_tile_shape<FastShapeAvx2<Dec>>(mr, nh, [&](auto r, auto h) {
     constexpr int MR = decltype(r)::value, NH = decltype(h)::value;
-    if constexpr (Dec::kFastCodes == FastCodes::kSix) fast_tile_q6k_avx2<MR, NH>(rows, m0, w, h0, y, ldy);
-    else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs) fast_tile_k2_avx2<false, MR, NH>(rows, m0, w, h0, y, ldy);
-    else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs3) fast_tile_k2_avx2<true, MR, NH>(rows, m0, w, h0, y, ldy);
-    else fast_tile_avx2<Dec, MR, NH>(rows, m0, w, h0, y, ldy);
+    if constexpr (Dec::kFastCodes == FastCodes::kSix) fast_tile_q6k_avx2<MR, NH, kPbb>(rows, m0, w, h0, y, ldy);
+    else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs) fast_tile_k2_avx2<false, MR, NH, kPbb>(rows, m0, w, h0, y, ldy);
+    else if constexpr (Dec::kFastCodes == FastCodes::kCrumbs3) fast_tile_k2_avx2<true, MR, NH, kPbb>(rows, m0, w, h0, y, ldy);
+    else fast_tile_avx2<Dec, MR, NH, kPbb>(rows, m0, w, h0, y, ldy);
   });
 }
 #endif  // KVDECODE_FAST_AVX2
