@@ -118,10 +118,13 @@ struct Level {
   const kvd_isa::LevelKernels* kernels;
 };
 
-// Every level this CPU runs (through pick_dispatch_level with each cap).
+// Every level this CPU runs (through pick_dispatch_level with each cap), in the
+// order of dispatch.hpp's table: a new row is tested without touching this file.
 std::vector<Level> runnable_levels() {
   std::vector<Level> out;
-  for (const char* cap : {"x86-64-v3", "x86-64-v3+vnni", "x86-64-v4", "x86-64-v4+vnni+bf16"}) {
+#define KVDECODE_TEST_LEVEL_NAME_(id, name, flags) name,
+  for (const char* cap : {KVDECODE_DISPATCH_LEVELS(KVDECODE_TEST_LEVEL_NAME_)}) {
+#undef KVDECODE_TEST_LEVEL_NAME_
     ScopedEnv env("KVDECODE_MAX_ISA", cap);
     const detail::DispatchChoice c = detail::pick_dispatch_level(kLayout);
     if (c.kernels && c.name == cap) out.push_back({cap, c.kernels});

@@ -150,7 +150,7 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
   if constexpr (kFastLevels<Dec>) table = _mm512_broadcast_i32x4(_mm256_castsi256_si128(fast_level_table<Dec>()));
   // the panel block's size as a constant: a sub-block's prefetches then compile to
   // straight-line code, not a loop of 3 instructions per line (q8_0 at M = 1, one Zen 5
-  // core in L2: the loop took about a fifth of the tile's time)
+  // core: the loop took about a fifth of the tile's time)
   constexpr std::size_t pbb = kPbb;
   const long nblk = w.n_blocks();
   const long ahead = static_cast<long>(panel_blocks_ahead(pbb));
