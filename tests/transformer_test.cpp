@@ -28,6 +28,10 @@ std::vector<Shape> shapes() {
       {"MQA_D40_Dh8_L2", small_config(5, 1, 8, 40, 2, 300, 50, 40)},   // F > 256 exercises k-blocking
       {"OneLayer_GQA_Dh8", small_config(6, 3, 8, 40, 1, 64, 33, 24)},
       {"GQA_D64_Dh16_S70", small_config(8, 2, 16, 64, 2, 96, 130, 70)},  // several 16-position blocks
+      // head_dim 48 and 80: the prefill weighted sum's passes of 4 and 2 vectors of 16
+      // dims end in a pass of 3 and of 1
+      {"GQA_Dh48_S70", small_config(4, 2, 48, 192, 1, 64, 50, 70)},
+      {"MQA_Dh80_S40", small_config(2, 1, 80, 160, 1, 64, 50, 40)},
       {"Window7_GQA_D40_S40", windowed(small_config(4, 2, 10, 40, 2, 48, 45, 40), 7)},
       // a window narrower than the 4-row prefill groups of the attention kernel, odd head count
       {"Window2_MHA_H3_Dh16_S36", windowed(small_config(3, 3, 16, 40, 2, 40, 30, 36), 2)},

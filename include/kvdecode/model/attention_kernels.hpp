@@ -52,6 +52,23 @@ KVD_ALWAYS_INLINE inline void prefetch_value(const QuantRef<kBits, kKey>& r, lon
 /// Blocks of 16 positions between the block being computed and the one prefetched.
 inline constexpr int kAttendAhead = 4;
 
+/// s[i] = s[i] / div for i in [0, n): the attention scores' scaling. When div is a power
+/// of two its reciprocal is exact, and s[i] * (1 / div) is the same correctly rounded
+/// value as the quotient for every s[i] (subnormal results, infinities and NaNs
+/// included), so that case multiplies: a vector division costs several
+/// multiplications, and head_dim 64 or 256 (divisor 8 or 16) is common.
+template <class T>
+inline void divide_scores(T* s, long n, T div) {
+  int e = 0;
+  const T m = std::frexp(div, &e);  // div = m * 2^e, m in [0.5, 1)
+  const T inv = std::ldexp(T(1), 1 - e);
+  if (m == T(0.5) && inv != T(0) && std::isfinite(inv) && inv * div == T(1)) {
+    for (long i = 0; i < n; ++i) s[i] = s[i] * inv;
+  } else {
+    for (long i = 0; i < n; ++i) s[i] = s[i] / div;
+  }
+}
+
 /// Softmax over the scores of one query, in place. s[i] is the score of position
 /// base + i, base a multiple of 16, for i in [0, 16 * n_blocks); only positions in
 /// [lo, hi] are visible and every other entry ends as exactly 0 (the value stored
@@ -220,7 +237,7 @@ inline void attend_group(const T* q, const Cache& cache, int layer, int kvh, int
   T* o[HG];
   for (int h = 0; h < HG; ++h) {
     T* s = scores + h * ld_s;
-    for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / score_div;
+    divide_scores(s, nb * kLanes, score_div);
     softmax_blocks(s, b0 * kLanes, nb, first, last, sinks ? sinks[h] : -std::numeric_limits<T>::infinity());
     w[h] = s + (first - b0 * kLanes);
     o[h] = out + h * head_dim;
@@ -286,14 +303,17 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
     }
     for (int r = 0; r < R; ++r) acc[r].store(scores + r * ld_s + (b - bmin) * kLanes);
   }
-  const T* w[R];  // w[r][t - first[r]]
+  // Every row's weights are indexed by t - base: row r's weight of position t is
+  // ws[r][t - base], read for t in [first[r], last[r]] only.
+  const int base = bmin * kLanes;
+  const T* ws[R];
   for (int r = 0; r < R; ++r) {
     T* s = scores + r * ld_s;
     const int nb = bmax - bmin + 1;
-    for (int i = 0; i < nb * kLanes; ++i) s[i] = s[i] / score_div;
+    divide_scores(s, nb * kLanes, score_div);
     const int b0 = first[r] / kLanes;
     softmax_blocks(s + (b0 - bmin) * kLanes, b0 * kLanes, last[r] / kLanes - b0 + 1, first[r], last[r], sink);
-    w[r] = s + (first[r] - bmin * kLanes);
+    ws[r] = s;
   }
   auto v_row = [&](int t) { return cache.v_block(layer, t / kLanes) + off + static_cast<long>(t % kLanes) * head_dim; };
   // Weighted sums. Positions [first[R-1], last[0]] are visible to every row: one V load
@@ -302,6 +322,31 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
   // Vectors of dims per pass: R x kNV accumulators stay in registers.
   constexpr int kNV = R <= 4 ? 4 : 2;
   const int all_lo = first[R - 1], all_hi = last[0];
+  // The shared span of one pass of NV vectors from dim d0, block by block: each V block
+  // is looked up once (a ring cache's lookup divides), the block kAttendAhead ahead
+  // is requested meanwhile.
+  auto shared_span = [&](auto nv_c, int d0, Vec16<T>(&acc)[R][kNV]) {
+    constexpr int NV = decltype(nv_c)::value;
+    const int b_lo = all_lo / kLanes, b_hi = all_hi / kLanes;
+    for (int b = b_lo; b <= b_hi; ++b) {
+      const auto vb = cache.v_block(layer, b) + off + d0;  // (16, head_dim) from dim d0
+      const bool ahead = b + kAttendAhead <= b_hi;
+      const auto va = ahead ? cache.v_block(layer, b + kAttendAhead) + off + d0 : vb;
+      const int l0 = std::max(all_lo, b * kLanes) - b * kLanes, l1 = std::min(all_hi, b * kLanes + kLanes - 1) - b * kLanes;
+      const int wo = b * kLanes - base;
+      for (int lane = l0; lane <= l1; ++lane) {
+        const long at = static_cast<long>(lane) * head_dim;
+        if (ahead)
+          for (int v = 0; v < NV; ++v) prefetch_value(va, at + v * kLanes);
+        Vec16<T> vv[NV];
+        for (int v = 0; v < NV; ++v) vv[v] = load_lanes<T>(vb + at + v * kLanes);
+        for (int r = 0; r < R; ++r) {
+          const Vec16<T> wt = Vec16<T>::broadcast(ws[r][wo + lane]);
+          for (int v = 0; v < NV; ++v) acc[r][v].fma(wt, vv[v]);
+        }
+      }
+    }
+  };
   for (int d0 = 0; d0 < head_dim; d0 += kNV * kLanes) {
     const int nv = std::min(kNV, (head_dim - d0) / kLanes);
     if (nv == 0) break;
@@ -309,7 +354,7 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < kNV; ++v) acc[r][v] = Vec16<T>::zero();
     auto one = [&](int r, int t) {
-      const Vec16<T> wt = Vec16<T>::broadcast(w[r][t - first[r]]);
+      const Vec16<T> wt = Vec16<T>::broadcast(ws[r][t - base]);
       const auto row = v_row(t) + d0;
       for (int v = 0; v < nv; ++v) acc[r][v].fma(wt, load_lanes<T>(row + v * kLanes));
     };
@@ -317,28 +362,17 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
       for (int r = 0; r < R; ++r)
         for (int t = first[r]; t <= last[r]; ++t) one(r, t);
     } else {
-    for (int r = 0; r < R; ++r)
-      for (int t = first[r]; t < all_lo; ++t) one(r, t);
-    auto va = cache.v_block(layer, all_lo / kLanes) + off;  // the V block kAttendAhead blocks ahead of t's
-    for (int t = all_lo; t <= all_hi; ++t) {
-      const auto row = v_row(t) + d0;
-      if (t + kAttendAhead * kLanes <= all_hi) {
-        if (t == all_lo || t % kLanes == 0) va = cache.v_block(layer, t / kLanes + kAttendAhead) + off;
-        for (int v = 0; v < nv; ++v) prefetch_value(va, static_cast<long>(t % kLanes) * head_dim + d0 + v * kLanes);
+      for (int r = 0; r < R; ++r)
+        for (int t = first[r]; t < all_lo; ++t) one(r, t);
+      static_assert(kNV == 2 || kNV == 4, "shared_span's vector counts");
+      switch (nv) {
+        case 1: shared_span(std::integral_constant<int, 1>{}, d0, acc); break;
+        case 2: shared_span(std::integral_constant<int, 2>{}, d0, acc); break;
+        case 3: if constexpr (kNV > 3) shared_span(std::integral_constant<int, 3>{}, d0, acc); break;
+        default: if constexpr (kNV > 3) shared_span(std::integral_constant<int, 4>{}, d0, acc); break;
       }
-      if (nv == kNV) {
-        Vec16<T> vv[kNV];
-        for (int v = 0; v < kNV; ++v) vv[v] = load_lanes<T>(row + v * kLanes);
-        for (int r = 0; r < R; ++r) {
-          const Vec16<T> wt = Vec16<T>::broadcast(w[r][t - first[r]]);
-          for (int v = 0; v < kNV; ++v) acc[r][v].fma(wt, vv[v]);
-        }
-      } else {
-        for (int r = 0; r < R; ++r) one(r, t);
-      }
-    }
-    for (int r = 0; r < R; ++r)
-      for (int t = all_hi + 1; t <= last[r]; ++t) one(r, t);
+      for (int r = 0; r < R; ++r)
+        for (int t = all_hi + 1; t <= last[r]; ++t) one(r, t);
     }
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < nv; ++v) acc[r][v].store(out + r * ld_out + d0 + v * kLanes);
@@ -346,7 +380,7 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
   for (int r = 0; r < R; ++r)
     for (int d = head_dim / kLanes * kLanes; d < head_dim; ++d) {  // the dims past the last full vector
       T acc = T(0);
-      for (int t = first[r]; t <= last[r]; ++t) acc = std::fma(w[r][t - first[r]], from_storage<T>(v_row(t)[d]), acc);
+      for (int t = first[r]; t <= last[r]; ++t) acc = std::fma(ws[r][t - base], from_storage<T>(v_row(t)[d]), acc);
       out[r * ld_out + d] = acc;
     }
 }
