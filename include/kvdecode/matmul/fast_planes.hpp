@@ -89,6 +89,13 @@ inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned cha
 /// 3 / 4 / 6 / 10 rows: q5_0 87 / 97 / 88 / 57, q3_K 70 / 70-73 / 67 / 47, q6_K 70 /
 /// 74-75 / 68 / 47-49 (the 256-bit planes: q5_0 66, q3_K 47, q6_K 49).
 inline constexpr int kFastPlaneRows512 = 4;
+/// Panels of a 512-bit byte-plane tile: each row's broadcast feeds this many code
+/// vectors, so a step of 4 values is 2 code loads and 4 broadcasts for 8 vpdpbusd
+/// instead of 1 and 4 for 4. One Intel Xeon core (family 6 model 207), 512 x 2048,
+/// M = 64 / 256, G multiply-adds/s, 1 -> 2 panels: q4_0 130 -> 160 / 139 -> 161,
+/// q4_K 129 -> 156 / 138 -> 165, q5_K 83 -> 154 / 140 -> 164, q6_K 97 -> 101 / 105 ->
+/// 132, q8_0 132 -> 155 / 130 -> 165 (the same bits).
+inline constexpr int kFastPlanePanels512 = 2;
 
 // ---- The vectors of a byte-plane tile ------------------------------------------------
 // fast_planes_tile() is written once over an integer vector trait IV, as Vec16 is
@@ -265,48 +272,60 @@ inline void fast_planes_tile_any(int mr, const FastRows& rows, long m0, const un
 inline constexpr int kFastPlanePairRows = kFastVectorRegisters == 32 ? 4 : 3;
 
 /// Large M: threads take ranges of units (whole panels, the halves side by side;
-/// q8_0's 256-bit planes: half panels); each unit is decoded over all of k into the
-/// thread's planes (L bytes per value: 16 outputs or 8), then every row tile runs
-/// over them (k512: the 512-bit tiles).
+/// with the 512-bit tiles pairs of panels; q8_0's 256-bit planes: half panels); each
+/// unit is decoded over all of k into the thread's planes (L bytes per value: 32, 16
+/// or 8 outputs), then every row tile runs over them (k512: the 512-bit tiles).
 template <class Dec, bool k512>
 void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
   // 256-bit tiles over whole panels (kFastPlanePairRows), but for q8_0
   constexpr bool kPair = !k512 && Dec::kFastCodes != FastCodes::kBytes;
   constexpr bool kWide = k512 || kPair;
-  constexpr int S = Dec::kSub, kSubs = Dec::kBlock / S, L = kWide ? 16 : 8;
-  const long K = rows.K;
-  parallel_parts(kWide ? w.n_panels() : 2 * w.n_panels(), parallel, [&](long u0, long u1) {
+  // panels per unit: kFastPlanePanels512 with the 512-bit tiles (the last unit may hold fewer)
+  constexpr int kUP = k512 ? kFastPlanePanels512 : 1;
+  constexpr int S = Dec::kSub, kSubs = Dec::kBlock / S, kL = kWide ? 16 * kUP : 8;
+  const long K = rows.K, n_panels = w.n_panels();
+  const long n_units = kWide ? (n_panels + kUP - 1) / kUP : 2 * n_panels;
+  parallel_parts(n_units, parallel, [&](long u0, long u1) {
     static thread_local AlignedBuffer<unsigned char> codes;
     static thread_local AlignedBuffer<float> D, N;
-    codes.reserve(static_cast<std::size_t>(K * L));
-    D.reserve(static_cast<std::size_t>(K / S * L));
-    N.reserve(static_cast<std::size_t>(K / S * L));
+    codes.reserve(static_cast<std::size_t>(K * kL));
+    D.reserve(static_cast<std::size_t>(K / S * kL));
+    N.reserve(static_cast<std::size_t>(K / S * kL));
     for (long u = u0; u < u1; ++u) {
+      const long p0 = kWide ? u * kUP : u / 2;  // the unit's first panel
+      const int np = kWide ? static_cast<int>(std::min<long>(kUP, n_panels - p0)) : 1;
+      const int L = kWide ? 16 * np : 8;  // bytes per value: the unit's outputs
       for (long b = 0; b < w.n_blocks(); ++b)
         for (int s = 0; s < kSubs; ++s)
-          for (int h = 0; h < (kWide ? 2 : 1); ++h) {  // the halves side by side: 32 bytes, 8 floats each
-            const long j = b * kSubs + s;
-            fast_planes_avx2<Dec>(w.panel_block(kWide ? u : u / 2, b), s, kWide ? h : static_cast<int>(u % 2),
-                                  codes.data() + j * S * L + 32 * h, D.data() + L * j + 8 * h, N.data() + L * j + 8 * h,
-                                  4 * L);
-          }
+          for (int p = 0; p < np; ++p)
+            for (int h = 0; h < (kWide ? 2 : 1); ++h) {  // the halves side by side: 32 bytes, 8 floats each
+              const long j = b * kSubs + s;
+              fast_planes_avx2<Dec>(w.panel_block(p0 + p, b), s, kWide ? h : static_cast<int>(u % 2),
+                                    codes.data() + j * S * L + 64 * p + 32 * h, D.data() + L * j + 16 * p + 8 * h,
+                                    N.data() + L * j + 16 * p + 8 * h, 4 * L);
+            }
+      float* const yu = y + (kWide ? p0 * 16 : u * 8);
       constexpr long kRows = kPair ? kFastPlanePairRows : k512 ? kFastPlaneRows512 : kFastPlaneRows;
       for (long m0 = 0; m0 < M; m0 += kRows) {
         const int mr = static_cast<int>(std::min<long>(kRows, M - m0));
         if constexpr (kPair) {
           fast_planes_tile_any<FastPlaneVec256, Dec, kFastPlanePairRows, 2>(mr, rows, m0, codes.data(), D.data(),
-                                                                            N.data(), y + m0 * ldy + u * L, ldy);
+                                                                            N.data(), yu + m0 * ldy, ldy);
           continue;
         }
 #if defined(KVDECODE_FAST_PLANES_512)
         if constexpr (k512) {
-          fast_planes_tile_any<FastPlaneVec512, Dec, kFastPlaneRows512>(mr, rows, m0, codes.data(), D.data(), N.data(),
-                                                                        y + m0 * ldy + u * L, ldy);
+          if (np == kUP)
+            fast_planes_tile_any<FastPlaneVec512, Dec, kFastPlaneRows512, kUP>(mr, rows, m0, codes.data(), D.data(),
+                                                                               N.data(), yu + m0 * ldy, ldy);
+          else
+            fast_planes_tile_any<FastPlaneVec512, Dec, kFastPlaneRows512, 1>(mr, rows, m0, codes.data(), D.data(),
+                                                                             N.data(), yu + m0 * ldy, ldy);
           continue;
         }
 #endif
         fast_planes_tile_any<FastPlaneVec256, Dec, kFastPlaneRows>(mr, rows, m0, codes.data(), D.data(), N.data(),
-                                                                   y + m0 * ldy + u * L, ldy);
+                                                                   yu + m0 * ldy, ldy);
       }
     }
   });
