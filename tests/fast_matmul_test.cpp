@@ -122,8 +122,11 @@ TEST(FastMatmul, EveryPathMAndThreadCountIsTheDefinition) {
     const Rows w = make_rows(t, N, K, 3);
     const QuantMatrix qm(t, N, K, w.bytes.data(), "w");
     const long ldy = qm.n_out_padded();
-    for (int threads : {1, 2}) {
+    // threads 1 and 2; with 2, the 512-bit tiles' shapes of both kinds of CPU (fast_tiles_512.hpp)
+    for (int run : {1, 2, 3}) {
+      const int threads = run == 1 ? 1 : 2;
       set_num_threads(threads);
+      detail::fast_halves_choice() = run == 1 ? -1 : run - 2;
       for (long M = 1; M <= Mmax; M += (M < 10 ? 1 : 7)) {
         // fresh activations for every product: nothing left in a buffer by the last one can pass for a result
         const std::vector<float> x = activations(M, K, static_cast<unsigned>(11 + M + 100 * threads));
@@ -133,7 +136,8 @@ TEST(FastMatmul, EveryPathMAndThreadCountIsTheDefinition) {
           detail::matmul_fast_with(x.data(), K, M, qm.panels(), y.data(), ldy, path);
           for (long m = 0; m < M; ++m) {
             ASSERT_TRUE(kvd_test::same_bits(&y[m * ldy], &want[m * ldy], N))
-                << weight_type_name(t) << " M " << M << " row " << m << " threads " << threads << " portable "
+                << weight_type_name(t) << " M " << M << " row " << m << " threads " << threads << " halves "
+                << detail::fast_halves_choice() << " portable "
                 << (path == detail::FastPath::kPortable) << ": " << kvd_test::first_difference(&y[m * ldy], &want[m * ldy], N);
             for (long n = N; n < ldy; ++n) ASSERT_EQ(y[m * ldy + n], 0.f) << "padding column " << n;
           }
@@ -141,6 +145,7 @@ TEST(FastMatmul, EveryPathMAndThreadCountIsTheDefinition) {
       }
     }
   }
+  detail::fast_halves_choice() = -1;
   set_num_threads(saved);
 }
 

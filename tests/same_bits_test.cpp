@@ -227,7 +227,9 @@ TEST_P(SameBits, GoldenLogitsOnEveryCpu) {
   const bool in_repo = file.rfind("data/", 0) == 0;
   const std::string path =
       in_repo ? std::string(KVDECODE_TEST_DATA_DIR) + file.substr(4) : kvd_test::shared_dir() + "/models/" + file;
-  if (in_repo) ASSERT_TRUE(fs::exists(path)) << "test data missing: " << path;
+  if (in_repo) {
+    ASSERT_TRUE(fs::exists(path)) << "test data missing: " << path;
+  }
   if (!fs::exists(path)) GTEST_SKIP() << "shared model not found: " << path;
   kvd::Transformer<float> model(load(path));
   model.set_fast_matmul(g.fast);

@@ -28,6 +28,9 @@ struct CpuFeatures {
   bool avx512f = false, avx512bw = false, avx512cd = false, avx512dq = false, avx512vl = false;                // v4
   bool avx512vnni = false, avx512bf16 = false;  // the fast mode's int8 and bf16 dot products
   bool avxvnni = false;  // the int8 dot product on 256-bit vectors without AVX-512 (Alder Lake and later)
+  /// AVX-512 executed as two 256-bit halves (AMD family 0x19, Zen 4): it shapes the
+  /// fast mode's tiles (fast_tiles_512.hpp), never what they compute.
+  bool avx512_halves = false;
 
   bool x86_64_v2() const { return sse3 && ssse3 && sse41 && sse42 && popcnt && cx16 && lahf; }
   bool x86_64_v3() const { return x86_64_v2() && avx && avx2 && bmi1 && bmi2 && f16c && fma && lzcnt && movbe && xsave; }
@@ -42,7 +45,11 @@ inline CpuFeatures read_cpu_features() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   const unsigned max_leaf = __get_cpuid_max(0, nullptr);
   if (max_leaf < 1) return f;
+  __cpuid(0, a, b, c, d);
+  const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
   __cpuid(1, a, b, c, d);
+  const unsigned base_family = (a >> 8) & 0xfu;
+  const unsigned family = base_family == 0xfu ? base_family + ((a >> 20) & 0xffu) : base_family;
   f.sse3 = c & (1u << 0);
   f.ssse3 = c & (1u << 9);
   f.fma = c & (1u << 12);
@@ -77,6 +84,7 @@ inline CpuFeatures read_cpu_features() {
     f.avx512bw = zmm_saved && (b & (1u << 30));
     f.avx512vl = zmm_saved && (b & (1u << 31));
     f.avx512vnni = zmm_saved && (c & (1u << 11));
+    f.avx512_halves = amd && family == 0x19 && f.avx512f;
     if (max_sub >= 1) {
       __cpuid_count(7, 1, a, b, c, d);
       f.avxvnni = ymm_saved && (a & (1u << 4));
@@ -89,6 +97,12 @@ inline CpuFeatures read_cpu_features() {
     f.lzcnt = c & (1u << 5);
   }
 #endif
+  return f;
+}
+
+/// read_cpu_features(), read once.
+inline const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = read_cpu_features();
   return f;
 }
 

@@ -145,7 +145,7 @@ inline void fast_run_tiles(const FastRows& rows, long M, const QuantPanels& w, f
 /// The AVX2 fast product. Small M: threads take contiguous ranges of column tiles
 /// (half panels, or with the 512-bit tiles whole panels); rows go in blocks that
 /// keep their rounded values in L2, and tiles of up to 4 rows (7 for M = 5 to 7; 8
-/// for the 512-bit tiles of the 5- and 6-bit types). M >= kFastPlanesMinM, for every type but the table types: the byte planes (fast_planes.hpp).
+/// for the 512-bit tiles, fast_rows_512()). M >= kFastPlanesMinM, for every type but the table types: the byte planes (fast_planes.hpp).
 inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w, float* y, long ldy, bool parallel) {
   auto run = [&](auto dec, [[maybe_unused]] auto row) {
     using Dec = decltype(dec);
@@ -164,8 +164,9 @@ inline void matmul_fast_avx2(const FastRows& rows, long M, const QuantPanels& w,
     if constexpr (kFastTiles512<Dec>) {
       // whole panels: column tiles of 2 np half panels, from an even h0
       using Dec5 = typename Avx512DecoderOf<decltype(row)>::type;
-      const int mr512 = static_cast<int>(M <= fast_max_rows_512<Dec>() ? M : kFastTileRows);
-      return fast_run_tiles(rows, M, w, y, ldy, parallel, mr512, 2 * fast_panels_of<Dec>(mr512),
+      const bool halves = fast_avx512_halves();
+      const int mr512 = fast_rows_512<Dec>(M, halves);
+      return fast_run_tiles(rows, M, w, y, ldy, parallel, mr512, 2 * fast_panels_512<Dec>(mr512, halves),
                             [&](int mr, int nh, long m0, long h0, float* ym) {
                               fast_tile_512_any<Dec, Dec5, kPbb>(mr, nh / 2, rows, m0, w, h0 / 2, ym, ldy);
                             });

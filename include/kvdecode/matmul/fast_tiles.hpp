@@ -519,8 +519,8 @@ inline constexpr int kFastTileRows = 4;
 /// verification), which would otherwise run as 4 rows and a remainder. One core in L2,
 /// Zen 5, G multiply-adds/s at M = 5, 4 + 1 -> 5 rows: q4_0 44 -> 66-69, q4_K 54 -> 68-70,
 /// q5_K 36 -> 51-56. Larger M keeps 4-row tiles: 8-row tiles lost at M = 8 and 64
-/// (q4_K 60 -> 53, 62 -> 55). The 512-bit tiles of the 5- and 6-bit types take up to
-/// 8 rows (fast_max_rows_512(), fast_tiles_512.hpp).
+/// (q4_K 60 -> 53, 62 -> 55). The 512-bit tiles take up to 8 rows (fast_rows_512(),
+/// fast_tiles_512.hpp).
 inline constexpr int kFastMaxRows = kFastVectorRegisters == 32 ? 7 : kFastTileRows;
 /// Rows of a half-panel byte-plane tile (large M; q8_0's 256-bit planes, the others take
 /// kFastPlanePairRows over whole panels): 2 MR sums, a code vector, a broadcast and a constant in 16 registers.

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kvdecode/core/cpu_features.hpp"
 #include "kvdecode/core/isa.hpp"
 #include "kvdecode/core/simd.hpp"
 #include "kvdecode/matmul/fast_rows.hpp"
@@ -26,6 +27,19 @@
 #include "kvdecode/matmul/static_for.hpp"
 
 namespace kvd::detail {
+
+/// Which tile shapes the 512-bit tiles take: those of a CPU that runs 512-bit
+/// operations as two halves (1), of one that runs them whole (0), or the running
+/// CPU's (-1, cpu_features().avx512_halves; the default). Shapes never change
+/// results; tests set it to run both sets of shapes on one CPU.
+inline int& fast_halves_choice() {
+  static int choice = -1;
+  return choice;
+}
+inline bool fast_avx512_halves() {
+  const int c = fast_halves_choice();
+  return c < 0 ? cpu_features().avx512_halves : c != 0;
+}
 
 #if defined(KVDECODE_FAST_TILES_512)
 #if defined(__GNUC__) && !defined(__clang__)
@@ -65,27 +79,40 @@ inline constexpr bool kFastTiles512 =
 #endif
 
 /// Whether Dec's codes cost more to build than the nibble planes' (the 5- and 6-bit
-/// types: their high bits), so that tiles of up to 8 rows share them.
+/// types: their high bits).
 template <class Dec>
 inline constexpr bool kFastHeavy512 = Dec::kFastCodes == FastCodes::kFive || Dec::kFastCodes == FastCodes::kSix;
 
-/// Panels per 512-bit tile: 4 for 1 row, 2 beyond (4 to 14 sums of 32 bits and as many
-/// floats); the 5- and 6-bit types hold a word of high bits per panel besides, and
-/// take 1 panel beyond 4 rows (up to 8 sums and 8 floats).
+/// The most panels of a 512-bit tile of mr rows: 4 for 1 row (3 for the 5- and 6-bit
+/// types, which hold a word of high bits per panel besides), 2 beyond. Up to 8 rows x 2
+/// panels hold 16 sums of 32 bits in registers; the 16 float sums go to L1 and back
+/// once per sub-block, through the load and store ports rather than the vector pipes.
 template <class Dec>
 constexpr int fast_panels_of(int mr) {
-  if constexpr (kFastHeavy512<Dec>) return mr <= 1 ? 3 : mr <= 4 ? 2 : 1;
+  if constexpr (kFastHeavy512<Dec>) return mr <= 1 ? 3 : 2;
   return mr <= 1 ? 4 : 2;
 }
 
-/// The most rows of a 512-bit tile: 8 for the 5- and 6-bit types, whose codes then
-/// serve a batch of 8 once (one Zen 4 core in L2, M = 8, G multiply-adds/s, two
-/// tiles of 4 -> one of 8: q5_K 89 -> 121, q6_K 87 -> 92-98; q4_0 149 -> 139 and
-/// q8_0 140 -> 136 keep two of 4), else fast_max_rows<Dec>().
+/// The rows of the 512-bit tiles for M rows: M itself up to 8 (a batch of 8 decoding
+/// sequences, or a speculative verification), else tiles of 8, so that each code vector
+/// built feeds 8 rows. Intel Xeon (AVX512-VNNI, one core in L2, M = 8, G multiply-adds/s,
+/// medians of 5 alternated runs, two tiles of 4 -> one of 8 rows x 2 panels): q4_0
+/// 150 -> 175, q4_K 131 -> 150, q8_0 138 -> 161; 8 rows x 1 panel -> 2: q5_K
+/// 126 -> 135, q6_K 106 -> 124.
+/// `halves` (a CPU that runs 512-bit operations as two halves, Zen 4): the nibble and
+/// byte types keep M up to 7, else tiles of 4 (there, M = 8: q4_0 149 -> 139 and
+/// q8_0 140 -> 136 with 8 rows), and the 5- and 6-bit types 1 panel beyond 4 rows.
 template <class Dec>
-constexpr int fast_max_rows_512() {
-  if constexpr (kFastHeavy512<Dec>) return 8;
-  return fast_max_rows<Dec>();
+inline int fast_rows_512(long M, bool halves) {
+  const int most = halves && !kFastHeavy512<Dec> ? fast_max_rows<Dec>() : 8;
+  const int tile = halves && !kFastHeavy512<Dec> ? kFastTileRows : 8;
+  return static_cast<int>(M <= most ? M : tile);
+}
+/// Panels per tile of mr rows (fast_rows_512()): fast_panels_of(), or 1 beyond 4 rows
+/// for the 5- and 6-bit types on a CPU that runs 512-bit operations as two halves.
+template <class Dec>
+inline int fast_panels_512(int mr, bool halves) {
+  return halves && kFastHeavy512<Dec> && mr > 4 ? 1 : fast_panels_of<Dec>(mr);
 }
 
 /// The 512-bit decoder's word of high bits of a 5-bit type (both halves of the panel).
@@ -210,10 +237,10 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
     KVD_UNROLL(4) for (int i = 0; i < NP; ++i) _mm512_storeu_ps(y + r * ldy + (p0 + i) * 16, acc[r][i]);
 }
 
-/// The 512-bit tile shapes of Dec: up to fast_max_rows_512<Dec>() rows, fast_panels_of<Dec>(mr) panels.
+/// The 512-bit tile shapes of Dec: up to 8 rows, fast_panels_of<Dec>(mr) panels.
 template <class Dec>
 struct FastShape512 {
-  static constexpr int kMaxRows = fast_max_rows_512<Dec>();
+  static constexpr int kMaxRows = 8;
   static constexpr int halves(int mr) { return fast_panels_of<Dec>(mr); }
 };
 /// The tile of mr rows and np panels (FastShape512<Dec>).
