@@ -97,3 +97,84 @@ TEST(RoPE, RotatesConsecutivePairsLikeLlama2c) {
       }
   }
 }
+
+// exp_array's vectors whose lanes are all in range skip the range fix-up: sweep every
+// 991st float of [lo, hi) in order, so nearly every vector takes that path.
+TEST(Exp, FloatInRangeVectorsEqualScalar) {
+  using C = detail::ExpConstants<float>;
+  std::vector<float> x;
+  for (float v = C::lo; v < C::hi; ) {
+    x.push_back(v);
+    std::uint32_t u;
+    std::memcpy(&u, &v, 4);
+    u = v < 0 ? (u > 991u + 0x80000000u ? u - 991 : 0u) : u + 991;
+    std::memcpy(&v, &u, 4);
+  }
+  std::vector<float> vec(x.size());
+  detail::exp_array(x.data(), vec.data(), static_cast<long>(x.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const float s = exp_(x[i]);
+    ASSERT_EQ(std::memcmp(&s, &vec[i], 4), 0) << "x=" << x[i];
+  }
+  EXPECT_GT(x.size(), 2000000u);
+}
+
+// Vec16::max is std::max lane by lane: a < b ? b : a, NaNs and signed zeros included.
+TEST(Vec16, MaxIsStdMaxLaneByLane) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float a[16] = {1, 2, -0.0f, 0.0f, nan, 3, nan, -inf, inf, -1, 5, 5, 1e-45f, -1e-45f, 7, -7};
+  const float b[16] = {2, 1, 0.0f, -0.0f, 3, nan, nan, -1, 0, -inf, 5, -5, 0.0f, 0.0f, -7, 7};
+  float got[16];
+  detail::Vec16<float>::max(detail::Vec16<float>::load(a), detail::Vec16<float>::load(b)).store(got);
+  for (int i = 0; i < 16; ++i) {
+    const float want = std::max(a[i], b[i]);
+    EXPECT_EQ(std::memcmp(&want, &got[i], 4), 0) << "lane " << i << ": " << a[i] << ", " << b[i];
+  }
+}
+
+// The softmax's division by its sum: every quotient as IEEE division gives it, including
+// the subnormal quotients that fall exactly halfway between two floats, which a
+// product by the reciprocal in double cannot round the same way on its own.
+TEST(Softmax, DivisionBySumIsCorrectlyRounded) {
+  std::mt19937_64 rng(3);
+  std::vector<std::pair<float, float>> cases;  // (dividend, divisor)
+  std::uniform_real_distribution<float> unit(0, 1), sums(1, 9000);
+  for (int i = 0; i < 400000; ++i) cases.push_back({unit(rng), sums(rng)});
+  std::uniform_int_distribution<std::uint32_t> bits(0, 0xffffffffu);
+  for (int i = 0; i < 400000; ++i) {  // any two floats
+    std::uint32_t u = bits(rng), w = bits(rng);
+    float e, d;
+    std::memcpy(&e, &u, 4);
+    std::memcpy(&d, &w, 4);
+    cases.push_back({e, d});
+  }
+  // Exact halfway subnormal quotients, (m * b * 2^(j-149)) / (b * 2^(j+1)) = m * 2^-150 for
+  // odd m and b: about 3% of them round the other way in double alone (b = 49, m = 3).
+  for (std::uint32_t b = 3; b < 200; b += 2)
+    for (std::uint32_t m = 1; m < 400; m += 2)
+      for (int j = 0; j < 2; ++j)
+        cases.push_back({std::ldexp(static_cast<float>(m * b), j - 149), std::ldexp(static_cast<float>(b), j + 1)});
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (float e : {0.0f, -0.0f, 1.0f, inf, -inf, nan, 1e-45f, 3e-39f, 3.4e38f})
+    for (float d : {1.0f, 3.0f, -3.0f, 0.0f, -0.0f, inf, nan, 1e-45f, 1e-40f, 3e-38f, 7e37f})
+      cases.push_back({e, d});
+  for (int i = 0; i < 16; ++i) cases.push_back({std::ldexp(1.0f, -140 + i), 3.0f});  // the FLT_MIN boundary
+  // Each case's dividend sits in a row of 16 (one vector) beside 15 others of the same
+  // divisor, then one more value that the scalar tail divides.
+  std::size_t checked = 0;
+  for (std::size_t c = 0; c < cases.size(); ++c) {
+    const float d = cases[c].second;
+    float s[17], got[17];
+    for (int i = 0; i < 17; ++i) s[i] = cases[(c * 7 + static_cast<std::size_t>(i) * 104729) % cases.size()].first;
+    s[c % 17] = cases[c].first;
+    std::memcpy(got, s, sizeof s);
+    detail::divide_by(got, 17, d);
+    for (int i = 0; i < 17; ++i) {
+      volatile float num = s[i], den = d;
+      const float want = num / den;
+      ASSERT_EQ(std::memcmp(&want, &got[i], 4), 0) << s[i] << " / " << d << ": " << got[i] << " instead of " << want;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 13000000u);
+}

@@ -20,6 +20,7 @@
 // input. They only shape tiles, never results.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -119,6 +120,12 @@ struct PortableVec16 {
   void fma(const PortableVec16& a, const PortableVec16& b) {
     for (int i = 0; i < kLanes; ++i) v[i] = std::fma(a.v[i], b.v[i], v[i]);
   }
+  /// Lane by lane std::max(a, b), that is a < b ? b : a (a NaN in b gives a, in a gives a).
+  static PortableVec16 max(const PortableVec16& a, const PortableVec16& b) {
+    PortableVec16 r;
+    for (int i = 0; i < kLanes; ++i) r.v[i] = std::max(a.v[i], b.v[i]);
+    return r;
+  }
 };
 
 #if defined(KVDECODE_VEC_AVX2)
@@ -154,6 +161,10 @@ struct Avx2Vec16<float> {
     lo = _mm256_fmadd_ps(a.lo, b.lo, lo);
     hi = _mm256_fmadd_ps(a.hi, b.hi, hi);
   }
+  /// Lane by lane std::max(a, b): maxps(b, a) is b > a ? b : a, the same choice.
+  static Avx2Vec16 max(const Avx2Vec16& a, const Avx2Vec16& b) {
+    return {_mm256_max_ps(b.lo, a.lo), _mm256_max_ps(b.hi, a.hi)};
+  }
 };
 
 template <>
@@ -171,6 +182,11 @@ struct Avx2Vec16<double> {
   void store(double* p) const { for (int i = 0; i < 4; ++i) _mm256_storeu_pd(p + 4 * i, v[i]); }
   void fma(const Avx2Vec16& a, const Avx2Vec16& b) {
     for (int i = 0; i < 4; ++i) v[i] = _mm256_fmadd_pd(a.v[i], b.v[i], v[i]);
+  }
+  static Avx2Vec16 max(const Avx2Vec16& a, const Avx2Vec16& b) {
+    Avx2Vec16 r;
+    for (int i = 0; i < 4; ++i) r.v[i] = _mm256_max_pd(b.v[i], a.v[i]);
+    return r;
   }
 };
 #endif
@@ -201,6 +217,10 @@ struct Avx512Vec16<float> {
   }
   void store(float* p) const { _mm512_storeu_ps(p, v); }
   void fma(const Avx512Vec16& a, const Avx512Vec16& b) { v = _mm512_fmadd_ps(a.v, b.v, v); }
+  /// Lane by lane std::max(a, b): maxps(b, a) is b > a ? b : a, the same choice.
+  static Avx512Vec16 max(const Avx512Vec16& a, const Avx512Vec16& b) {
+    return {_mm512_maskz_max_ps(__mmask16(0xFFFF), b.v, a.v)};
+  }
 };
 
 template <>
@@ -215,6 +235,9 @@ struct Avx512Vec16<double> {
   void fma(const Avx512Vec16& a, const Avx512Vec16& b) {
     lo = _mm512_fmadd_pd(a.lo, b.lo, lo);
     hi = _mm512_fmadd_pd(a.hi, b.hi, hi);
+  }
+  static Avx512Vec16 max(const Avx512Vec16& a, const Avx512Vec16& b) {
+    return {_mm512_maskz_max_pd(__mmask8(0xFF), b.lo, a.lo), _mm512_maskz_max_pd(__mmask8(0xFF), b.hi, a.hi)};
   }
 };
 #endif
@@ -256,6 +279,12 @@ struct NeonVec16<float> {
   void fma(const NeonVec16& a, const NeonVec16& b) {
     for (int i = 0; i < 4; ++i) v[i] = vfmaq_f32(v[i], a.v[i], b.v[i]);
   }
+  /// Lane by lane std::max(a, b) = a < b ? b : a (fmax would pass NaNs differently).
+  static NeonVec16 max(const NeonVec16& a, const NeonVec16& b) {
+    NeonVec16 r;
+    for (int i = 0; i < 4; ++i) r.v[i] = vbslq_f32(vcltq_f32(a.v[i], b.v[i]), b.v[i], a.v[i]);
+    return r;
+  }
 };
 
 /// Eight q registers of 2 doubles: 3 accumulators (24 registers), as AVX2 double.
@@ -274,6 +303,11 @@ struct NeonVec16<double> {
   void store(double* p) const { for (int i = 0; i < 8; ++i) vst1q_f64(p + 2 * i, v[i]); }
   void fma(const NeonVec16& a, const NeonVec16& b) {
     for (int i = 0; i < 8; ++i) v[i] = vfmaq_f64(v[i], a.v[i], b.v[i]);
+  }
+  static NeonVec16 max(const NeonVec16& a, const NeonVec16& b) {
+    NeonVec16 r;
+    for (int i = 0; i < 8; ++i) r.v[i] = vbslq_f64(vcltq_f64(a.v[i], b.v[i]), b.v[i], a.v[i]);
+    return r;
   }
 };
 #endif

@@ -69,6 +69,61 @@ inline void divide_scores(T* s, long n, T div) {
   }
 }
 
+/// s[i] = s[i] / d for i in [0, n), each quotient correctly rounded, as IEEE division
+/// gives it. For float on x86 the quotient is formed in double, q = s[i] * (1 / d),
+/// and rounded to float: a multiplication costs a fraction of a vector division.
+/// Why that is the same value: the double q is within 2^-52 (relative) of s[i] / d, while
+/// a quotient of two floats that is not exactly halfway between two floats is at least
+/// 2^-49 (relative) from every such midpoint, so both round to the same float. A
+/// quotient can fall exactly halfway only in the subnormal range; lanes whose float
+/// result is below FLT_MIN (and nonzero dividends) are divided again, by division, and
+/// so are NaN results, whose payload division picks (a compiler may swap the operands
+/// of a product). Infinities and zeros give what division gives. Tested against division on
+/// random, subnormal and halfway cases (Softmax.DivisionBySumIsCorrectlyRounded).
+template <class T>
+inline void divide_by(T* s, long n, T d) {
+  long i = 0;
+#if defined(KVDECODE_VEC_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m512d r = _mm512_set1_pd(1.0 / static_cast<double>(d));
+    const __m512 dv = _mm512_set1_ps(d), tiny = _mm512_set1_ps(std::numeric_limits<float>::min());
+    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (; i + kLanes <= n; i += kLanes) {
+      const __m512 x = _mm512_loadu_ps(s + i);
+      // The maskz forms with all lanes set are the plain instructions (see Vec16::load_f16);
+      // GCC 12's casts between 256 and 512 bits are built from the unmasked ones.
+      const __m512d lo = _mm512_mul_pd(_mm512_maskz_cvtps_pd(__mmask8(0xFF), _mm512_maskz_extractf32x8_ps(__mmask8(0xFF), x, 0)), r);
+      const __m512d hi = _mm512_mul_pd(_mm512_maskz_cvtps_pd(__mmask8(0xFF), _mm512_maskz_extractf32x8_ps(__mmask8(0xFF), x, 1)), r);
+      const __m512 q_lo = _mm512_maskz_insertf32x8(__mmask16(0xFFFF), _mm512_setzero_ps(), _mm512_maskz_cvtpd_ps(__mmask8(0xFF), lo), 0);
+      __m512 q = _mm512_maskz_insertf32x8(__mmask16(0xFFFF), q_lo, _mm512_maskz_cvtpd_ps(__mmask8(0xFF), hi), 1);
+      const __mmask16 redo = (_mm512_cmp_ps_mask(_mm512_and_ps(q, abs_mask), tiny, _CMP_LT_OQ) &
+                              _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NEQ_OQ)) |
+                             _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q);
+      if (redo) q = _mm512_mask_div_ps(q, redo, x, dv);
+      _mm512_storeu_ps(s + i, q);
+    }
+  }
+#elif defined(KVDECODE_VEC_AVX2)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256d r = _mm256_set1_pd(1.0 / static_cast<double>(d));
+    const __m256 dv = _mm256_set1_ps(d), tiny = _mm256_set1_ps(std::numeric_limits<float>::min());
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (; i + 8 <= n; i += 8) {
+      const __m256 x = _mm256_loadu_ps(s + i);
+      const __m128 lo = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), r));
+      const __m128 hi = _mm256_cvtpd_ps(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), r));
+      __m256 q = _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+      const __m256 redo = _mm256_or_ps(_mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(q, abs_mask), tiny, _CMP_LT_OQ),
+                                                     _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_OQ)),
+                                       _mm256_cmp_ps(q, q, _CMP_UNORD_Q));
+      if (!_mm256_testz_ps(redo, redo)) q = _mm256_blendv_ps(q, _mm256_div_ps(x, dv), redo);
+      _mm256_storeu_ps(s + i, q);
+    }
+  }
+#endif
+  for (; i < n; ++i) s[i] = s[i] / d;
+}
+
 /// Softmax over the scores of one query, in place. s[i] is the score of position
 /// base + i, base a multiple of 16, for i in [0, 16 * n_blocks); only positions in
 /// [lo, hi] are visible and every other entry ends as exactly 0 (the value stored
@@ -91,25 +146,38 @@ inline void softmax_blocks(T* s, int base, int n_blocks, int lo, int hi,
   const T neg_inf = -std::numeric_limits<T>::infinity();
   for (int i = 0; i < i0; ++i) s[i] = neg_inf;
   for (int i = i1 + 1; i < n; ++i) s[i] = neg_inf;
+  // Four running maxima per lane, so the loop is not one chain of dependent maxima.
+  // std::max(m, NaN) keeps m, so every grouping gives the same maximum of the
+  // scores that are not NaN (up to the sign of a zero maximum: see below).
+  Vec16<T> maxes[4];
+  for (auto& m : maxes) m = Vec16<T>::broadcast(neg_inf);
+  int b = 0;
+  for (; b + 4 <= n_blocks; b += 4)
+    for (int k = 0; k < 4; ++k) maxes[k] = Vec16<T>::max(maxes[k], Vec16<T>::load(s + (b + k) * kLanes));
+  for (; b < n_blocks; ++b) maxes[0] = Vec16<T>::max(maxes[0], Vec16<T>::load(s + b * kLanes));
   T lane_max[kLanes];
-  for (int j = 0; j < kLanes; ++j) lane_max[j] = neg_inf;
-  for (int b = 0; b < n_blocks; ++b)
-    for (int j = 0; j < kLanes; ++j) lane_max[j] = std::max(lane_max[j], s[b * kLanes + j]);
+  Vec16<T>::max(Vec16<T>::max(maxes[0], maxes[1]), Vec16<T>::max(maxes[2], maxes[3])).store(lane_max);
   T mx = neg_inf;
   for (int j = 0; j < kLanes; ++j) mx = std::max(mx, lane_max[j]);
   mx = std::max(mx, sink);
   // A signed-zero maximum may come out as +0 or -0 depending on order; s - (+0) and
   // s - (-0) are equal for every s (and exp(+0) == exp(-0)), so that cannot matter.
-  for (int i = 0; i < n; ++i) s[i] = s[i] - mx;  // -inf stays -inf
-  exp_array(s, s, n);                            // same bits as exp_ on each value; exp(-inf) = 0
+  // Then e = exp_(s - mx) and the lane sums, 8 blocks at a time while they are in L1.
   T lane_sum[kLanes];
   for (int j = 0; j < kLanes; ++j) lane_sum[j] = T(0);
-  for (int b = 0; b < n_blocks; ++b)
-    for (int j = 0; j < kLanes; ++j) lane_sum[j] = lane_sum[j] + s[b * kLanes + j];
+  constexpr int kChunk = 8;
+  for (int b0 = 0; b0 < n_blocks; b0 += kChunk) {
+    const int nc = std::min(kChunk, n_blocks - b0) * kLanes;
+    T* c = s + b0 * kLanes;
+    for (int i = 0; i < nc; ++i) c[i] = c[i] - mx;  // -inf stays -inf
+    exp_array(c, c, nc);                            // same bits as exp_ on each value; exp(-inf) = 0
+    for (int i = 0; i < nc; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) lane_sum[j] = lane_sum[j] + c[i + j];
+  }
   for (int width = kLanes / 2; width >= 1; width /= 2)
     for (int j = 0; j < width; ++j) lane_sum[j] = lane_sum[2 * j] + lane_sum[2 * j + 1];
   const T sum = sink > neg_inf ? lane_sum[0] + exp_(sink - mx) : lane_sum[0];
-  for (int i = 0; i < n; ++i) s[i] = s[i] / sum;
+  divide_by(s, n, sum);
 }
 
 // Register budgets of the group kernels below. They shape passes only, never results:

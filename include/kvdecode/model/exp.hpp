@@ -107,23 +107,22 @@ inline void exp_array(const T* x, T* out, long n) {
       const __m512 v = _mm512_loadu_ps(x + i);
       const __mmask16 over = _mm512_cmp_ps_mask(v, hi, _CMP_NLT_UQ);  // x >= hi or NaN
       const __mmask16 under = _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ);
-      const __m512 xc = _mm512_max_ps(_mm512_min_ps(v, hi), lo);     // keeps the integer work in range
+      const bool in_range = (over | under) == 0;                      // softmax's and SiLU's usual case
+      const __m512 xc = in_range ? v : _mm512_max_ps(_mm512_min_ps(v, hi), lo);  // keeps the integer work in range
       const __m512 nn = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(C::log2e), magic), magic);
       __m512 r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-C::ln2_hi), xc);
       r = _mm512_fmadd_ps(nn, _mm512_set1_ps(-C::ln2_lo), r);
       __m512 p = _mm512_set1_ps(C::coef[C::degree]);
       for (int k = C::degree - 1; k >= 0; --k) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(C::coef[k]));
-      const __m512i ni = _mm512_cvtps_epi32(nn);
-      const __m512i n1 = _mm512_srai_epi32(ni, 1);
-      const __m512i n2 = _mm512_sub_epi32(ni, n1);
-      const __m512i bias = _mm512_set1_epi32(127);
-      const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
-      const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
-      __m512 res = _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
-      const __m512 inf_or_nan = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
-                                                     _mm512_set1_ps(std::numeric_limits<float>::infinity()), v);
-      res = _mm512_mask_blend_ps(over, res, inf_or_nan);
-      res = _mm512_mask_blend_ps(under, res, _mm512_setzero_ps());
+      // p * 2^n rounded once: the same value as step 5's two scalings (the first is exact
+      // for n >= -150, so only the second rounds), in one instruction.
+      __m512 res = _mm512_maskz_scalef_ps(__mmask16(0xFFFF), p, nn);
+      if (!in_range) {
+        const __m512 inf_or_nan = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
+                                                       _mm512_set1_ps(std::numeric_limits<float>::infinity()), v);
+        res = _mm512_mask_blend_ps(over, res, inf_or_nan);
+        res = _mm512_mask_blend_ps(under, res, _mm512_setzero_ps());
+      }
       _mm512_storeu_ps(out + i, res);
     }
   }
@@ -135,7 +134,8 @@ inline void exp_array(const T* x, T* out, long n) {
       const __m256 v = _mm256_loadu_ps(x + i);
       const __m256 over = _mm256_cmp_ps(v, hi, _CMP_NLT_UQ);
       const __m256 under = _mm256_cmp_ps(v, lo, _CMP_LT_OQ);
-      const __m256 xc = _mm256_max_ps(_mm256_min_ps(v, hi), lo);
+      const bool in_range = _mm256_testz_ps(_mm256_or_ps(over, under), _mm256_or_ps(over, under)) != 0;
+      const __m256 xc = in_range ? v : _mm256_max_ps(_mm256_min_ps(v, hi), lo);
       const __m256 nn = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(C::log2e), magic), magic);
       __m256 r = _mm256_fmadd_ps(nn, _mm256_set1_ps(-C::ln2_hi), xc);
       r = _mm256_fmadd_ps(nn, _mm256_set1_ps(-C::ln2_lo), r);
@@ -148,10 +148,12 @@ inline void exp_array(const T* x, T* out, long n) {
       const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
       const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
       __m256 res = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-      const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-      const __m256 inf_or_nan = _mm256_blendv_ps(_mm256_set1_ps(std::numeric_limits<float>::infinity()), v, nan);
-      res = _mm256_blendv_ps(res, inf_or_nan, over);
-      res = _mm256_blendv_ps(res, _mm256_setzero_ps(), under);
+      if (!in_range) {
+        const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        const __m256 inf_or_nan = _mm256_blendv_ps(_mm256_set1_ps(std::numeric_limits<float>::infinity()), v, nan);
+        res = _mm256_blendv_ps(res, inf_or_nan, over);
+        res = _mm256_blendv_ps(res, _mm256_setzero_ps(), under);
+      }
       _mm256_storeu_ps(out + i, res);
     }
   }
