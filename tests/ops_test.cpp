@@ -156,9 +156,16 @@ TEST(Softmax, DivisionBySumIsCorrectlyRounded) {
         cases.push_back({std::ldexp(static_cast<float>(m * b), j - 149), std::ldexp(static_cast<float>(b), j + 1)});
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   for (float e : {0.0f, -0.0f, 1.0f, inf, -inf, nan, 1e-45f, 3e-39f, 3.4e38f})
-    for (float d : {1.0f, 3.0f, -3.0f, 0.0f, -0.0f, inf, nan, 1e-45f, 1e-40f, 3e-38f, 7e37f})
+    for (float d : {1.0f, 3.0f, -3.0f, 0.0f, -0.0f, inf, nan, 1e-45f, 1e-40f, 3e-38f, 7e37f,
+                    8.0f, -0.125f, 0x1p-126f, 0x1p-149f, 0x1p127f})  // powers of two multiply when 1/d is finite
       cases.push_back({e, d});
   for (int i = 0; i < 16; ++i) cases.push_back({std::ldexp(1.0f, -140 + i), 3.0f});  // the FLT_MIN boundary
+  for (int i = 0; i < 20000; ++i) {  // the score divisors of head_dim 64 and 256, and their reciprocals
+    std::uint32_t u = bits(rng);
+    float e;
+    std::memcpy(&e, &u, 4);
+    cases.push_back({e, std::ldexp(1.0f, (i % 4 < 2 ? 1 : -1) * (3 + i % 2))});
+  }
   // Each case's dividend sits in a row of 16 (one vector) beside 15 others of the same
   // divisor, then one more value that the scalar tail divides.
   std::size_t checked = 0;

@@ -52,26 +52,13 @@ KVD_ALWAYS_INLINE inline void prefetch_value(const QuantRef<kBits, kKey>& r, lon
 /// Blocks of 16 positions between the block being computed and the one prefetched.
 inline constexpr int kAttendAhead = 4;
 
-/// s[i] = s[i] / div for i in [0, n): the attention scores' scaling. When div is a power
-/// of two its reciprocal is exact, and s[i] * (1 / div) is the same correctly rounded
-/// value as the quotient for every s[i] (subnormal results, infinities and NaNs
-/// included), so that case multiplies: a vector division costs several
-/// multiplications, and head_dim 64 or 256 (divisor 8 or 16) is common.
-template <class T>
-inline void divide_scores(T* s, long n, T div) {
-  int e = 0;
-  const T m = std::frexp(div, &e);  // div = m * 2^e, m in [0.5, 1)
-  const T inv = std::ldexp(T(1), 1 - e);
-  if (m == T(0.5) && inv != T(0) && std::isfinite(inv) && inv * div == T(1)) {
-    for (long i = 0; i < n; ++i) s[i] = s[i] * inv;
-  } else {
-    for (long i = 0; i < n; ++i) s[i] = s[i] / div;
-  }
-}
-
 /// s[i] = s[i] / d for i in [0, n), each quotient correctly rounded, as IEEE division
-/// gives it. For float on x86 the quotient is formed in double, q = s[i] * (1 / d),
-/// and rounded to float: a multiplication costs a fraction of a vector division.
+/// gives it: the attention scores' scaling and the softmax's normalisation. When d is
+/// a power of two whose reciprocal is a finite T, s[i] * (1 / d) is that same value for
+/// every s[i] (subnormal results, infinities and NaNs included), so that case
+/// multiplies (head_dim 64 or 256 gives a score divisor of 8 or 16). Otherwise, for
+/// float on x86 the quotient is formed in double, q = s[i] * (1 / d), and rounded to
+/// float: a multiplication costs a fraction of a vector division.
 /// Why that is the same value: the double q is within 2^-52 (relative) of s[i] / d, while
 /// a quotient of two floats that is not exactly halfway between two floats is at least
 /// 2^-49 (relative) from every such midpoint, so both round to the same float. A
@@ -82,6 +69,13 @@ inline void divide_scores(T* s, long n, T div) {
 /// random, subnormal and halfway cases (Softmax.DivisionBySumIsCorrectlyRounded).
 template <class T>
 inline void divide_by(T* s, long n, T d) {
+  int e = 0;
+  const T m = std::frexp(d, &e);  // d = m * 2^e, m in [0.5, 1)
+  const T inv = std::ldexp(T(1), 1 - e);
+  if (m == T(0.5) && inv != T(0) && std::isfinite(inv) && inv * d == T(1)) {
+    for (long j = 0; j < n; ++j) s[j] = s[j] * inv;
+    return;
+  }
   long i = 0;
 #if defined(KVDECODE_VEC_AVX512)
   if constexpr (std::is_same_v<T, float>) {
@@ -305,7 +299,7 @@ inline void attend_group(const T* q, const Cache& cache, int layer, int kvh, int
   T* o[HG];
   for (int h = 0; h < HG; ++h) {
     T* s = scores + h * ld_s;
-    divide_scores(s, nb * kLanes, score_div);
+    divide_by(s, nb * kLanes, score_div);
     softmax_blocks(s, b0 * kLanes, nb, first, last, sinks ? sinks[h] : -std::numeric_limits<T>::infinity());
     w[h] = s + (first - b0 * kLanes);
     o[h] = out + h * head_dim;
@@ -378,7 +372,7 @@ inline void attend_rows(const T* q, long ld_q, const Cache& cache, int layer, in
   for (int r = 0; r < R; ++r) {
     T* s = scores + r * ld_s;
     const int nb = bmax - bmin + 1;
-    divide_scores(s, nb * kLanes, score_div);
+    divide_by(s, nb * kLanes, score_div);
     const int b0 = first[r] / kLanes;
     softmax_blocks(s + (b0 - bmin) * kLanes, b0 * kLanes, last[r] / kLanes - b0 + 1, first[r], last[r], sink);
     ws[r] = s;

@@ -134,7 +134,8 @@ inline void exp_array(const T* x, T* out, long n) {
       const __m256 v = _mm256_loadu_ps(x + i);
       const __m256 over = _mm256_cmp_ps(v, hi, _CMP_NLT_UQ);
       const __m256 under = _mm256_cmp_ps(v, lo, _CMP_LT_OQ);
-      const bool in_range = _mm256_testz_ps(_mm256_or_ps(over, under), _mm256_or_ps(over, under)) != 0;
+      const __m256 out_of_range = _mm256_or_ps(over, under);
+      const bool in_range = _mm256_testz_ps(out_of_range, out_of_range) != 0;
       const __m256 xc = in_range ? v : _mm256_max_ps(_mm256_min_ps(v, hi), lo);
       const __m256 nn = _mm256_sub_ps(_mm256_fmadd_ps(xc, _mm256_set1_ps(C::log2e), magic), magic);
       __m256 r = _mm256_fmadd_ps(nn, _mm256_set1_ps(-C::ln2_hi), xc);
