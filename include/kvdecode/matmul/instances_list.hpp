@@ -62,6 +62,7 @@
 #endif
 // The int8 fast mode's product (fast_int8.hpp: its tiles for every block type):
 // compiled inline, about 17 s of GCC 12 at -O3 in every file that runs a model.
+// A sanitized tree compiles src/kernel_instances_10.cpp at -O0 (CMakeLists.txt).
 #define KVDECODE_KERNEL_INSTANCE_10(prefix) \
   prefix template void matmul_fast_with<void>(const float*, long, long, const QuantPanels&, float*, long, FastPath);
 #define KVDECODE_KERNEL_INSTANCES(prefix) \
