@@ -205,6 +205,21 @@ KVD_ALWAYS_INLINE inline void fast_q6_planes(typename B::I wv, typename B::I hw,
   hi = B::or_(B::and_(B::shr16(wv, 4), m4), B::and_(hh, m45));
 }
 
+/// Whether Dec unpacks a panel block's scales once for all its sub-blocks
+/// (Dec::block_scales() into a Dec::BlockScales, then begin(that, pb, s, h)).
+template <class Dec, class = void>
+struct FastBlockScalesOf {
+  struct type {};
+  static constexpr bool kHas = false;
+};
+template <class Dec>
+struct FastBlockScalesOf<Dec, std::void_t<typename Dec::BlockScales>> {
+  using type = typename Dec::BlockScales;
+  static constexpr bool kHas = true;
+};
+template <class Dec>
+inline constexpr bool kFastBlockScales = FastBlockScalesOf<Dec>::kHas;
+
 /// The 4 rounded values at qa as one 32-bit word (a tile broadcasts it to every lane).
 KVD_ALWAYS_INLINE inline std::int32_t fast_row_word(const std::int8_t* qa) {
   std::int32_t a;
@@ -282,9 +297,21 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
   constexpr std::size_t pbb = kPbb;
   const long nblk = w.n_blocks();  // once: QuantPanels looks both up in the type's traits
   const std::int8_t* q0 = rows.q.data() + m0 * K;
+  // q4_K, q5_K: each panel block's scales and mins unpacked once for its 8 sub-blocks
+  // (and both halves, when the tile has both), not per sub-block and half
+  constexpr int kPanels = kFastBlockScales<Dec> ? (NH + 1) / 2 + 1 : 1;
+  [[maybe_unused]] typename FastBlockScalesOf<Dec>::type bsc[kPanels];
   for (long b = 0; b < nblk; ++b) {
     const unsigned char* pb[NH];
     fast_panel_blocks<NH>(w, nblk, pbb, h0, b, pb);
+    [[maybe_unused]] int panel_of[NH];  // half panel i's entry of bsc
+    if constexpr (kFastBlockScales<Dec>) {
+      int n = 0;
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+        if (i == 0 || pb[i] != pb[i - 1]) Dec::block_scales(pb[i], bsc[n++]);
+        panel_of[i] = n - 1;
+      }
+    }
     for (int s = 0; s < kSubs; ++s) {
       const long j = b * kSubs + s;
       // The code words' addresses now, the scales and offsets after the sub-block's
@@ -296,7 +323,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
         where.begin(pb[i], s, static_cast<int>((h0 + i) % 2));
         qw[i] = where.q;
         if constexpr (kFive) hword[i] = fast_high_word(where);
-        prefetch_half_panel_share(pb[i], pbb, s, kSubs, (h0 + i) % 2);
+        if (i == 0 || pb[i] != pb[i - 1]) prefetch_panel_share<kPbb, kSubs>(pb[i], s);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
@@ -360,7 +387,12 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
         KVD_UNROLL(1) for (int g = 0; g < 4; ++g) group(g);
       }
       Dec dec[NH];
-      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+      KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
+        if constexpr (kFastBlockScales<Dec>)
+          dec[i].begin(bsc[panel_of[i]], pb[i], s, static_cast<int>((h0 + i) % 2));
+        else
+          dec[i].begin(pb[i], s, static_cast<int>((h0 + i) % 2));
+      }
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {
         const long e = (m0 + r) * nbq + j;
         const __m256 d = _mm256_set1_ps(rows.d.data()[e]);
@@ -401,7 +433,7 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
       __m256i wv[NH], hx[NH];
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
         fast_k2_words<kThree>(pb[i], s, static_cast<int>((h0 + i) % 2), wv[i], hx[i]);
-        prefetch_half_panel_share(pb[i], pbb, s, 16, (h0 + i) % 2);
+        if (i == 0 || pb[i] != pb[i - 1]) prefetch_panel_share<kPbb, 16>(pb[i], s);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
@@ -466,7 +498,7 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
         const int h = static_cast<int>((h0 + i) % 2);
         ql[i] = pb[i] + 288 + 128 * s + 32 * h;  // Avx2DecodeQ6_K's fields
         qh[i] = pb[i] + 2336 + 64 * s + 32 * h;
-        prefetch_half_panel_share(pb[i], pbb, s, 16, (h0 + i) % 2);
+        if (i == 0 || pb[i] != pb[i - 1]) prefetch_panel_share<kPbb, 16>(pb[i], s);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)

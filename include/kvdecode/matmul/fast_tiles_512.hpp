@@ -182,9 +182,12 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
   const long nblk = w.n_blocks();
   const long ahead = static_cast<long>(panel_blocks_ahead(pbb));
   const std::int8_t* q0 = rows.q.data() + m0 * K;
+  // q4_K, q5_K: each panel block's scales and mins unpacked once for its 8 sub-blocks
+  [[maybe_unused]] typename FastBlockScalesOf<Dec5>::type bsc[NP];
   for (long b = 0; b < nblk; ++b) {
     const unsigned char* pb[NP];
     KVD_UNROLL(4) for (int i = 0; i < NP; ++i) pb[i] = w.data + (static_cast<std::size_t>(p0 + i) * nblk + b) * pbb;
+    if constexpr (kFastBlockScales<Dec5>) KVD_UNROLL(4) for (int i = 0; i < NP; ++i) Dec5::block_scales(pb[i], bsc[i]);
     // What to prefetch, as a byte offset into w.data: panel_blocks_ahead() ahead in
     // panel p0 + i, or past its end the same stream of the next tile (panel p0 + i + NP:
     // a thread's column tiles are contiguous), so that a tile's first blocks are not
@@ -198,7 +201,10 @@ inline void fast_tile_512(const FastRows& rows, long m0, const QuantPanels& w, l
       const long k0 = b * Dec::kBlock + S * s;
       Dec5 dec[NP];
       KVD_UNROLL(4) for (int i = 0; i < NP; ++i) {
-        dec[i].begin(pb[i], s);
+        if constexpr (kFastBlockScales<Dec5>)
+          dec[i].begin(bsc[i], pb[i], s);
+        else
+          dec[i].begin(pb[i], s);
         prefetch_panel_block_share(w.data, ahead_at[i], pbb, s, kSubs);
       }
       // The integer sums start at -kOffset Q_s rather than 0 (exact in 32 bits), so

@@ -240,6 +240,39 @@ struct Avx2DecodeQK4 {
     q = pb + (kFive ? 768 : 256) + 256 * s + 32 * h;
     hw = kFive ? q2_words(pb + 256 + 64 * s + 32 * h) : _mm256_setzero_si256();
   }
+  /// A panel block's 6-bit scales and mins, all 8 sub-blocks and 16 rows unpacked at
+  /// once (sm[s]: the scales of sub-block s, sm[8 + s] its mins, one byte per row), and
+  /// its d and dmin per half: what begin() extracts 8 rows and one sub-block at a time.
+  struct BlockScales {
+    alignas(32) unsigned char sm[16][16];
+    __m256 d[2], dmin[2];
+  };
+  static void block_scales(const unsigned char* pb, BlockScales& b) {
+    // bytes 0-1, 2-3, ..., 10-11 of the 16 rows (byte j of row n at 64 + 16 j + n)
+    auto bytes = [&](int j) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 64 + 16 * j)); };
+    auto put = [&](int i, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(b.sm[i]), v); };
+    const __m256i m63 = _mm256_set1_epi8(63), m15 = _mm256_set1_epi8(15), m48 = _mm256_set1_epi8(48);
+    for (int j = 0; j < 4; j += 2) {
+      const __m256i lo = bytes(j), mid = bytes(j + 4), hi = bytes(j + 8);
+      put(j, _mm256_and_si256(lo, m63));
+      put(8 + j, _mm256_and_si256(mid, m63));
+      // bits 6, 7 of bytes s and s + 4 become bits 4, 5 of sub-block s + 4's scale and min
+      put(j + 4, _mm256_or_si256(_mm256_and_si256(hi, m15), _mm256_and_si256(_mm256_srli_epi16(lo, 2), m48)));
+      put(12 + j, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(hi, 4), m15),
+                                  _mm256_and_si256(_mm256_srli_epi16(mid, 2), m48)));
+    }
+    for (int h = 0; h < 2; ++h) {
+      b.d[h] = q2_f16x8(pb + 16 * h);
+      b.dmin[h] = q2_f16x8(pb + 32 + 16 * h);
+    }
+  }
+  /// begin(pb, s, h) from the block's unpacked scales: the same D, N, q and hw.
+  void begin(const BlockScales& b, const unsigned char* pb, int s, int h) {
+    D = _mm256_mul_ps(b.d[h], _mm256_cvtepi32_ps(q2_u8x8(b.sm[s] + 8 * h)));
+    N = q2_neg(_mm256_mul_ps(b.dmin[h], _mm256_cvtepi32_ps(q2_u8x8(b.sm[8 + s] + 8 * h))));
+    q = pb + (kFive ? 768 : 256) + 256 * s + 32 * h;
+    hw = kFive ? q2_words(pb + 256 + 64 * s + 32 * h) : _mm256_setzero_si256();
+  }
   template <int kk>
   __m256 code() const {
     const __m256i c = q2_bits<4 * (kk % 8), 4>(q2_words(q + 64 * (kk / 8)));
@@ -427,6 +460,17 @@ inline void prefetch_half_panel_share(const unsigned char* pb, std::size_t pbb, 
   std::size_t line0, line1;
   panel_share_lines(pbb, s, n_subs, line0, line1);
   for (std::size_t l = line0 + static_cast<std::size_t>(h); l < line1; l += 2) prefetch_read_at(pb, 2 * pbb + 64 * l);
+}
+
+/// prefetch_half_panel_share() for both halves of the panel block at pb at once, with
+/// its size a constant: the lines from the one holding the share's first byte, as many
+/// as a share can touch, in straight-line code (the share's bounds and a loop per half
+/// panel took as many instructions as the prefetches).
+template <std::size_t kPbb, int kSubs>
+KVD_ALWAYS_INLINE inline void prefetch_panel_share(const unsigned char* pb, int s) {
+  constexpr int kLines = static_cast<int>((kPbb / kSubs + 63) / 64) + 1;
+  const std::size_t at = 2 * kPbb + (kPbb * static_cast<std::size_t>(s) / kSubs) / 64 * 64;
+  KVD_UNROLL(16) for (int l = 0; l < kLines; ++l) prefetch_read_at(pb, at + 64 * static_cast<std::size_t>(l));
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

@@ -248,6 +248,33 @@ struct DecodeQK4 {
     q = pb + (kFive ? 768 : 256) + 256 * s;
     if constexpr (kFive) hw = _mm512_loadu_si512(pb + 256 + 64 * s);
   }
+  /// A panel block's 6-bit scales and mins, all 8 sub-blocks and 16 rows unpacked at
+  /// once (sm[s]: the scales of sub-block s, sm[8 + s] its mins, one byte per row), and
+  /// its d and dmin: what begin() extracts one sub-block at a time.
+  struct BlockScales {
+    alignas(64) unsigned char sm[16][16];
+    __m512 d, dmin;
+  };
+  static void block_scales(const unsigned char* pb, BlockScales& b) {
+    // bytes 0-3, 4-7 and 8-11 of the 16 rows (byte j of row n at 64 + 16 j + n)
+    const __m512i x0 = _mm512_loadu_si512(pb + 64), x1 = _mm512_loadu_si512(pb + 128), x2 = _mm512_loadu_si512(pb + 192);
+    const __m512i m63 = _mm512_set1_epi8(63), m15 = _mm512_set1_epi8(15), m48 = _mm512_set1_epi8(48);
+    _mm512_store_si512(b.sm[0], _mm512_and_si512(x0, m63));
+    _mm512_store_si512(b.sm[8], _mm512_and_si512(x1, m63));
+    // bits 6, 7 of bytes s and s + 4 become bits 4, 5 of sub-block s + 4's scale and min
+    _mm512_store_si512(b.sm[4], _mm512_or_si512(_mm512_and_si512(x2, m15), _mm512_and_si512(_mm512_srli_epi16(x0, 2), m48)));
+    _mm512_store_si512(b.sm[12], _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(x2, 4), m15),
+                                                 _mm512_and_si512(_mm512_srli_epi16(x1, 2), m48)));
+    b.d = qk_f16x16(pb);
+    b.dmin = qk_f16x16(pb + 32);
+  }
+  /// begin(pb, s) from the block's unpacked scales: the same D, N, q and hw.
+  void begin(const BlockScales& b, const unsigned char* pb, int s) {
+    D = _mm512_mul_ps(b.d, _mm512_cvtepi32_ps(qk_u8x16(b.sm[s])));
+    N = _mm512_sub_ps(_mm512_set1_ps(-0.f), _mm512_mul_ps(b.dmin, _mm512_cvtepi32_ps(qk_u8x16(b.sm[8 + s]))));
+    q = pb + (kFive ? 768 : 256) + 256 * s;
+    if constexpr (kFive) hw = _mm512_loadu_si512(pb + 256 + 64 * s);
+  }
   template <int kk>
   __m512 code() const {
     if constexpr (!kFive) {
