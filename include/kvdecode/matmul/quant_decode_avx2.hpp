@@ -470,7 +470,7 @@ template <std::size_t kPbb, int kSubs>
 KVD_ALWAYS_INLINE inline void prefetch_panel_share(const unsigned char* pb, int s) {
   constexpr int kLines = static_cast<int>((kPbb / kSubs + 63) / 64) + 1;
   const std::size_t at = 2 * kPbb + (kPbb * static_cast<std::size_t>(s) / kSubs) / 64 * 64;
-  KVD_UNROLL(16) for (int l = 0; l < kLines; ++l) prefetch_read_at(pb, at + 64 * static_cast<std::size_t>(l));
+  static_for<kLines>([&](auto l) KVD_ALWAYS_INLINE { prefetch_read_at(pb, at + 64 * static_cast<std::size_t>(decltype(l)::value)); });
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
