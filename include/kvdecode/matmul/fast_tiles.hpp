@@ -220,6 +220,13 @@ struct FastBlockScalesOf<Dec, std::void_t<typename Dec::BlockScales>> {
 template <class Dec>
 inline constexpr bool kFastBlockScales = FastBlockScalesOf<Dec>::kHas;
 
+/// Whether half panel i of a tile is the first the tile holds of its panel (pb: the
+/// tile's panel blocks, one per half panel): what is done once per panel, not per half.
+template <int NH>
+KVD_ALWAYS_INLINE inline bool fast_leads_panel(const unsigned char* const (&pb)[NH], int i) {
+  return i == 0 || pb[i] != pb[i - 1];
+}
+
 /// The 4 rounded values at qa as one 32-bit word (a tile broadcasts it to every lane).
 KVD_ALWAYS_INLINE inline std::int32_t fast_row_word(const std::int8_t* qa) {
   std::int32_t a;
@@ -308,7 +315,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
     if constexpr (kFastBlockScales<Dec>) {
       int n = 0;
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
-        if (i == 0 || pb[i] != pb[i - 1]) Dec::block_scales(pb[i], bsc[n++]);
+        if (fast_leads_panel<NH>(pb, i)) Dec::block_scales(pb[i], bsc[n++]);
         panel_of[i] = n - 1;
       }
     }
@@ -323,7 +330,7 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
         where.begin(pb[i], s, static_cast<int>((h0 + i) % 2));
         qw[i] = where.q;
         if constexpr (kFive) hword[i] = fast_high_word(where);
-        if (i == 0 || pb[i] != pb[i - 1]) prefetch_panel_share<kPbb, kSubs>(pb[i], s);
+        if (fast_leads_panel<NH>(pb, i)) prefetch_panel_share<kPbb, kSubs>(pb[i], s);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
@@ -433,7 +440,7 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
       __m256i wv[NH], hx[NH];
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
         fast_k2_words<kThree>(pb[i], s, static_cast<int>((h0 + i) % 2), wv[i], hx[i]);
-        if (i == 0 || pb[i] != pb[i - 1]) prefetch_panel_share<kPbb, 16>(pb[i], s);
+        if (fast_leads_panel<NH>(pb, i)) prefetch_panel_share<kPbb, 16>(pb[i], s);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)
@@ -498,7 +505,7 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
         const int h = static_cast<int>((h0 + i) % 2);
         ql[i] = pb[i] + 288 + 128 * s + 32 * h;  // Avx2DecodeQ6_K's fields
         qh[i] = pb[i] + 2336 + 64 * s + 32 * h;
-        if (i == 0 || pb[i] != pb[i - 1]) prefetch_panel_share<kPbb, 16>(pb[i], s);
+        if (fast_leads_panel<NH>(pb, i)) prefetch_panel_share<kPbb, 16>(pb[i], s);
       }
       __m256i t[MR][NH];
       KVD_UNROLL(4) for (int r = 0; r < MR; ++r)

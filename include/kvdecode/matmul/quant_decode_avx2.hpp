@@ -237,6 +237,10 @@ struct Avx2DecodeQK4 {
     q2_k4_scale_min(pb + 64 + 8 * h, s, sc, mn);
     D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(sc));
     N = q2_neg(_mm256_mul_ps(q2_f16x8(pb + 32 + 16 * h), _mm256_cvtepi32_ps(mn)));
+    codes_at(pb, s, h);
+  }
+  /// q (and for q5_K hw): the code words of sub-block s, half h.
+  void codes_at(const unsigned char* pb, int s, int h) {
     q = pb + (kFive ? 768 : 256) + 256 * s + 32 * h;
     hw = kFive ? q2_words(pb + 256 + 64 * s + 32 * h) : _mm256_setzero_si256();
   }
@@ -270,8 +274,7 @@ struct Avx2DecodeQK4 {
   void begin(const BlockScales& b, const unsigned char* pb, int s, int h) {
     D = _mm256_mul_ps(b.d[h], _mm256_cvtepi32_ps(q2_u8x8(b.sm[s] + 8 * h)));
     N = q2_neg(_mm256_mul_ps(b.dmin[h], _mm256_cvtepi32_ps(q2_u8x8(b.sm[8 + s] + 8 * h))));
-    q = pb + (kFive ? 768 : 256) + 256 * s + 32 * h;
-    hw = kFive ? q2_words(pb + 256 + 64 * s + 32 * h) : _mm256_setzero_si256();
+    codes_at(pb, s, h);
   }
   template <int kk>
   __m256 code() const {

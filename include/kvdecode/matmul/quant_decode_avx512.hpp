@@ -245,6 +245,10 @@ struct DecodeQK4 {
     qk_k4_scale_min(pb + 64, s, sc, mn);
     D = _mm512_mul_ps(qk_f16x16(pb), _mm512_cvtepi32_ps(sc));
     N = _mm512_sub_ps(_mm512_set1_ps(-0.f), _mm512_mul_ps(qk_f16x16(pb + 32), _mm512_cvtepi32_ps(mn)));  // -m exactly
+    codes_at(pb, s);
+  }
+  /// q (and for q5_K hw): the code words of sub-block s.
+  void codes_at(const unsigned char* pb, int s) {
     q = pb + (kFive ? 768 : 256) + 256 * s;
     if constexpr (kFive) hw = _mm512_loadu_si512(pb + 256 + 64 * s);
   }
@@ -272,8 +276,7 @@ struct DecodeQK4 {
   void begin(const BlockScales& b, const unsigned char* pb, int s) {
     D = _mm512_mul_ps(b.d, _mm512_cvtepi32_ps(qk_u8x16(b.sm[s])));
     N = _mm512_sub_ps(_mm512_set1_ps(-0.f), _mm512_mul_ps(b.dmin, _mm512_cvtepi32_ps(qk_u8x16(b.sm[8 + s]))));
-    q = pb + (kFive ? 768 : 256) + 256 * s;
-    if constexpr (kFive) hw = _mm512_loadu_si512(pb + 256 + 64 * s);
+    codes_at(pb, s);
   }
   template <int kk>
   __m512 code() const {
