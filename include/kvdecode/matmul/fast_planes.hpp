@@ -15,6 +15,7 @@
 #include "kvdecode/matmul/dense_kernels.hpp"
 #include "kvdecode/matmul/fast_rows.hpp"
 #include "kvdecode/matmul/fast_tiles.hpp"
+#include "kvdecode/matmul/lane_bits.hpp"
 #include "kvdecode/matmul/panel_layout.hpp"
 #include "kvdecode/matmul/quant_decode_avx2.hpp"
 #include "kvdecode/matmul/static_for.hpp"
@@ -55,7 +56,7 @@ inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned cha
     const __m256i hw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2336 + 64 * s + 32 * h));
     for (int g = 0; g < 2; ++g) {
       __m256i lo, hi;
-      fast_q6_planes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * g)), hw, g, lo, hi);
+      q6_code_bytes<LaneBits256>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 64 * g)), hw, g, lo, hi);
       put(2 * g, lo);
       put(2 * g + 1, hi);
     }
@@ -73,11 +74,10 @@ inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned cha
       put(2 * g + 1, hi);
     }
   } else {
-    const __m256i m4 = _mm256_set1_epi8(15);
     for (int g = 0; g < 4; ++g) {
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(dec.q + 64 * g));
-      __m256i lo = _mm256_and_si256(wv, m4), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-      if constexpr (kFastFive<Dec>) fast_or_high_bits(fast_high_word(dec), g, lo, hi);
+      __m256i lo, hi;
+      nibble_bytes<LaneBits256>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dec.q + 64 * g)), lo, hi);
+      if constexpr (kFastFive<Dec>) or_high_bits<LaneBits256>(fast_high_word(dec), g, lo, hi);
       put(2 * g, lo);
       put(2 * g + 1, hi);
     }

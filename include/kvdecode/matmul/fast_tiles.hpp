@@ -15,6 +15,7 @@
 #include "kvdecode/core/simd.hpp"
 #include "kvdecode/matmul/dense_kernels.hpp"
 #include "kvdecode/matmul/fast_rows.hpp"
+#include "kvdecode/matmul/lane_bits.hpp"
 #include "kvdecode/matmul/panel_layout.hpp"
 #include "kvdecode/matmul/quant_decode_avx2.hpp"
 #include "kvdecode/matmul/static_for.hpp"
@@ -116,50 +117,10 @@ inline __m256i fast_high_word(const Dec& d) {
 }
 
 // The lane-wise integer steps that rebuild codes from their bit fields, written
-// once over a width trait B (FastBits256 here; FastBits512 in fast_tiles_512.hpp,
-// where a panel's two halves sit side by side): B::I and the few operations below.
-/// 256 bits: one half panel's codes.
-struct FastBits256 {
-  using I = __m256i;
-  KVD_ALWAYS_INLINE static I and_(I a, I b) { return _mm256_and_si256(a, b); }
-  KVD_ALWAYS_INLINE static I or_(I a, I b) { return _mm256_or_si256(a, b); }
-  KVD_ALWAYS_INLINE static I set8(char v) { return _mm256_set1_epi8(v); }
-  KVD_ALWAYS_INLINE static I set32(int v) { return _mm256_set1_epi32(v); }
-  KVD_ALWAYS_INLINE static I shl32(I a, int n) { return _mm256_slli_epi32(a, n); }
-  KVD_ALWAYS_INLINE static I shr32(I a, int n) { return _mm256_srli_epi32(a, n); }
-  KVD_ALWAYS_INLINE static I shr16(I a, int n) { return _mm256_srli_epi16(a, n); }
-  KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm256_load_si256(reinterpret_cast<const __m256i*>(p)); }
-  KVD_ALWAYS_INLINE static I shuffle8(I a, I idx) { return _mm256_shuffle_epi8(a, idx); }
-  /// a with bit 4 set in each byte where x has every bit of m's byte (one bit each)
-  KVD_ALWAYS_INLINE static I or_bit4_if(I a, I x, I m) {
-    return _mm256_or_si256(a, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x, m), m), _mm256_set1_epi8(16)));
-  }
-};
-
-/// vpshufb indices that copy byte g of each 32-bit lane to its 4 bytes, for g = 0..3
-/// (16 bytes per 128-bit lane, repeated to 64 bytes).
-alignas(64) inline constexpr unsigned char kFastLaneByte[4][64] = {
-#define KVD_LANE_BYTE(g) \
-  {g, g, g, g, 4 + g, 4 + g, 4 + g, 4 + g, 8 + g, 8 + g, 8 + g, 8 + g, 12 + g, 12 + g, 12 + g, 12 + g, \
-   g, g, g, g, 4 + g, 4 + g, 4 + g, 4 + g, 8 + g, 8 + g, 8 + g, 8 + g, 12 + g, 12 + g, 12 + g, 12 + g, \
-   g, g, g, g, 4 + g, 4 + g, 4 + g, 4 + g, 8 + g, 8 + g, 8 + g, 8 + g, 12 + g, 12 + g, 12 + g, 12 + g, \
-   g, g, g, g, 4 + g, 4 + g, 4 + g, 4 + g, 8 + g, 8 + g, 8 + g, 8 + g, 12 + g, 12 + g, 12 + g, 12 + g}
-    KVD_LANE_BYTE(0), KVD_LANE_BYTE(1), KVD_LANE_BYTE(2), KVD_LANE_BYTE(3)
-#undef KVD_LANE_BYTE
-};
-
-/// q5: ors group g's 8 high bits (bits 8 g .. 8 g + 7 of the high word) into bit 4
-/// of the nibble planes' bytes: lo holds values 8 g + 2 b, hi values 8 g + 2 b + 1.
-template <class B = FastBits256>
-KVD_ALWAYS_INLINE inline void fast_or_high_bits(typename B::I hword, int g, typename B::I& lo, typename B::I& hi) {
-  // the group's byte in all 4 bytes of its lane; byte b then tests bit 2 b (lo) and 2 b + 1 (hi)
-  const typename B::I x = B::shuffle8(hword, B::load(kFastLaneByte[g]));
-  lo = B::or_bit4_if(lo, x, B::set32(0x40100401));
-  hi = B::or_bit4_if(hi, x, B::set32(static_cast<int>(0x80200802u)));
-}
-
+// once over a width trait B (lane_bits.hpp: LaneBits256 here; LaneBits512 in
+// fast_tiles_512.hpp, where a panel's two halves sit side by side).
 /// The low 16 bits of each lane of v, nibble n -> byte n (bits 0..3).
-template <class B = FastBits256>
+template <class B = LaneBits256>
 KVD_ALWAYS_INLINE inline typename B::I fast_nibbles_to_bytes(typename B::I v16) {
   const typename B::I v = B::and_(B::or_(v16, B::shl32(v16, 8)), B::set32(0x00FF00FF));
   return B::and_(B::or_(v, B::shl32(v, 4)), B::set8(15));
@@ -189,20 +150,6 @@ KVD_ALWAYS_INLINE inline __m256i fast_k2_codes(__m256i wv, [[maybe_unused]] __m2
     c = _mm256_or_si256(c, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
   }
   return c;
-}
-
-/// q6_K: group g (0, 1) of a sub-block as two byte planes, lo (values 8 g + 2 b) and
-/// hi (8 g + 2 b + 1), 6-bit unsigned codes (code + 32), from the low word wv and
-/// the sub-block's high word hw, whose byte b holds the pairs of values 2 b, 2 b + 1,
-/// 8 + 2 b and 9 + 2 b at bits 0, 2, 4 and 6 (q6_high_shift()): each plane's pairs
-/// are one shift (none for lo of group 1) and a mask away from bits 4..5.
-template <class B = FastBits256>
-KVD_ALWAYS_INLINE inline void fast_q6_planes(typename B::I wv, typename B::I hw, int g, typename B::I& lo,
-                                             typename B::I& hi) {
-  const typename B::I m4 = B::set8(15), m45 = B::set8(0x30);
-  const typename B::I hl = g == 0 ? B::shl32(hw, 4) : hw, hh = g == 0 ? B::shl32(hw, 2) : B::shr32(hw, 2);
-  lo = B::or_(B::and_(wv, m4), B::and_(hl, m45));
-  hi = B::or_(B::and_(B::shr16(wv, 4), m4), B::and_(hh, m45));
 }
 
 /// Whether Dec unpacks a panel block's scales once for all its sub-blocks
@@ -297,7 +244,6 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
   constexpr int kSubs = Dec::kBlock / kFastBlock;
   const long K = rows.K, nbq = K / kFastBlock;
   FastSums256<MR, NH, MR * NH <= (kWide ? 2 : 4)> acc(y, ldy, h0);
-  const __m256i m4 = _mm256_set1_epi8(15);
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);
   [[maybe_unused]] __m256i table = _mm256_setzero_si256();
   if constexpr (kLevels) table = fast_level_table<Dec>();
@@ -355,10 +301,8 @@ inline void fast_tile_avx2(const FastRows& rows, long m0, const QuantPanels& w, 
             fast_q8_codes(pb[i], g, static_cast<int>((h0 + i) % 2), lo[i], hi[i]);
             continue;
           }
-          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw[i] + 64 * g));
-          lo[i] = _mm256_and_si256(wv, m4);
-          hi[i] = _mm256_and_si256(_mm256_srli_epi16(wv, 4), m4);
-          if constexpr (kFive) fast_or_high_bits(hword[i], g, lo[i], hi[i]);
+          nibble_bytes<LaneBits256>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw[i] + 64 * g)), lo[i], hi[i]);
+          if constexpr (kFive) or_high_bits<LaneBits256>(hword[i], g, lo[i], hi[i]);
           if constexpr (kLevels) {
             lo[i] = _mm256_shuffle_epi8(table, lo[i]);
             hi[i] = _mm256_shuffle_epi8(table, hi[i]);
@@ -514,7 +458,7 @@ inline void fast_tile_q6k_avx2(const FastRows& rows, long m0, const QuantPanels&
       KVD_UNROLL(1) for (int g = 0; g < 2; ++g) {
         __m256i lo[NH], hi[NH];
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
-          fast_q6_planes(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql[i] + 64 * g)),
+          q6_code_bytes<LaneBits256>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql[i] + 64 * g)),
                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh[i])), g, lo[i], hi[i]);
         }
         KVD_UNROLL(4) for (int r = 0; r < MR; ++r) {

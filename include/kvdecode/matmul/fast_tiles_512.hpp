@@ -21,6 +21,7 @@
 #include "kvdecode/core/simd.hpp"
 #include "kvdecode/matmul/fast_rows.hpp"
 #include "kvdecode/matmul/fast_tiles.hpp"
+#include "kvdecode/matmul/lane_bits.hpp"
 #include "kvdecode/matmul/panel_layout.hpp"
 #include "kvdecode/matmul/quant_decode_avx2.hpp"
 #include "kvdecode/matmul/quant_decode_avx512.hpp"
@@ -47,24 +48,6 @@ inline bool fast_avx512_halves() {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's own 512-bit intrinsics
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-
-/// 512 bits: a whole panel's codes (half 0 in the low 256 bits, half 1 in the high).
-struct FastBits512 {
-  using I = __m512i;
-  KVD_ALWAYS_INLINE static I and_(I a, I b) { return _mm512_and_si512(a, b); }
-  KVD_ALWAYS_INLINE static I or_(I a, I b) { return _mm512_or_si512(a, b); }
-  KVD_ALWAYS_INLINE static I set8(char v) { return _mm512_set1_epi8(v); }
-  KVD_ALWAYS_INLINE static I set32(int v) { return _mm512_set1_epi32(v); }
-  KVD_ALWAYS_INLINE static I shl32(I a, int n) { return _mm512_slli_epi32(a, static_cast<unsigned>(n)); }
-  KVD_ALWAYS_INLINE static I shr32(I a, int n) { return _mm512_srli_epi32(a, static_cast<unsigned>(n)); }
-  KVD_ALWAYS_INLINE static I shr16(I a, int n) { return _mm512_srli_epi16(a, static_cast<unsigned>(n)); }
-  KVD_ALWAYS_INLINE static I load(const unsigned char* p) { return _mm512_load_si512(p); }
-  KVD_ALWAYS_INLINE static I shuffle8(I a, I idx) { return _mm512_shuffle_epi8(a, idx); }
-  /// a with bit 4 set in each byte where x has m's bit (one bit per byte of m; a's bit 4 is clear, so + 16 sets it)
-  KVD_ALWAYS_INLINE static I or_bit4_if(I a, I x, I m) {
-    return _mm512_mask_add_epi8(a, _mm512_test_epi8_mask(x, m), a, _mm512_set1_epi8(16));
-  }
-};
 
 /// Whether Dec's fast codes take the 512-bit small-M tiles: the nibble planes, q6_K,
 /// and q8_0's bytes where vpermb (AVX512-VBMI) turns them into lanes.
@@ -131,7 +114,7 @@ KVD_ALWAYS_INLINE inline void fast_codes512(const Dec5& dec, const unsigned char
                                             __m512i& lo, __m512i& hi) {
   if constexpr (Dec::kFastCodes == FastCodes::kSix) {
     const unsigned char* ql = pb + 288 + 128 * s;  // Avx2DecodeQ6_K's fields, both halves
-    fast_q6_planes<FastBits512>(_mm512_loadu_si512(ql + 64 * g), _mm512_loadu_si512(pb + 2336 + 64 * s), g, lo, hi);
+    q6_code_bytes<LaneBits512>(_mm512_loadu_si512(ql + 64 * g), _mm512_loadu_si512(pb + 2336 + 64 * s), g, lo, hi);
   } else if constexpr (Dec::kFastCodes == FastCodes::kBytes) {
 #if defined(KVDECODE_FAST_BYTES_512)
     // 4 values of 16 outputs, value-major (16 bytes each), to 16 lanes of 4 values each, + 128
@@ -145,10 +128,8 @@ KVD_ALWAYS_INLINE inline void fast_codes512(const Dec5& dec, const unsigned char
     hi = _mm512_xor_si512(_mm512_permutexvar_epi8(order, _mm512_loadu_si512(q + 64)), bias);
 #endif
   } else {
-    const __m512i m4 = _mm512_set1_epi8(15), wv = _mm512_loadu_si512(dec.q + 64 * g);
-    lo = _mm512_and_si512(wv, m4);
-    hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), m4);
-    if constexpr (kFastFive<Dec>) fast_or_high_bits<FastBits512>(fast_high_word512(dec), g, lo, hi);
+    nibble_bytes<LaneBits512>(_mm512_loadu_si512(dec.q + 64 * g), lo, hi);
+    if constexpr (kFastFive<Dec>) or_high_bits<LaneBits512>(fast_high_word512(dec), g, lo, hi);
     if constexpr (kFastLevels<Dec>) {
       lo = _mm512_shuffle_epi8(table, lo);
       hi = _mm512_shuffle_epi8(table, hi);

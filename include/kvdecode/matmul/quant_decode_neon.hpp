@@ -298,7 +298,7 @@ struct NeonDecoderOf<BlockTypeQ5_K> {
 
 /// q6_K: 16 sub-blocks of 16, D = d sc, code = 6-bit - 32. Value 16 s + kk: low 4
 /// bits in low word 2 s + kk / 8, high 2 bits in high word s (from bit q6_high_shift(kk)).
-/// As in the AVX2 decoder, the upper high bit is inverted once per sub-block and an
+/// The upper high bit is inverted once per sub-block and an
 /// arithmetic shift turns the two high bits into high - 2 (sign above), which sli
 /// puts above the low 4 bits: the two's complement of the code minus 32.
 struct NeonDecodeQ6_K {
