@@ -49,8 +49,8 @@ inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned cha
   if constexpr (Dec::kFastCodes == FastCodes::kCrumbs || Dec::kFastCodes == FastCodes::kCrumbs3) {
     constexpr bool kThree = Dec::kFastCodes == FastCodes::kCrumbs3;
     __m256i wv, hx;
-    fast_k2_words<kThree>(pb, s, h, wv, hx);
-    static_for<4>([&](auto jj) KVD_ALWAYS_INLINE { put(decltype(jj)::value, fast_k2_codes<kThree, decltype(jj)::value>(wv, hx)); });
+    k2_words<kThree>(pb, s, h, wv, hx);
+    static_for<4>([&](auto jj) KVD_ALWAYS_INLINE { put(decltype(jj)::value, k2_code_bytes<kThree, decltype(jj)::value>(wv, hx)); });
   } else if constexpr (Dec::kFastCodes == FastCodes::kSix) {
     const unsigned char* ql = pb + 288 + 128 * s + 32 * h;  // Avx2DecodeQ6_K's fields
     const __m256i hw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 2336 + 64 * s + 32 * h));

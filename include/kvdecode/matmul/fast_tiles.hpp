@@ -119,39 +119,6 @@ inline __m256i fast_high_word(const Dec& d) {
 // The lane-wise integer steps that rebuild codes from their bit fields, written
 // once over a width trait B (lane_bits.hpp: LaneBits256 here; LaneBits512 in
 // fast_tiles_512.hpp, where a panel's two halves sit side by side).
-/// The low 16 bits of each lane of v, nibble n -> byte n (bits 0..3).
-template <class B = LaneBits256>
-KVD_ALWAYS_INLINE inline typename B::I fast_nibbles_to_bytes(typename B::I v16) {
-  const typename B::I v = B::and_(B::or_(v16, B::shl32(v16, 8)), B::set32(0x00FF00FF));
-  return B::and_(B::or_(v, B::shl32(v, 4)), B::set8(15));
-}
-
-/// q2_K / q3_K: the code word of sub-block s, half h (value v at bits 2 v), and for
-/// q3_K the high bits of values 4 n .. 4 n + 3 in bits 0..3 of byte n (hx).
-template <bool kThree>
-KVD_ALWAYS_INLINE inline void fast_k2_words(const unsigned char* pb, int s, int h, __m256i& wv, __m256i& hx) {
-  // Avx2DecodeQ2_K's / Avx2DecodeQ3_K's fields
-  wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + (kThree ? 736 : 320) + 64 * s + 32 * h));
-  if constexpr (kThree) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 224 + 64 * (s / 2) + 32 * h));
-    hx = fast_nibbles_to_bytes(s % 2 ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)));
-  } else {
-    hx = _mm256_setzero_si256();  // unused
-  }
-}
-
-/// q2_K / q3_K code vector j (0..3): values j, j + 4, j + 8, j + 12 of 8 outputs in
-/// their 4 bytes, unsigned (q3_K: code + 4).
-template <bool kThree, int j>
-KVD_ALWAYS_INLINE inline __m256i fast_k2_codes(__m256i wv, [[maybe_unused]] __m256i hx) {
-  __m256i c = _mm256_and_si256(j == 0 ? wv : _mm256_srli_epi32(wv, 2 * j), _mm256_set1_epi8(3));
-  if constexpr (kThree) {
-    const __m256i hb = j < 2 ? _mm256_slli_epi32(hx, 2 - j) : j == 2 ? hx : _mm256_srli_epi32(hx, 1);
-    c = _mm256_or_si256(c, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
-  }
-  return c;
-}
-
 /// Whether Dec unpacks a panel block's scales once for all its sub-blocks
 /// (Dec::block_scales() into a Dec::BlockScales, then begin(that, pb, s, h)).
 template <class Dec, class = void>
@@ -383,7 +350,7 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
     for (int s = 0; s < 16; ++s) {
       __m256i wv[NH], hx[NH];
       KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
-        fast_k2_words<kThree>(pb[i], s, static_cast<int>((h0 + i) % 2), wv[i], hx[i]);
+        k2_words<kThree>(pb[i], s, static_cast<int>((h0 + i) % 2), wv[i], hx[i]);
         if (fast_leads_panel<NH>(pb, i)) prefetch_panel_share<kPbb, 16>(pb[i], s);
       }
       __m256i t[MR][NH];
@@ -399,7 +366,7 @@ inline void fast_tile_k2_avx2(const FastRows& rows, long m0, const QuantPanels& 
           bq[r] = _mm256_set1_epi32(a);
         }
         KVD_UNROLL(4) for (int i = 0; i < NH; ++i) {
-          const __m256i c = fast_k2_codes<kThree, j>(wv[i], hx[i]);
+          const __m256i c = k2_code_bytes<kThree, j>(wv[i], hx[i]);
 #if defined(KVDECODE_FAST_VNNI)
           KVD_UNROLL(4) for (int r = 0; r < MR; ++r) t[r][i] = fast_dpbusd(t[r][i], c, bq[r]);
 #else

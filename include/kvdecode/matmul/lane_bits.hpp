@@ -93,6 +93,13 @@ KVD_ALWAYS_INLINE inline void nibble_bytes(typename B::I wv, typename B::I& lo, 
   hi = B::and_(B::shr16(wv, 4), m4);
 }
 
+/// The low 16 bits of each lane of v, nibble n -> byte n (bits 0..3).
+template <class B>
+KVD_ALWAYS_INLINE inline typename B::I nibbles_to_bytes(typename B::I v16) {
+  const typename B::I v = B::and_(B::or_(v16, B::shl32(v16, 8)), B::set32(0x00FF00FF));
+  return B::and_(B::or_(v, B::shl32(v, 4)), B::set8(15));
+}
+
 /// q5: ors group g's 8 high bits (bits 8 g .. 8 g + 7 of the high word) into bit 4
 /// of the nibble planes' bytes: lo holds values 8 g + 2 b, hi values 8 g + 2 b + 1.
 template <class B>

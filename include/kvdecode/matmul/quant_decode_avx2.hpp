@@ -34,12 +34,13 @@ namespace kvd::detail {
 // their codes at k = s * kSub + kk as floats. kHeavy: the decoder keeps a code
 // word in a register besides the words it loads (q5_0, q5_1, q3_K, q5_K, q6_K),
 // which shapes the tiles below. Every code is a small integer,
-// converted exactly; the 4-, 5- and 6-bit codes go through byte planes, a group of
-// 8 values at a time (lane_bits.hpp: one Xeon core in L2, x86-64-v3 build, M = 1,
-// G multiply-adds/s: q4_K 13.8 -> 15.3, q5_K 9.3 -> 11.0, q6_K 7.7 -> 10.6, q5_0
-// 8.4 -> 10.0; q4_0 level), where extracting each value's bits from its word took a
-// shift and a conversion on the port the FMAs use, and for the high bits two more
-// shifts. D and N are the same float operations as the scalar
+// converted exactly; every code but q8_0's goes through byte planes, a group of 8
+// (q2_K, q3_K: 16) values at a time (lane_bits.hpp: one Xeon core in L2, x86-64-v3
+// build, M = 1, G multiply-adds/s: q4_K 13.8 -> 15.3, q5_K 9.3 -> 11.0, q6_K 7.7 ->
+// 10.6, q5_0 8.4 -> 10.0, q3_K 7.7 -> 8.7, q2_K 12.7 -> 14.1, iq4_nl 8.6 -> 11.8;
+// q4_0 level), where extracting each value's bits from its word took a shift and a
+// conversion on the port the FMAs use, for the high bits two more shifts, and for a
+// table type's level two vpermps and a blend. D and N are the same float operations as the scalar
 // factoring (weights/blocks.hpp), so the same bits. Half h of a field sits at
 // +16 h bytes in an f16 field (16 x 2 bytes), +8 h in a byte field (16 x 1)
 // and +32 h in a code-word field (16 x 4).
@@ -54,19 +55,6 @@ inline __m256i q2_i8x8(const unsigned char* p) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 inline __m256i q2_words(const unsigned char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-/// Bits shift .. shift + width - 1 of each lane of v, at bit 0.
-template <int kShift, int kWidth>
-inline __m256i q2_bits(__m256i v) {
-  if constexpr (kShift + kWidth == 32) return _mm256_srli_epi32(v, kShift);
-  const __m256i s = kShift == 0 ? v : _mm256_srli_epi32(v, kShift);
-  return _mm256_and_si256(s, _mm256_set1_epi32((1 << kWidth) - 1));
-}
-/// Bit kBit of each lane of v, moved to bit kTo (the other bits 0).
-template <int kBit, int kTo>
-inline __m256i q2_bit_to(__m256i v) {
-  const __m256i s = kBit == kTo ? v : kBit > kTo ? _mm256_srli_epi32(v, kBit - kTo) : _mm256_slli_epi32(v, kTo - kBit);
-  return _mm256_and_si256(s, _mm256_set1_epi32(1 << kTo));
-}
 inline __m256 q2_neg(__m256 v) { return _mm256_sub_ps(_mm256_set1_ps(-0.f), v); }  // -v exactly, zeros included
 
 /// The AVX2 decoder of a block type's row (weights/block_types.hpp): `type`,
@@ -155,6 +143,31 @@ struct Avx2DecoderOf<BlockTypeQ5_1> {
   using type = Avx2DecodeQ5<true>;
 };
 
+/// q2_K / q3_K: the code word of sub-block s, half h (value v at bits 2 v), and for
+/// q3_K the high bits of values 4 n .. 4 n + 3 in bits 0..3 of byte n (hx).
+template <bool kThree>
+KVD_ALWAYS_INLINE inline void k2_words(const unsigned char* pb, int s, int h, __m256i& wv, __m256i& hx) {
+  wv = q2_words(pb + (kThree ? 736 : 320) + 64 * s + 32 * h);
+  if constexpr (kThree) {
+    const __m256i v = q2_words(pb + 224 + 64 * (s / 2) + 32 * h);
+    hx = nibbles_to_bytes<LaneBits256>(s % 2 ? _mm256_srli_epi32(v, 16) : _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)));
+  } else {
+    hx = _mm256_setzero_si256();  // unused
+  }
+}
+
+/// q2_K / q3_K code plane j (0..3): values j, j + 4, j + 8, j + 12 of 8 outputs in
+/// their 4 bytes, unsigned (q3_K: code + 4).
+template <bool kThree, int j>
+KVD_ALWAYS_INLINE inline __m256i k2_code_bytes(__m256i wv, [[maybe_unused]] __m256i hx) {
+  __m256i c = _mm256_and_si256(j == 0 ? wv : _mm256_srli_epi32(wv, 2 * j), _mm256_set1_epi8(3));
+  if constexpr (kThree) {
+    const __m256i hb = j < 2 ? _mm256_slli_epi32(hx, 2 - j) : j == 2 ? hx : _mm256_srli_epi32(hx, 1);
+    c = _mm256_or_si256(c, _mm256_and_si256(hb, _mm256_set1_epi8(4)));
+  }
+  return c;
+}
+
 /// q2_K: 16 sub-blocks of 16, sub-block s = code word s; D = d (sc & 15), N = -(dmin (sc >> 4)).
 struct Avx2DecodeQ2_K {
   static constexpr int kBlock = 256, kSub = 16;
@@ -170,8 +183,11 @@ struct Avx2DecodeQ2_K {
     N = q2_neg(_mm256_mul_ps(q2_f16x8(pb + 32 + 16 * h), _mm256_cvtepi32_ps(_mm256_srli_epi32(sc, 4))));
     words = q2_words(pb + 320 + 64 * s + 32 * h);
   }
+  /// Value kk: byte kk / 4 of plane kk % 4 (k2_code_bytes(), once per plane).
   template <int kk>
-  __m256 code() const { return _mm256_cvtepi32_ps(q2_bits<2 * kk, 2>(words)); }
+  __m256 code() const {
+    return lane_byte_float<LaneBits256, kk / 4, 0>(k2_code_bytes<false, kk % 4>(words, __m256i()));
+  }
 };
 template <>
 struct Avx2DecoderOf<BlockTypeQ2_K> {
@@ -185,7 +201,7 @@ struct Avx2DecodeQ3_K {
   static constexpr bool kHeavy = true;
   static constexpr FastCodes kFastCodes = FastCodes::kCrumbs3;
   static constexpr int kFastOffset = 4;
-  __m256i lw, hw;
+  __m256i lw, hx;
   __m256 D, N;
   void begin(const unsigned char* pb, int s, int h) {
     const unsigned char* sc = pb + 32 + 8 * h;
@@ -196,15 +212,11 @@ struct Avx2DecodeQ3_K {
     const __m256i v = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
     D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(v));
     N = _mm256_setzero_ps();
-    lw = q2_words(pb + 736 + 64 * s + 32 * h);
-    // high bits of values 16 s .. 16 s + 15: word s / 2, from bit 16 (s % 2)
-    hw = _mm256_srl_epi32(q2_words(pb + 224 + 64 * (s / 2) + 32 * h), _mm_cvtsi32_si128(16 * (s % 2)));
+    k2_words<true>(pb, s, h, lw, hx);
   }
+  /// Value kk: byte kk / 4 of plane kk % 4, code + 4 (k2_code_bytes(), once per plane).
   template <int kk>
-  __m256 code() const {
-    const __m256i idx = _mm256_or_si256(q2_bits<2 * kk, 2>(lw), q2_bit_to<kk, 2>(hw));
-    return _mm256_cvtepi32_ps(_mm256_sub_epi32(idx, _mm256_set1_epi32(4)));
-  }
+  __m256 code() const { return lane_byte_float<LaneBits256, kk / 4, 4>(k2_code_bytes<true, kk % 4>(lw, hx)); }
 };
 template <>
 struct Avx2DecoderOf<BlockTypeQ3_K> {
@@ -328,14 +340,21 @@ struct Avx2DecoderOf<BlockTypeQ6_K> {
   using type = Avx2DecodeQ6_K;
 };
 
-/// The level of each lane's 4-bit code (bits 0..3 of idx; bits above are ignored)
-/// in a table of 16 floats held as two halves: vpermps reads 3 bits, bit 3 picks the half.
-inline __m256 q2_level(__m256i idx, __m256 lo8, __m256 hi8) {
-  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo8, idx), _mm256_permutevar8x32_ps(hi8, idx),
-                          _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+/// A table type's 16 int8 levels + 128 as unsigned bytes, in both 128-bit lanes:
+/// vpshufb by a plane of nibbles gives each value's level + 128.
+inline __m256i q2_level_bytes(const std::int8_t* v) {
+  const __m128i b = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v)), _mm_set1_epi8(static_cast<char>(0x80)));
+  return _mm256_broadcastsi128_si256(b);
 }
-/// Levels 8 h .. 8 h + 7 of a table type's 16 int8 levels, as floats.
-inline __m256 q2_levels8(const std::int8_t* v, int h) { return _mm256_cvtepi32_ps(q2_i8x8(reinterpret_cast<const unsigned char*>(v) + 8 * h)); }
+/// Value kk's level (0..31 of a group of 32) as a float: its nibble's byte in the planes
+/// of its 8 values (nibble_bytes(), once per group), looked up in levels (+ 128) and
+/// converted without the bias (lane_byte_float()).
+template <int kk>
+inline __m256 q2_level_float(const unsigned char* q, __m256i levels) {
+  __m256i lo, hi;
+  nibble_bytes<LaneBits256>(q2_words(q + 64 * (kk / 8)), lo, hi);
+  return lane_byte_float<LaneBits256, (kk % 8) / 2, 128>(_mm256_shuffle_epi8(levels, kk % 2 ? hi : lo));
+}
 
 /// iq4_nl (kE8m0 = false: f16 d) and mxfp4 (true: e8m0 scale): one group of 32,
 /// code = the level of its nibble.
@@ -348,7 +367,8 @@ struct Avx2DecodeTable32 {
   static constexpr int kFastOffset = 0;
   static const std::int8_t* levels() { return kE8m0 ? kMxfp4Values : kIq4nlValues; }
   const unsigned char* q;
-  __m256 D, N, lo8, hi8;
+  __m256 D, N;
+  __m256i table;  // q2_level_bytes()
   void begin(const unsigned char* pb, int, int h) {
     if constexpr (kE8m0) {
       // e8m0_to_fp32_half(): (e - 1) << 23, or 0x00200000 << e for e < 2
@@ -362,15 +382,10 @@ struct Avx2DecodeTable32 {
     }
     N = _mm256_setzero_ps();
     q = pb + (kE8m0 ? 16 : 32) + 32 * h;
-    const std::int8_t* levels = kE8m0 ? kMxfp4Values : kIq4nlValues;
-    lo8 = q2_levels8(levels, 0);
-    hi8 = q2_levels8(levels, 1);
+    table = q2_level_bytes(levels());
   }
   template <int kk>
-  __m256 code() const {
-    const __m256i w = q2_words(q + 64 * (kk / 8));
-    return q2_level(kk % 8 == 0 ? w : _mm256_srli_epi32(w, 4 * (kk % 8)), lo8, hi8);
-  }
+  __m256 code() const { return q2_level_float<kk>(q, table); }
 };
 template <>
 struct Avx2DecoderOf<BlockTypeIQ4_NL> {
@@ -390,7 +405,8 @@ struct Avx2DecodeIQ4_XS {
   static constexpr int kFastOffset = 0;
   static const std::int8_t* levels() { return kIq4nlValues; }
   const unsigned char* q;
-  __m256 D, N, lo8, hi8;
+  __m256 D, N;
+  __m256i table;  // q2_level_bytes()
   void begin(const unsigned char* pb, int s, int h) {
     const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(q2_u8x8(pb + 64 + 16 * (s / 2) + 8 * h), _mm_cvtsi32_si128(4 * (s % 2))),
                                         _mm256_set1_epi32(15));
@@ -400,14 +416,10 @@ struct Avx2DecodeIQ4_XS {
     D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(ls));
     N = _mm256_setzero_ps();
     q = pb + 128 + 256 * s + 32 * h;
-    lo8 = q2_levels8(kIq4nlValues, 0);
-    hi8 = q2_levels8(kIq4nlValues, 1);
+    table = q2_level_bytes(levels());
   }
   template <int kk>
-  __m256 code() const {
-    const __m256i w = q2_words(q + 64 * (kk / 8));
-    return q2_level(kk % 8 == 0 ? w : _mm256_srli_epi32(w, 4 * (kk % 8)), lo8, hi8);
-  }
+  __m256 code() const { return q2_level_float<kk>(q, table); }
 };
 template <>
 struct Avx2DecoderOf<BlockTypeIQ4_XS> {
