@@ -102,9 +102,7 @@ KVD_ALWAYS_INLINE inline __m256i fast_q8_dot16(__m256i acc, __m256i c, __m256i a
 /// both 128-bit lanes, for vpshufb by nibble.
 template <class Dec>
 inline __m256i fast_level_table() {
-  alignas(16) std::int8_t b[16];
-  for (int i = 0; i < 16; ++i) b[i] = static_cast<std::int8_t>(Dec::levels()[i] + fast_code_offset<Dec>());
-  return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(b)));
+  return q2_level_bytes(Dec::levels(), fast_code_offset<Dec>());
 }
 
 /// The word of high bits a 5-bit decoder loaded in begin() (bit v = value v of the sub-block).

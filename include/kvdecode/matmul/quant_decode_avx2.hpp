@@ -40,8 +40,8 @@ namespace kvd::detail {
 // 10.6, q5_0 8.4 -> 10.0, q3_K 7.7 -> 8.7, q2_K 12.7 -> 14.1, iq4_nl 8.6 -> 11.8;
 // q4_0 level), where extracting each value's bits from its word took a shift and a
 // conversion on the port the FMAs use, for the high bits two more shifts, and for a
-// table type's level two vpermps and a blend. D and N are the same float operations as the scalar
-// factoring (weights/blocks.hpp), so the same bits. Half h of a field sits at
+// table type's level two vpermps and a blend. D and N are the same float operations
+// as the scalar factoring (weights/blocks.hpp), so the same bits. Half h of a field sits at
 // +16 h bytes in an f16 field (16 x 2 bytes), +8 h in a byte field (16 x 1)
 // and +32 h in a code-word field (16 x 4).
 
@@ -340,10 +340,10 @@ struct Avx2DecoderOf<BlockTypeQ6_K> {
   using type = Avx2DecodeQ6_K;
 };
 
-/// A table type's 16 int8 levels + 128 as unsigned bytes, in both 128-bit lanes:
-/// vpshufb by a plane of nibbles gives each value's level + 128.
-inline __m256i q2_level_bytes(const std::int8_t* v) {
-  const __m128i b = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v)), _mm_set1_epi8(static_cast<char>(0x80)));
+/// A table type's 16 int8 levels + add (modulo 256) as bytes, in both 128-bit lanes:
+/// vpshufb by a plane of nibbles gives each value's level + add.
+inline __m256i q2_level_bytes(const std::int8_t* v, int add) {
+  const __m128i b = _mm_add_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v)), _mm_set1_epi8(static_cast<char>(add)));
   return _mm256_broadcastsi128_si256(b);
 }
 /// Value kk's level (0..31 of a group of 32) as a float: its nibble's byte in the planes
@@ -368,7 +368,7 @@ struct Avx2DecodeTable32 {
   static const std::int8_t* levels() { return kE8m0 ? kMxfp4Values : kIq4nlValues; }
   const unsigned char* q;
   __m256 D, N;
-  __m256i table;  // q2_level_bytes()
+  __m256i table;  // q2_level_bytes(levels(), 128)
   void begin(const unsigned char* pb, int, int h) {
     if constexpr (kE8m0) {
       // e8m0_to_fp32_half(): (e - 1) << 23, or 0x00200000 << e for e < 2
@@ -382,7 +382,7 @@ struct Avx2DecodeTable32 {
     }
     N = _mm256_setzero_ps();
     q = pb + (kE8m0 ? 16 : 32) + 32 * h;
-    table = q2_level_bytes(levels());
+    table = q2_level_bytes(levels(), 128);
   }
   template <int kk>
   __m256 code() const { return q2_level_float<kk>(q, table); }
@@ -406,7 +406,7 @@ struct Avx2DecodeIQ4_XS {
   static const std::int8_t* levels() { return kIq4nlValues; }
   const unsigned char* q;
   __m256 D, N;
-  __m256i table;  // q2_level_bytes()
+  __m256i table;  // q2_level_bytes(levels(), 128)
   void begin(const unsigned char* pb, int s, int h) {
     const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(q2_u8x8(pb + 64 + 16 * (s / 2) + 8 * h), _mm_cvtsi32_si128(4 * (s % 2))),
                                         _mm256_set1_epi32(15));
@@ -416,7 +416,7 @@ struct Avx2DecodeIQ4_XS {
     D = _mm256_mul_ps(q2_f16x8(pb + 16 * h), _mm256_cvtepi32_ps(ls));
     N = _mm256_setzero_ps();
     q = pb + 128 + 256 * s + 32 * h;
-    table = q2_level_bytes(levels());
+    table = q2_level_bytes(levels(), 128);
   }
   template <int kk>
   __m256 code() const { return q2_level_float<kk>(q, table); }
