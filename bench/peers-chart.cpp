@@ -5,8 +5,10 @@
 //   kvdecode-peers-chart BEST.csv OUT.svg [SUBTITLE]
 // BEST.csv is peers.sh's best-of-rounds file: a header line, then lines
 // `type,metric,engine,tokens_per_second` (engine: exact, default, fast, llama, ik). Panels,
-// groups and bars keep the order in which the file first names them; a figure the
-// file lacks draws no bar ("n/a").
+// groups keep the order in which the file first names them, bars the order above;
+// an engine the file never names has no bar and no legend entry (a run of
+// ENGINES="fast ik"), and a figure the file lacks for an engine it names draws no
+// bar ("n/a").
 // Exit status: 0 success, 1 a file could not be read or written, 2 bad argument or line.
 #include <algorithm>
 #include <cmath>
@@ -88,27 +90,27 @@ int run(int argc, char** argv) {
     index_of(metrics, f.metric);
     index_of(types, f.type);
   }
-  std::vector<std::string> names, colors;
-  for (const Engine& e : kEngines) {
-    names.push_back(e.legend);
-    colors.push_back(e.color);
-  }
+  for (const Figure& f : figs)
+    if (std::none_of(std::begin(kEngines), std::end(kEngines), [&](const Engine& x) { return f.engine == x.key; })) {
+      std::cerr << "kvdecode-peers-chart: unknown engine '" << f.engine << "' (exact, default, fast, llama, ik)\n";
+      return 2;
+    }
+  // the engines the file names, in kEngines' order: one bar slot each
+  std::vector<std::string> keys, names, colors;
+  for (const Engine& e : kEngines)
+    if (std::any_of(figs.begin(), figs.end(), [&](const Figure& f) { return f.engine == e.key; })) {
+      keys.push_back(e.key);
+      names.push_back(e.legend);
+      colors.push_back(e.color);
+    }
   std::vector<kvd_bench::BarPanel> panels(metrics.size());
   for (std::size_t m = 0; m < metrics.size(); ++m) {
     panels[m].title = metrics[m];
     panels[m].groups = types;
-    panels[m].values.assign(std::size(kEngines), std::vector<double>(types.size(), NAN));
+    panels[m].values.assign(keys.size(), std::vector<double>(types.size(), NAN));
   }
-  for (const Figure& f : figs) {
-    const auto e = std::find_if(std::begin(kEngines), std::end(kEngines),
-                                [&](const Engine& x) { return f.engine == x.key; });
-    if (e == std::end(kEngines)) {
-      std::cerr << "kvdecode-peers-chart: unknown engine '" << f.engine << "' (exact, default, fast, llama, ik)\n";
-      return 2;
-    }
-    panels[index_of(metrics, f.metric)].values[static_cast<std::size_t>(e - std::begin(kEngines))]
-                                              [index_of(types, f.type)] = f.tokens_per_second;
-  }
+  for (const Figure& f : figs)
+    panels[index_of(metrics, f.metric)].values[index_of(keys, f.engine)][index_of(types, f.type)] = f.tokens_per_second;
   const std::string subtitle = argc > 3 ? argv[3] : "";
   std::ofstream out(argv[2]);
   out << kvd_bench::bar_chart_svg("kvdecode beside llama.cpp and ik_llama.cpp (1.1B shape)", subtitle, "tokens/s",
