@@ -37,7 +37,8 @@ namespace kvd::detail {
 // integer sums and float steps, so the same bits.
 
 /// Sub-block s of half h of panel block pb as byte planes (out: Dec::kSub / 4
-/// vectors of 32 bytes, vstride bytes apart) and its scales D (8 floats) and
+/// vectors of 32 bytes, vstride bytes apart; q8_0 without VNNI: two vectors of 16-bit
+/// pairs at each, the second 32 bytes after the first) and its scales D (8 floats) and
 /// offsets N (8 floats, types with a min).
 template <class Dec>
 inline void fast_planes_avx2(const unsigned char* pb, int s, int h, unsigned char* out, float* D, float* N,
@@ -310,7 +311,7 @@ void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, floa
 #else
   constexpr bool kPairs16 = Dec::kFastCodes == FastCodes::kBytes && !k512;  // q8_0's 16-bit planes
 #endif
-  constexpr int kCodeBytes = kPairs16 ? 2 * kL : kL;  // plane bytes per value
+  constexpr int kPairBytes = kPairs16 ? 2 : 1;  // plane bytes per value and output
   const long K = rows.K, n_panels = w.n_panels();
   const long n_units = kWide ? (n_panels + kUP - 1) / kUP : 2 * n_panels;
   // q8_0 without VNNI: each row's activations as 16-bit pairs, a0 a2 a1 a3 for each 4
@@ -329,7 +330,7 @@ void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, floa
   parallel_parts(n_units, parallel, [&](long u0, long u1) {
     static thread_local AlignedBuffer<unsigned char> codes;
     static thread_local AlignedBuffer<float> D, N;
-    codes.reserve(static_cast<std::size_t>(K * kCodeBytes));
+    codes.reserve(static_cast<std::size_t>(K * kL * kPairBytes));
     D.reserve(static_cast<std::size_t>(K / S * kL));
     N.reserve(static_cast<std::size_t>(K / S * kL));
     for (long u = u0; u < u1; ++u) {
@@ -341,7 +342,7 @@ void matmul_fast_planes(const FastRows& rows, long M, const QuantPanels& w, floa
           for (int p = 0; p < np; ++p)
             for (int h = 0; h < (kWide ? 2 : 1); ++h) {  // the halves side by side: 32 bytes, 8 floats each
               const long j = b * kSubs + s;
-              const long cb = kPairs16 ? 2 * L : L;  // plane bytes per value
+              const long cb = L * kPairBytes;  // plane bytes per value
               fast_planes_avx2<Dec>(w.panel_block(p0 + p, b), s, kWide ? h : static_cast<int>(u % 2),
                                     codes.data() + j * S * cb + 64 * p + 32 * h, D.data() + L * j + 16 * p + 8 * h,
                                     N.data() + L * j + 16 * p + 8 * h, 4 * cb);

@@ -482,8 +482,8 @@ inline void prefetch_half_panel_share(const unsigned char* pb, std::size_t pbb, 
 /// How far ahead of the 256-bit fast tiles their prefetches run: about 4 KiB of the
 /// panel stream, at least two panel blocks. Intel Xeon guest (family 6 model 207),
 /// -march=x86-64-v3, fast-mode decode of the 1.1B shape, 2 threads, tokens/s, two
-/// blocks -> 4 KiB: Q8_0 (544-byte blocks) 19.8-20.5 -> 22.2-23.1, Q4_0 (288)
-/// 38.8-39.1 -> 40.7-43.4; 2 KiB about the same as 4; Q4_K_M (2,304) 39.8-40.2 at two
+/// blocks -> 4 KiB: Q8_0 (544-byte blocks) 19.8-20.8 -> 22.2-23.1, Q4_0 (288)
+/// 38.8-40.8 -> 40.7-43.4; 2 KiB about the same as 4; Q4_K_M (2,304) 39.8-40.2 at two
 /// blocks and 36.3-36.6 at five (11.5 KiB), Q5_K_M and Q6_K level at three to four.
 inline constexpr std::size_t kTileAheadBytes = 4096;
 
